@@ -1,0 +1,89 @@
+#pragma once
+// The run's configuration: every key of the input deck (DESIGN.md section 4),
+// with its default. parse_config() fills it from YAML plus --set overrides and
+// rejects anything unknown, mistyped or impossible before any work starts.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace miniattn {
+
+enum class Precision { fp32, fp64 };
+
+struct ModelConfig {
+  std::int64_t vocab = 256;
+  std::int64_t d_model = 64;
+  std::int64_t heads = 4;
+  std::int64_t ffn = 0;  // 0 means 4 * d_model
+  std::int64_t layers = 2;
+  std::int64_t seq_len = 256;
+  std::int64_t batch = 1;  // global batch, split over parallel.dp
+  bool causal = true;
+  Precision precision = Precision::fp64;
+
+  std::int64_t head_dim() const { return d_model / heads; }
+  std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * d_model; }
+};
+
+struct ParallelConfig {
+  std::string strategy = "local";  // local | rsa | ring | ulysses | hybrid
+  std::string layout = "contiguous";  // contiguous | zigzag
+  std::int64_t dp = 1;
+  std::int64_t ulysses_degree = 1;
+  std::string comm = "mpi";  // mpi | nccl
+};
+
+struct TrainConfig {
+  std::int64_t steps = 10;
+  double lr = 1e-3;
+  std::string optimizer = "adamw";  // adamw | sgd
+  double weight_decay = 0.0;
+  double grad_clip = 1.0;  // global-norm clip; 0 disables
+  std::uint64_t seed = 1234;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct IoConfig {
+  std::string init = "random";  // random | PATH.h5
+  std::string snapshot;         // empty: none
+  std::int64_t snapshot_step = 0;
+  std::string checkpoint;
+  std::int64_t checkpoint_every = 0;
+  std::string restart;
+};
+
+struct RunConfig {
+  std::string mode = "train";  // train | bench | predict
+  std::int64_t log_every = 10;
+  std::string result;  // JSON file; empty: stdout line only
+};
+
+// Blocking of the attention kernel (queries x keys per tile).
+struct KernelConfig {
+  std::int64_t query_block = 64;
+  std::int64_t key_block = 64;
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainConfig train;
+  IoConfig io;
+  RunConfig run;
+  KernelConfig kernels;
+  std::string deck_path;
+};
+
+// Parses the deck at deck_path, applies "section.key=value" overrides in order,
+// and validates. world_size is the number of MPI ranks (for dp/sp checks).
+// Throws InputError naming the key and the reason.
+Config parse_config(const std::string& deck_path, const std::vector<std::string>& overrides, int world_size);
+
+// Same, from YAML text (tests).
+Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size);
+
+const char* to_string(Precision p);
+
+}  // namespace miniattn

@@ -1,0 +1,32 @@
+#pragma once
+// View types used across the mini-app. All dense arrays are LayoutRight
+// (row-major, like PyTorch and HDF5) so that KokkosBlas::gemm reaches the
+// vendor BLAS and HDF5 hyperslabs map onto memory directly.
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace miniattn {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using HostSpace = Kokkos::HostSpace;
+
+using index_t = std::int64_t;
+
+template <class T>
+using View1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using View2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
+
+// Non-owning 2D view onto part of a flat buffer (parameters, gradients).
+template <class T>
+using UnmanagedView2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class T>
+using UnmanagedView1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+}  // namespace miniattn

@@ -1,0 +1,64 @@
+#pragma once
+// Blockwise scaled-dot-product attention with an online softmax (flash-style):
+// the n x N score matrix is never stored; a query tile meets one key tile at a
+// time and keeps a running row maximum and row sum. The backward pass
+// recomputes probabilities from the saved log-sum-exp.
+//
+// Layout: q, k, v, out, dq, dk, dv are [B, H, n, Dh] (LayoutRight); row
+// statistics (row_max, row_sum, lse, delta) are [B, H, n]. q_pos / k_pos give
+// the GLOBAL sequence position of each local query / key row (the same for all
+// samples and heads); the causal mask hides key positions > query position.
+// scale = 1/sqrt(Dh).
+//
+// The accumulate functions take one block of keys at a time so that ring
+// strategies can feed key/value blocks as they arrive from other ranks.
+#include "core/types.hpp"
+
+namespace miniattn::kernels {
+
+struct AttentionBlocking {
+  index_t query_block = 64;
+  index_t key_block = 64;
+};
+
+// out_acc = 0, row_max = -inf, row_sum = 0.
+template <class T>
+void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, const View3<T>& row_sum);
+
+// Folds keys/values k, v (any number of rows) into the running state.
+// out_acc holds the unnormalised weighted sum of values, rescaled to row_max.
+template <class T>
+void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                                  const AttentionBlocking& blocking, const View4<T>& out_acc,
+                                  const View3<T>& row_max, const View3<T>& row_sum);
+
+// out = out_acc / row_sum (in place), lse = row_max + log(row_sum).
+// A row that saw no unmasked key gets out = 0 and lse = -inf.
+template <class T>
+void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_max, const View3<const T>& row_sum,
+                                const View3<T>& lse);
+
+// Whole attention on local data: init + one accumulate + finalize.
+// row_sum is workspace [B, H, n]; lse receives the log-sum-exp (also used as row_max workspace).
+template <class T>
+void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                       const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
+                       const View3<T>& row_sum);
+
+// delta[b,h,i] = sum_d dout[b,h,i,d] * out[b,h,i,d]
+template <class T>
+void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta);
+
+// Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
+//   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
+//   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
+template <class T>
+void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                   const View4<const T>& dout, const View3<const T>& lse,
+                                   const View3<const T>& delta, const View1<const index_t>& q_pos,
+                                   const View1<const index_t>& k_pos, bool causal, const AttentionBlocking& blocking,
+                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv);
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,11 @@
+#pragma once
+// Small elementwise helpers on whole views.
+#include "core/types.hpp"
+
+namespace miniattn::kernels {
+
+// y += x
+template <class T>
+void add_inplace(const View2<T>& y, const View2<const T>& x);
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,18 @@
+#pragma once
+// Linear layer in the PyTorch convention: weight [out, in], y = x W^T + b.
+// Activations are [rows, features] with rows = batch * local positions.
+#include "core/types.hpp"
+
+namespace miniattn::kernels {
+
+// y = x W^T + b.   x [rows, in], w [out, in], b [out] (extent 0: no bias), y [rows, out] (overwritten).
+template <class T>
+void linear_forward(const View2<const T>& x, const View2<const T>& w, const View1<const T>& b, const View2<T>& y);
+
+// dx = dy W (overwritten; skipped when dx has extent 0), dw += dy^T x, db += column sums of dy
+// (skipped when db has extent 0).
+template <class T>
+void linear_backward(const View2<const T>& dy, const View2<const T>& x, const View2<const T>& w, const View2<T>& dx,
+                     const View2<T>& dw, const View1<T>& db);
+
+}  // namespace miniattn::kernels
