@@ -1,0 +1,18 @@
+#pragma once
+// The command line: miniattn DECK.yaml [--set section.key=value ...]
+#include <string>
+#include <vector>
+
+namespace miniattn {
+
+struct CommandLine {
+  std::string deck_path;
+  std::vector<std::string> overrides;  // "section.key=value", in the order given
+  bool help_requested = false;         // --help / -h: usage was printed, exit 0
+  std::string help_text;
+};
+
+// Throws InputError with the usage text for a malformed command line.
+CommandLine parse_command_line(int argc, const char* const* argv);
+
+}  // namespace miniattn

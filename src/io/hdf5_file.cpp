@@ -1,0 +1,1 @@
+#include "io/hdf5_file.hpp"

@@ -1,0 +1,1 @@
+#include "kernels/cross_entropy.hpp"

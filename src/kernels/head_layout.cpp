@@ -1,0 +1,1 @@
+#include "kernels/head_layout.hpp"

@@ -1,0 +1,1 @@
+#include "kernels/layer_norm.hpp"
