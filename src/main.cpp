@@ -1,1 +1,46 @@
-int main() { return 0; }
+// miniattn DECK.yaml [--set section.key=value ...]
+// Thin: MPI and Kokkos up, deck parsed and validated, the chosen mode run.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "core/command_line.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "driver/run_miniattn.hpp"
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int status = 0;
+  {
+    // Kokkos removes its own --kokkos-* arguments from argv.
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      const miniattn::CommandLine cli = miniattn::parse_command_line(argc, argv);
+      if (cli.help_requested) {
+        if (rank == 0) std::printf("%s", cli.help_text.c_str());
+      } else {
+        const miniattn::Config config = miniattn::parse_config(cli.deck_path, cli.overrides, size);
+        status = miniattn::run_miniattn(config, MPI_COMM_WORLD);
+      }
+    } catch (const miniattn::InputError& e) {
+      // Input errors are detected identically on every rank (same deck, same
+      // files), so every rank leaves with the same status and rank 0 speaks.
+      if (rank == 0) std::fprintf(stderr, "miniattn: error: %s\n", e.what());
+      status = miniattn::kExitInputError;
+    } catch (const std::exception& e) {
+      // Anything else may have hit this rank alone: abort the whole job
+      // rather than leave the other ranks waiting in a collective.
+      std::fprintf(stderr, "miniattn: rank %d: fatal: %s\n", rank, e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, miniattn::kExitRuntimeFailure);
+    }
+  }
+  MPI_Finalize();
+  return status;
+}

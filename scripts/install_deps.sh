@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages miniattn needs, skipping those already there.
+# Runs apt-get as root (directly, or through sudo when available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake
+  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev
+  mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+  python3 python3-h5py python3-numpy python3-torch python3-matplotlib
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install_deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  as_root=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" apt-get update -q
+"${as_root[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

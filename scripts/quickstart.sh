@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and trains the example deck on 2 ranks.
+# Re-running skips what is already installed and built.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/install_deps.sh"
+"$root/scripts/build.sh"
+build=${MINIATTN_BUILD_DIR:-$root/build}
+mkdir -p "$root/results"
+cd "$root"
+mpiexec -n 2 "$build/src/miniattn" inputs/example.yaml --set run.result=results/example.json "$@"

@@ -1,0 +1,30 @@
+#pragma once
+// One interface for every way of computing multi-head attention over a
+// sequence that may be split across ranks (DESIGN.md section 3). Inputs and
+// outputs are this rank's local rows in head-major layout [B, H, n, Dh]; a
+// strategy may exchange data with other ranks of its sequence-parallel group.
+#include <string>
+
+#include "core/types.hpp"
+
+namespace miniattn {
+
+template <class T>
+class AttentionStrategy {
+ public:
+  virtual ~AttentionStrategy() = default;
+
+  // out = softmax(q k^T / sqrt(Dh) + mask) v over the whole (global) sequence;
+  // lse receives each local query row's log-sum-exp for the backward pass.
+  virtual void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                       const View4<T>& out, const View3<T>& lse) = 0;
+
+  // dq, dk, dv (overwritten) from dout, using the forward's out and lse.
+  virtual void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                        const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                        const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) = 0;
+
+  virtual std::string name() const = 0;
+};
+
+}  // namespace miniattn

@@ -1,0 +1,31 @@
+#pragma once
+// The process grid: world = DP x SP. Ranks of one SP group split a sequence;
+// DP groups work on different samples of the global batch.
+#include <mpi.h>
+
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/types.hpp"
+
+namespace miniattn {
+
+struct ProcessGrid {
+  MPI_Comm world = MPI_COMM_WORLD;
+  MPI_Comm sp_comm = MPI_COMM_NULL;  // ranks sharing one sequence
+  MPI_Comm dp_comm = MPI_COMM_NULL;  // ranks holding the same positions of different samples
+  int world_rank = 0, world_size = 1;
+  int sp_rank = 0, sp_size = 1;
+  int dp_rank = 0, dp_size = 1;
+
+  // world_size must be divisible by dp (validated with the deck).
+  static ProcessGrid create(MPI_Comm world, int dp);
+  void free();
+};
+
+// Which global sequence positions a rank of an SP group owns.
+// contiguous: [r*n, (r+1)*n); zigzag: chunks r and 2P-1-r of 2P equal chunks,
+// which balances causal attention work.
+std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, const std::string& layout);
+
+}  // namespace miniattn

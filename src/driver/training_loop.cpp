@@ -1,0 +1,252 @@
+#include "driver/training_loop.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "attention/local_attention.hpp"
+#include "comm/comm.hpp"
+#include "comm/process_grid.hpp"
+#include "core/config_json.hpp"
+#include "core/error.hpp"
+#include "io/parameter_io.hpp"
+#include "model/optimizer.hpp"
+#include "model/parameters.hpp"
+#include "model/synthetic_task.hpp"
+#include "model/transformer.hpp"
+#include "perf/flop_count.hpp"
+#include "perf/memory_usage.hpp"
+#include "perf/phase_timer.hpp"
+
+namespace miniattn {
+
+namespace {
+
+template <class T>
+std::unique_ptr<AttentionStrategy<T>> make_attention(const Config& c, const ProcessGrid& grid,
+                                                     const View1<const index_t>& positions, index_t local_batch) {
+  kernels::AttentionBlocking blocking;
+  blocking.query_block = c.kernels.query_block;
+  blocking.key_block = c.kernels.key_block;
+  if (c.parallel.strategy == "local" && grid.sp_size == 1)
+    return std::make_unique<LocalAttention<T>>(positions, c.model.causal, blocking, local_batch, c.model.heads);
+  throw InputError("parallel.strategy: '" + c.parallel.strategy + "' with " + std::to_string(grid.sp_size) +
+                   " sequence-parallel ranks is not available in this version");
+}
+
+std::string format_seconds(double s) {
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.1fs", s);
+  else std::snprintf(buf, sizeof buf, "%.1fmin", s / 60.0);
+  return buf;
+}
+
+struct RankSpread {
+  double min = 0, max = 0, mean = 0;
+};
+
+RankSpread spread_over_ranks(double value, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  RankSpread r;
+  MPI_Allreduce(&value, &r.min, 1, MPI_DOUBLE, MPI_MIN, comm);
+  MPI_Allreduce(&value, &r.max, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(&value, &r.mean, 1, MPI_DOUBLE, MPI_SUM, comm);
+  r.mean /= size;
+  return r;
+}
+
+nlohmann::json to_json(const RankSpread& r) { return {{"min", r.min}, {"max", r.max}, {"mean", r.mean}}; }
+
+}  // namespace
+
+template <class T>
+nlohmann::json run_training(const Config& c, MPI_Comm world) {
+  const ModelConfig& m = c.model;
+  ProcessGrid grid = ProcessGrid::create(world, static_cast<int>(c.parallel.dp));
+  const bool root = grid.world_rank == 0;
+  const bool bench = c.run.mode == "bench";
+
+  // This rank's share: samples of its DP group, positions of its SP rank.
+  const std::vector<index_t> positions = owned_positions(m.seq_len, grid.sp_size, grid.sp_rank, c.parallel.layout);
+  const index_t n = static_cast<index_t>(positions.size());
+  const index_t local_batch = m.batch / grid.dp_size;
+  const index_t first_sample = grid.dp_rank * local_batch;
+  const index_t rows = local_batch * n;
+
+  View1<index_t> positions_device("positions", n);
+  {
+    auto host = Kokkos::create_mirror_view(positions_device);
+    for (index_t i = 0; i < n; ++i) host(i) = positions[static_cast<std::size_t>(i)];
+    Kokkos::deep_copy(positions_device, host);
+  }
+
+  const ParameterLayout layout(m, n);
+  ParameterBuffers<T> params(layout, "params"), grads(layout, "grads");
+  if (c.io.init == "random") {
+    initialize_parameters<T>(layout, c.train.seed, positions_device, m.d_model, params);
+  } else {
+    try {
+      io::load_parameters<T>(c.io.init, layout, grid, positions, c.parallel.layout, params);
+    } catch (const InputError& e) {
+      throw InputError(std::string("io.init: ") + e.what());
+    }
+  }
+
+  Transformer<T> model(m, layout, local_batch, n, make_attention<T>(c, grid, positions_device, local_batch));
+  Optimizer<T> optimizer(c.train, layout);
+  View1<index_t> inputs("inputs", rows), targets("targets", rows);
+  const SyntheticTask task{m.vocab, m.seq_len, c.train.seed};
+  Comm comm;
+  PhaseTimer timer;
+
+  const std::size_t state_copies = c.train.optimizer == "adamw" ? 4 : 2;  // params, grads (+ 2 Adam moments)
+  const std::size_t state_bytes =
+      state_copies * static_cast<std::size_t>(layout.replicated_size() + layout.sharded_size()) * sizeof(T);
+  const std::size_t planned_bytes = state_bytes + model.allocated_bytes() + 2 * rows * sizeof(index_t);
+  if (root) {
+    std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", c.run.mode.c_str(),
+                to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, c.parallel.strategy.c_str(),
+                static_cast<long long>(layout.total_global_count()));
+    std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %.1f MiB\n",
+                static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
+                static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
+                static_cast<long long>(m.seq_len), static_cast<long long>(m.batch),
+                m.causal ? "causal" : "non-causal", static_cast<double>(planned_bytes) / (1 << 20));
+    std::fflush(stdout);
+  }
+
+  const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
+  const T loss_scale = static_cast<T>(1.0 / tokens_per_step);
+  double first_loss = 0.0, last_loss = 0.0, last_grad_norm = 0.0;
+  const double start = wall_seconds();
+
+  for (index_t step = 0; step < c.train.steps; ++step) {
+    {
+      auto t = timer.measure("data");
+      task.fill(step, first_sample, local_batch, positions_device, inputs, targets);
+      grads.fill(T(0));
+    }
+    double loss_sum = 0.0;
+    {
+      auto t = timer.measure("forward");
+      loss_sum = model.forward(params, inputs, targets);
+    }
+    {
+      auto t = timer.measure("backward");
+      model.backward(params, grads, inputs, targets, loss_scale);
+    }
+    double loss = 0.0;
+    {
+      auto t = timer.measure("gradient_exchange");
+      comm.allreduce_sum(grads.replicated, grid.world, "gradients.replicated");
+      comm.allreduce_sum(grads.sharded, grid.dp_comm, "gradients.wpe");
+      loss = comm.allreduce_sum(loss_sum, grid.world, "loss") / tokens_per_step;
+    }
+    if (!std::isfinite(loss)) {
+      throw RuntimeFailure("loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+    }
+    if (!c.io.snapshot.empty() && step == c.io.snapshot_step) {
+      auto t = timer.measure("snapshot");
+      io::SnapshotContent content;
+      content.step = step;
+      content.loss = loss;
+      content.first_sample = first_sample;
+      content.tokens = task.full_streams(step, first_sample, local_batch);
+      try {
+        io::write_snapshot<T>(c.io.snapshot, c, layout, grid, positions, params, grads, content);
+      } catch (const InputError& e) {
+        throw InputError(std::string("io.snapshot: ") + e.what());
+      }
+    }
+    {
+      auto t = timer.measure("optimizer");
+      const double sharded_sq = comm.allreduce_sum(sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
+      last_grad_norm = std::sqrt(sum_of_squares<T>(grads.replicated) + sharded_sq);
+      const double clip = c.train.grad_clip;
+      const double grad_scale = (clip > 0 && last_grad_norm > clip) ? clip / last_grad_norm : 1.0;
+      optimizer.step(params, grads, grad_scale);
+    }
+    const double now = wall_seconds();
+    if (step == 0) first_loss = loss;
+    last_loss = loss;
+    const bool log = !bench && ((step + 1) % c.run.log_every == 0 || step == 0 || step + 1 == c.train.steps);
+    if (root && log) {
+      const double elapsed = now - start;
+      const double per_step = elapsed / static_cast<double>(step + 1);
+      const double eta = per_step * static_cast<double>(c.train.steps - step - 1);
+      std::printf("step %6lld/%lld  loss %.6f  grad_norm %.3e  tok/s %.4g  elapsed %s  eta %s\n",
+                  static_cast<long long>(step), static_cast<long long>(c.train.steps), loss, last_grad_norm,
+                  tokens_per_step / per_step, format_seconds(elapsed).c_str(), format_seconds(eta).c_str());
+      std::fflush(stdout);
+    }
+  }
+  const double total_seconds = wall_seconds() - start;
+
+  // Report. Step time excludes the first step (warm-up) when there are more.
+  std::vector<double> step_times;
+  const auto& samples = timer.samples();
+  const std::size_t nsteps = static_cast<std::size_t>(c.train.steps);
+  for (std::size_t s = 0; s < nsteps; ++s) {
+    double t = 0.0;
+    for (const auto& [phase, v] : samples)
+      if (phase != "snapshot" && s < v.size()) t += v[s];
+    step_times.push_back(t);
+  }
+  std::vector<double> timed(step_times.begin() + (nsteps > 1 ? 1 : 0), step_times.end());
+  std::sort(timed.begin(), timed.end());
+  const double step_median = timed.empty() ? 0.0 : timed[timed.size() / 2];
+
+  nlohmann::json phases = nlohmann::json::object();
+  for (const auto& [phase, v] : samples) phases[phase] = {{"median_s", timer.median(phase)}, {"total_s", timer.total(phase)}};
+  nlohmann::json exchanges = nlohmann::json::object();
+  for (const auto& [label, s] : comm.stats())
+    exchanges[label] = {{"bytes", s.bytes_sent}, {"calls", s.calls}, {"seconds", s.seconds}};
+
+  // Payload handed to MPI per step by one rank, from the model's sizes.
+  const double exchanged_model =
+      static_cast<double>(grid.world_size > 1 ? layout.replicated_size() * sizeof(T) : 0) +
+      static_cast<double>(grid.dp_size > 1 ? layout.sharded_size() * sizeof(T) : 0) +
+      static_cast<double>(grid.world_size > 1 ? sizeof(double) : 0) +
+      static_cast<double>(grid.sp_size > 1 ? sizeof(double) : 0);
+  std::uint64_t exchanged_measured = 0;
+  for (const auto& [label, s] : comm.stats()) exchanged_measured += s.bytes_sent;
+
+  const FlopCount flops = training_step_flops(m);
+  const RankSpread peak = spread_over_ranks(static_cast<double>(peak_resident_bytes()), world);
+  nlohmann::json result;
+  result["program"] = "miniattn";
+  result["mode"] = c.run.mode;
+  result["config"] = config_to_json(c);
+  result["ranks"] = grid.world_size;
+  result["dp"] = grid.dp_size;
+  result["sp"] = grid.sp_size;
+  result["strategy"] = c.parallel.strategy;
+  result["precision"] = to_string(m.precision);
+  result["steps"] = c.train.steps;
+  result["parameters"] = layout.total_global_count();
+  result["phases"] = phases;
+  result["step_seconds_median"] = step_median;
+  result["total_seconds"] = total_seconds;
+  result["tokens_per_second"] = step_median > 0 ? tokens_per_step / step_median : 0.0;
+  result["tokens_per_second_per_rank"] = step_median > 0 ? tokens_per_step / step_median / grid.world_size : 0.0;
+  result["flops_per_step"] = flops.total();
+  result["achieved_flops_per_second"] = step_median > 0 ? flops.total() / step_median : 0.0;
+  result["exchange"] = exchanges;
+  result["exchange_bytes_per_step_measured"] =
+      c.train.steps > 0 ? static_cast<double>(exchanged_measured) / static_cast<double>(c.train.steps) : 0.0;
+  result["exchange_bytes_per_step_model"] = exchanged_model;
+  result["planned_memory_bytes_per_rank"] = planned_bytes;
+  result["peak_memory_bytes_per_rank"] = to_json(peak);
+  result["initial_loss"] = first_loss;
+  result["final_loss"] = last_loss;
+  result["final_grad_norm"] = last_grad_norm;
+  grid.free();
+  return result;
+}
+
+template nlohmann::json run_training<float>(const Config&, MPI_Comm);
+template nlohmann::json run_training<double>(const Config&, MPI_Comm);
+
+}  // namespace miniattn

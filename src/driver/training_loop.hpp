@@ -1,0 +1,15 @@
+#pragma once
+// One training (or bench) run at scalar type T: builds the rank's share of the
+// model and data, runs the steps, writes snapshots and returns the report.
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.hpp"
+
+namespace miniattn {
+
+template <class T>
+nlohmann::json run_training(const Config& config, MPI_Comm world);
+
+}  // namespace miniattn

@@ -1,0 +1,147 @@
+#include "io/parameter_io.hpp"
+
+#include "core/config_json.hpp"
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+
+namespace miniattn::io {
+
+namespace {
+
+std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape) {
+  return std::vector<std::uint64_t>(shape.begin(), shape.end());
+}
+
+std::uint64_t row_width(const std::vector<index_t>& shape) {
+  std::uint64_t w = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) w *= static_cast<std::uint64_t>(shape[i]);
+  return w;
+}
+
+}  // namespace
+
+std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout) {
+  const std::size_t runs = layout == "zigzag" ? 2 : 1;
+  const index_t per_run = static_cast<index_t>(positions.size() / runs);
+  std::vector<PositionRun> result;
+  for (std::size_t r = 0; r < runs; ++r) {
+    PositionRun run;
+    run.local_begin = static_cast<index_t>(r) * per_run;
+    run.global_begin = positions.empty() ? 0 : positions[static_cast<std::size_t>(run.local_begin)];
+    run.count = per_run;
+    result.push_back(run);
+  }
+  return result;
+}
+
+template <class T>
+void load_parameters(const std::string& path, const ParameterLayout& layout, const ProcessGrid& grid,
+                     const std::vector<index_t>& positions, const std::string& position_layout,
+                     const ParameterBuffers<T>& params) {
+  Hdf5File file = Hdf5File::open_read(path, grid.world);
+  auto replicated = Kokkos::create_mirror_view(params.replicated);
+  auto sharded = Kokkos::create_mirror_view(params.sharded);
+  for (const ParameterInfo& p : layout.parameters()) {
+    const std::string dataset = "/params/" + p.name;
+    RowBlock block;
+    block.global_shape = to_u64(p.global_shape);
+    if (!p.sharded) {
+      block.row_begin = 0;
+      block.row_count = block.global_shape[0];
+      file.read(dataset, dtype_of<T>(), block, replicated.data() + p.offset);
+      continue;
+    }
+    const std::uint64_t width = row_width(p.global_shape);
+    for (const PositionRun& run : position_runs(positions, position_layout)) {
+      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
+      block.row_count = static_cast<std::uint64_t>(run.count);
+      file.read(dataset, dtype_of<T>(), block, sharded.data() + p.offset + run.local_begin * width);
+    }
+  }
+  Kokkos::deep_copy(params.replicated, replicated);
+  Kokkos::deep_copy(params.sharded, sharded);
+}
+
+template <class T>
+void write_parameter_group(Hdf5File& file, const std::string& group, const ParameterLayout& layout,
+                           const ProcessGrid& grid, const std::vector<index_t>& positions,
+                           const std::string& position_layout, const ParameterBuffers<T>& values) {
+  compat::fence("miniattn::write_parameter_group");
+  auto replicated = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.replicated);
+  auto sharded = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.sharded);
+  for (const ParameterInfo& p : layout.parameters()) {
+    const std::string dataset = group + "/" + p.name;
+    RowBlock block;
+    block.global_shape = to_u64(p.global_shape);
+    if (!p.sharded) {
+      block.row_begin = 0;
+      block.row_count = grid.world_rank == 0 ? block.global_shape[0] : 0;
+      file.write(dataset, dtype_of<T>(), block, replicated.data() + p.offset);
+      continue;
+    }
+    // One replica of the sequence per DP group writes its rows.
+    const std::uint64_t width = row_width(p.global_shape);
+    for (const PositionRun& run : position_runs(positions, position_layout)) {
+      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
+      block.row_count = grid.dp_rank == 0 ? static_cast<std::uint64_t>(run.count) : 0;
+      file.write(dataset, dtype_of<T>(), block, sharded.data() + p.offset + run.local_begin * width);
+    }
+  }
+}
+
+void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
+  const auto& m = c.model;
+  file.set_attribute("/", "vocab", m.vocab);
+  file.set_attribute("/", "d_model", m.d_model);
+  file.set_attribute("/", "heads", m.heads);
+  file.set_attribute("/", "ffn", m.ffn_width());
+  file.set_attribute("/", "layers", m.layers);
+  file.set_attribute("/", "seq_len", m.seq_len);
+  file.set_attribute("/", "batch", m.batch);
+  file.set_attribute("/", "causal", static_cast<std::int64_t>(m.causal ? 1 : 0));
+  file.set_attribute("/", "precision", std::string(to_string(m.precision)));
+  file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
+  file.set_attribute("/", "strategy", c.parallel.strategy);
+  file.set_attribute("/", "layout", c.parallel.layout);
+  file.set_attribute("/", "dp", c.parallel.dp);
+  file.set_attribute("/", "ranks", static_cast<std::int64_t>(world_size));
+  file.set_attribute("/", "config", config_to_json(c).dump());
+}
+
+template <class T>
+void write_snapshot(const std::string& path, const Config& config, const ParameterLayout& layout,
+                    const ProcessGrid& grid, const std::vector<index_t>& positions, const ParameterBuffers<T>& params,
+                    const ParameterBuffers<T>& grads, const SnapshotContent& content) {
+  Hdf5File file = Hdf5File::create(path, grid.world);
+  write_config_attributes(file, config, grid.world_size);
+  file.set_attribute("/", "step", content.step);
+  write_parameter_group(file, "/params", layout, grid, positions, config.parallel.layout, params);
+  write_parameter_group(file, "/grads", layout, grid, positions, config.parallel.layout, grads);
+
+  RowBlock tokens;
+  tokens.global_shape = {static_cast<std::uint64_t>(config.model.batch),
+                         static_cast<std::uint64_t>(config.model.seq_len + 1)};
+  tokens.row_begin = static_cast<std::uint64_t>(content.first_sample);
+  tokens.row_count = grid.sp_rank == 0 ? content.tokens.extent(0) : 0;  // every SP rank has the whole stream
+  file.write("/inputs/tokens", DType::i64, tokens, content.tokens.data());
+
+  RowBlock scalar;
+  scalar.row_count = grid.world_rank == 0 ? 1 : 0;
+  file.write("/loss", DType::f64, scalar, &content.loss);
+  file.commit();
+}
+
+#define MINIATTN_INSTANTIATE(T)                                                                                   \
+  template void load_parameters<T>(const std::string&, const ParameterLayout&, const ProcessGrid&,                \
+                                   const std::vector<index_t>&, const std::string&, const ParameterBuffers<T>&); \
+  template void write_parameter_group<T>(Hdf5File&, const std::string&, const ParameterLayout&,                   \
+                                         const ProcessGrid&, const std::vector<index_t>&, const std::string&,     \
+                                         const ParameterBuffers<T>&);                                             \
+  template void write_snapshot<T>(const std::string&, const Config&, const ParameterLayout&, const ProcessGrid&,   \
+                                  const std::vector<index_t>&, const ParameterBuffers<T>&,                        \
+                                  const ParameterBuffers<T>&, const SnapshotContent&);
+MINIATTN_INSTANTIATE(float)
+MINIATTN_INSTANTIATE(double)
+#undef MINIATTN_INSTANTIATE
+
+}  // namespace miniattn::io

@@ -1,0 +1,58 @@
+#pragma once
+// Parameters and verification snapshots in HDF5 (DESIGN.md section 4).
+// Global arrays are stored whole in global position order whatever the rank
+// layout: replicated tensors are written by world rank 0, wpe rows and token
+// rows by the ranks that own them (one replica per DP group).
+#include <string>
+#include <vector>
+
+#include "comm/process_grid.hpp"
+#include "core/config.hpp"
+#include "io/hdf5_file.hpp"
+#include "model/parameter_layout.hpp"
+#include "model/parameters.hpp"
+
+namespace miniattn::io {
+
+// Contiguous runs of owned positions, a fixed number per layout (1 for
+// contiguous, 2 for zigzag) so every rank makes the same collective calls.
+struct PositionRun {
+  index_t global_begin = 0;
+  index_t local_begin = 0;
+  index_t count = 0;
+};
+std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout);
+
+// Reads every parameter by name from /params of an HDF5 file (float32 or
+// float64). Missing datasets and shape mismatches are InputErrors naming the
+// file and dataset.
+template <class T>
+void load_parameters(const std::string& path, const ParameterLayout& layout, const ProcessGrid& grid,
+                     const std::vector<index_t>& positions, const std::string& position_layout,
+                     const ParameterBuffers<T>& params);
+
+// Writes /<group>/<name> for every parameter from `values` (parameters or gradients).
+template <class T>
+void write_parameter_group(Hdf5File& file, const std::string& group, const ParameterLayout& layout,
+                           const ProcessGrid& grid, const std::vector<index_t>& positions,
+                           const std::string& position_layout, const ParameterBuffers<T>& values);
+
+// The config as attributes on "/" (model sizes as integers, the rest as strings),
+// plus the full resolved deck as the string attribute "config".
+void write_config_attributes(Hdf5File& file, const Config& config, int world_size);
+
+struct SnapshotContent {
+  index_t step = 0;
+  double loss = 0.0;
+  index_t first_sample = 0;  // global index of this rank's first sample
+  Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> tokens;  // [local batch, N+1]
+};
+
+// The verification snapshot: /params, /grads, /inputs/tokens, /loss and the
+// config attributes, written to a temporary file and renamed.
+template <class T>
+void write_snapshot(const std::string& path, const Config& config, const ParameterLayout& layout,
+                    const ProcessGrid& grid, const std::vector<index_t>& positions, const ParameterBuffers<T>& params,
+                    const ParameterBuffers<T>& grads, const SnapshotContent& content);
+
+}  // namespace miniattn::io

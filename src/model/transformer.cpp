@@ -1,0 +1,218 @@
+#include "model/transformer.hpp"
+
+#include "core/kokkos_compat.hpp"
+#include "kernels/cross_entropy.hpp"
+#include "kernels/elementwise.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/gelu.hpp"
+#include "kernels/head_layout.hpp"
+#include "kernels/layer_norm.hpp"
+#include "kernels/linear.hpp"
+
+namespace miniattn {
+
+namespace {
+
+// Typed views of one block's parameters (or gradients) inside a flat buffer.
+template <class T>
+struct BlockTensors {
+  UnmanagedView1<T> ln1_weight, ln1_bias, qkv_bias, proj_bias, ln2_weight, ln2_bias, fc1_bias, fc2_bias;
+  UnmanagedView2<T> qkv_weight, proj_weight, fc1_weight, fc2_weight;
+
+  BlockTensors(const View1<T>& buf, const BlockOffsets& o, index_t D, index_t F)
+      : ln1_weight(vector_at(buf, o.ln1_weight, D)),
+        ln1_bias(vector_at(buf, o.ln1_bias, D)),
+        qkv_bias(vector_at(buf, o.qkv_bias, 3 * D)),
+        proj_bias(vector_at(buf, o.proj_bias, D)),
+        ln2_weight(vector_at(buf, o.ln2_weight, D)),
+        ln2_bias(vector_at(buf, o.ln2_bias, D)),
+        fc1_bias(vector_at(buf, o.fc1_bias, F)),
+        fc2_bias(vector_at(buf, o.fc2_bias, D)),
+        qkv_weight(matrix_at(buf, o.qkv_weight, 3 * D, D)),
+        proj_weight(matrix_at(buf, o.proj_weight, D, D)),
+        fc1_weight(matrix_at(buf, o.fc1_weight, F, D)),
+        fc2_weight(matrix_at(buf, o.fc2_weight, D, F)) {}
+};
+
+}  // namespace
+
+template <class T>
+Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch,
+                            index_t local_positions, std::unique_ptr<AttentionStrategy<T>> attention)
+    : model_(model),
+      layout_(layout),
+      local_batch_(local_batch),
+      local_positions_(local_positions),
+      rows_(local_batch * local_positions),
+      attention_(std::move(attention)) {
+  const index_t D = model.d_model, F = model.ffn_width(), V = model.vocab, H = model.heads, Dh = model.head_dim();
+  const index_t B = local_batch, n = local_positions, R = rows_;
+
+  wpe_row_ = View1<index_t>("wpe_row", n);
+  auto wpe_row = wpe_row_;
+  Kokkos::parallel_for(
+      "miniattn::Transformer::wpe_row", Kokkos::RangePolicy<ExecSpace>(0, n),
+      KOKKOS_LAMBDA(const index_t i) { wpe_row(i) = i; });
+
+  for (index_t l = 0; l <= model.layers; ++l)
+    residual_.push_back(View2<T>("residual." + std::to_string(l), R, D));
+  for (index_t l = 0; l < model.layers; ++l) {
+    const std::string p = "blocks." + std::to_string(l) + ".";
+    BlockActivations<T> a;
+    a.ln1_out = View2<T>(p + "ln1_out", R, D);
+    a.after_attention = View2<T>(p + "after_attention", R, D);
+    a.ln2_out = View2<T>(p + "ln2_out", R, D);
+    a.attention_merged = View2<T>(p + "attention_merged", R, D);
+    a.fc1_out = View2<T>(p + "fc1_out", R, F);
+    a.gelu_out = View2<T>(p + "gelu_out", R, F);
+    a.ln1_mean = View1<T>(p + "ln1_mean", R);
+    a.ln1_rstd = View1<T>(p + "ln1_rstd", R);
+    a.ln2_mean = View1<T>(p + "ln2_mean", R);
+    a.ln2_rstd = View1<T>(p + "ln2_rstd", R);
+    a.q = View4<T>(p + "q", B, H, n, Dh);
+    a.k = View4<T>(p + "k", B, H, n, Dh);
+    a.v = View4<T>(p + "v", B, H, n, Dh);
+    a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
+    a.lse = View3<T>(p + "lse", B, H, n);
+    blocks_.push_back(a);
+  }
+  final_ln_out_ = View2<T>("ln_f_out", R, D);
+  final_mean_ = View1<T>("ln_f_mean", R);
+  final_rstd_ = View1<T>("ln_f_rstd", R);
+  logits_ = View2<T>("logits", R, V);
+
+  qkv_ = View2<T>("qkv", R, 3 * D);
+  projection_out_ = View2<T>("projection_out", R, D);
+  d_residual_ = View2<T>("d_residual", R, D);
+  d_normed_ = View2<T>("d_normed", R, D);
+  d_merged_ = View2<T>("d_merged", R, D);
+  d_hidden_ = View2<T>("d_hidden", R, F);
+  d_q_ = View4<T>("d_q", B, H, n, Dh);
+  d_k_ = View4<T>("d_k", B, H, n, Dh);
+  d_v_ = View4<T>("d_v", B, H, n, Dh);
+  d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
+}
+
+template <class T>
+void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l) {
+  const index_t D = model_.d_model, F = model_.ffn_width();
+  const BlockTensors<T> w(params.replicated, layout_.block(l), D, F);
+  BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
+  const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
+  const View2<T>& x_out = residual_[static_cast<std::size_t>(l + 1)];
+
+  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, a.ln1_out, a.ln1_mean, a.ln1_rstd);
+  kernels::linear_forward<T>(a.ln1_out, w.qkv_weight, w.qkv_bias, qkv_);
+  kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
+  {
+    compat::ProfilingRegion region("miniattn::attention_forward");
+    attention_->forward(a.q, a.k, a.v, a.attention_out, a.lse);
+  }
+  kernels::merge_heads<T>(a.attention_out, a.attention_merged);
+  kernels::linear_forward<T>(a.attention_merged, w.proj_weight, w.proj_bias, projection_out_);
+  Kokkos::deep_copy(a.after_attention, x_in);
+  kernels::add_inplace<T>(a.after_attention, projection_out_);
+
+  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, a.ln2_out, a.ln2_mean, a.ln2_rstd);
+  kernels::linear_forward<T>(a.ln2_out, w.fc1_weight, w.fc1_bias, a.fc1_out);
+  kernels::gelu_forward<T>(a.fc1_out, a.gelu_out);
+  kernels::linear_forward<T>(a.gelu_out, w.fc2_weight, w.fc2_bias, projection_out_);
+  Kokkos::deep_copy(x_out, a.after_attention);
+  kernels::add_inplace<T>(x_out, projection_out_);
+}
+
+template <class T>
+double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<const index_t>& inputs,
+                               const View1<const index_t>& targets) {
+  compat::ProfilingRegion region("miniattn::forward");
+  const index_t D = model_.d_model, V = model_.vocab;
+  const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
+  const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
+  kernels::embedding_forward<T>(inputs, wpe_row_, wte, wpe, residual_[0]);
+  for (index_t l = 0; l < model_.layers; ++l) block_forward(params, l);
+  kernels::layer_norm_forward<T>(residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
+                                 vector_at(params.replicated, layout_.ln_f_bias(), D), final_ln_out_, final_mean_,
+                                 final_rstd_);
+  kernels::linear_forward<T>(final_ln_out_, wte, View1<const T>(), logits_);
+  return kernels::cross_entropy_loss_sum<T>(logits_, targets);
+}
+
+template <class T>
+void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
+                                    index_t l) {
+  // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
+  const index_t D = model_.d_model, F = model_.ffn_width();
+  const BlockTensors<T> w(params.replicated, layout_.block(l), D, F);
+  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, F);
+  BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
+  const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
+
+  // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
+  kernels::linear_backward<T>(d_residual_, a.gelu_out, w.fc2_weight, d_hidden_, g.fc2_weight, g.fc2_bias);
+  kernels::gelu_backward<T>(a.fc1_out, d_hidden_, d_hidden_);
+  kernels::linear_backward<T>(d_hidden_, a.ln2_out, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias);
+  kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
+                                  g.ln2_weight, g.ln2_bias);
+
+  // Attention half: after_attention = x_in + proj(attention(qkv(ln1(x_in)))).
+  kernels::linear_backward<T>(d_residual_, a.attention_merged, w.proj_weight, d_merged_, g.proj_weight,
+                              g.proj_bias);
+  kernels::split_heads<T>(d_merged_, d_attention_out_);
+  {
+    compat::ProfilingRegion region("miniattn::attention_backward");
+    attention_->backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+  }
+  const View2<T>& d_qkv = qkv_;  // the forward's qkv workspace is free during backward
+  kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
+  kernels::linear_backward<T>(d_qkv, a.ln1_out, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias);
+  kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
+                                  g.ln1_bias);
+}
+
+template <class T>
+void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
+                              const View1<const index_t>& inputs, const View1<const index_t>& targets,
+                              T loss_scale) {
+  compat::ProfilingRegion region("miniattn::backward");
+  const index_t D = model_.d_model, V = model_.vocab;
+  const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
+  const auto d_wte = matrix_at(grads.replicated, layout_.wte(), V, D);
+
+  // Head: logits = ln_f(x) wte^T, tied with the token embedding.
+  kernels::cross_entropy_backward<T>(logits_, targets, loss_scale, logits_);
+  kernels::linear_backward<T>(logits_, final_ln_out_, wte, d_normed_, d_wte, View1<T>());
+  Kokkos::deep_copy(d_residual_, T(0));
+  kernels::layer_norm_backward<T>(d_normed_, residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
+                                  final_mean_, final_rstd_, d_residual_,
+                                  vector_at(grads.replicated, layout_.ln_f_weight(), D),
+                                  vector_at(grads.replicated, layout_.ln_f_bias(), D));
+
+  for (index_t l = model_.layers - 1; l >= 0; --l) block_backward(params, grads, l);
+
+  kernels::embedding_backward<T>(d_residual_, inputs, wpe_row_, d_wte,
+                                 matrix_at(grads.sharded, 0, local_positions_, D));
+}
+
+template <class T>
+std::size_t Transformer<T>::allocated_bytes() const {
+  std::size_t bytes = wpe_row_.span() * sizeof(index_t);
+  for (const auto& r : residual_) bytes += r.span() * sizeof(T);
+  for (const auto& a : blocks_) {
+    for (const auto* v : {&a.ln1_out, &a.after_attention, &a.ln2_out, &a.attention_merged, &a.fc1_out, &a.gelu_out})
+      bytes += v->span() * sizeof(T);
+    for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
+    for (const auto* v : {&a.q, &a.k, &a.v, &a.attention_out}) bytes += v->span() * sizeof(T);
+    bytes += a.lse.span() * sizeof(T);
+  }
+  for (const auto* v : {&final_ln_out_, &logits_, &qkv_, &projection_out_, &d_residual_, &d_normed_, &d_merged_,
+                        &d_hidden_})
+    bytes += v->span() * sizeof(T);
+  bytes += (final_mean_.span() + final_rstd_.span()) * sizeof(T);
+  for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
+  return bytes;
+}
+
+template class Transformer<float>;
+template class Transformer<double>;
+
+}  // namespace miniattn

@@ -1,0 +1,71 @@
+#pragma once
+// The model of DESIGN.md section 1 on this rank's rows (rows = local samples x
+// local positions), forward and backward. All activations are allocated once,
+// here, and reused every step; their size is linear in the local sequence length.
+#include <memory>
+#include <vector>
+
+#include "attention/attention_strategy.hpp"
+#include "core/config.hpp"
+#include "core/types.hpp"
+#include "model/parameter_layout.hpp"
+#include "model/parameters.hpp"
+
+namespace miniattn {
+
+// What one block saves in the forward pass for its backward pass.
+template <class T>
+struct BlockActivations {
+  View2<T> ln1_out, after_attention, ln2_out, attention_merged, fc1_out, gelu_out;
+  View1<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
+  View4<T> q, k, v, attention_out;
+  View3<T> lse;
+};
+
+template <class T>
+class Transformer {
+ public:
+  Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch, index_t local_positions,
+              std::unique_ptr<AttentionStrategy<T>> attention);
+
+  // Runs the model on this rank's inputs; returns the SUM of the cross-entropy
+  // over local rows (the caller divides by the global token count).
+  double forward(const ParameterBuffers<T>& params, const View1<const index_t>& inputs,
+                 const View1<const index_t>& targets);
+
+  // Accumulates d(loss_scale * local loss sum)/d(params) into grads (+=).
+  // Must follow forward() on the same inputs.
+  void backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
+                const View1<const index_t>& inputs, const View1<const index_t>& targets, T loss_scale);
+
+  index_t rows() const { return rows_; }
+  // Output of block l ([rows, D]); l = layers - 1 is the input of ln_f.
+  View2<const T> block_output(index_t l) const { return residual_[static_cast<std::size_t>(l + 1)]; }
+  View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
+  const AttentionStrategy<T>& attention() const { return *attention_; }
+
+  // Bytes of all Views this object allocated (activations and workspaces).
+  std::size_t allocated_bytes() const;
+
+ private:
+  void block_forward(const ParameterBuffers<T>& params, index_t l);
+  void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t l);
+
+  ModelConfig model_;
+  const ParameterLayout& layout_;
+  index_t local_batch_, local_positions_, rows_;
+  std::unique_ptr<AttentionStrategy<T>> attention_;
+
+  View1<index_t> wpe_row_;         // local wpe row of each local position (identity)
+  std::vector<View2<T>> residual_;  // residual_[l]: input of block l; residual_[L]: input of ln_f
+  std::vector<BlockActivations<T>> blocks_;
+  View2<T> final_ln_out_, logits_;
+  View1<T> final_mean_, final_rstd_;
+
+  // Workspaces shared by all blocks.
+  View2<T> qkv_, projection_out_;                  // forward
+  View2<T> d_residual_, d_normed_, d_merged_, d_hidden_;  // backward (d_qkv reuses qkv_)
+  View4<T> d_q_, d_k_, d_v_, d_attention_out_;
+};
+
+}  // namespace miniattn

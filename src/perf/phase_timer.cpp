@@ -1,0 +1,45 @@
+#include "perf/phase_timer.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/kokkos_compat.hpp"
+
+namespace miniattn {
+
+double wall_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+PhaseTimer::Scope::Scope(PhaseTimer& timer, const std::string& phase)
+    : timer_(timer), phase_(phase), start_(0.0) {
+  compat::fence("miniattn::PhaseTimer::begin");
+  Kokkos::Profiling::pushRegion("miniattn::" + phase_);
+  start_ = wall_seconds();
+}
+
+PhaseTimer::Scope::~Scope() {
+  compat::fence("miniattn::PhaseTimer::end");
+  timer_.samples_[phase_].push_back(wall_seconds() - start_);
+  Kokkos::Profiling::popRegion();
+}
+
+double PhaseTimer::total(const std::string& phase) const {
+  auto it = samples_.find(phase);
+  if (it == samples_.end()) return 0.0;
+  double sum = 0.0;
+  for (double s : it->second) sum += s;
+  return sum;
+}
+
+double PhaseTimer::median(const std::string& phase) const {
+  auto it = samples_.find(phase);
+  if (it == samples_.end() || it->second.empty()) return 0.0;
+  std::vector<double> v = it->second;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace miniattn

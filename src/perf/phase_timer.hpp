@@ -1,0 +1,40 @@
+#pragma once
+// Wall-clock time per named phase. Each phase is also a Kokkos profiling
+// region with the same stable name ("miniattn::<phase>"), so Kokkos Tools
+// (space-time stack, NVTX) show the mini-app's structure. The execution space
+// is fenced at both ends so asynchronous device work is charged to its phase.
+#include <map>
+#include <string>
+#include <vector>
+
+namespace miniattn {
+
+class PhaseTimer {
+ public:
+  class Scope {
+   public:
+    Scope(PhaseTimer& timer, const std::string& phase);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    PhaseTimer& timer_;
+    std::string phase_;
+    double start_;
+  };
+
+  Scope measure(const std::string& phase) { return Scope(*this, phase); }
+
+  // Every recorded duration of every phase, in order.
+  const std::map<std::string, std::vector<double>>& samples() const { return samples_; }
+  double total(const std::string& phase) const;
+  double median(const std::string& phase) const;
+
+ private:
+  std::map<std::string, std::vector<double>> samples_;
+};
+
+double wall_seconds();
+
+}  // namespace miniattn
