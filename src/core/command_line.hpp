@@ -8,8 +8,8 @@ namespace miniattn {
 struct CommandLine {
   std::string deck_path;
   std::vector<std::string> overrides;  // "section.key=value", in the order given
-  bool help_requested = false;         // --help / -h: usage was printed, exit 0
-  std::string help_text;
+  bool help_requested = false;         // --help / -h: print help_text (rank 0) and exit 0
+  std::string help_text;               // parse_command_line itself prints nothing
 };
 
 // Throws InputError with the usage text for a malformed command line.

@@ -86,4 +86,27 @@ Config parse_config_text(const std::string& yaml_text, const std::vector<std::st
 
 const char* to_string(Precision p);
 
+// --- additions (config.cpp) ------------------------------------------------
+
+// The checks parse_config() runs after all overrides, for a Config built in
+// code. Throws InputError naming the key and the reason.
+void validate_config(const Config& config, int world_size);
+
+// One "section.key=value" override split at the first '.' and the first '='.
+// Throws InputError when there is no '=' or no "section." before the key.
+struct Override {
+  std::string section;
+  std::string key;
+  std::string value;  // YAML scalar text, parsed with the key's type
+};
+Override split_override(const std::string& text);
+
+// The full resolved configuration as a YAML deck; parse_config_text() of it
+// gives back an equal Config (deck_path aside, which is written as a comment).
+std::string config_to_yaml(const Config& config);
+
+// Every field of every section compared, deck_path included.
+bool operator==(const Config& a, const Config& b);
+bool operator!=(const Config& a, const Config& b);
+
 }  // namespace miniattn
