@@ -1,1 +1,745 @@
+// Parallel HDF5 files through the MPI-IO driver (HDF5 C API).
+//
+// Every fallible step follows the same pattern, so that an error is raised on
+// every rank together (never a hang with some ranks inside a collective call
+// and others unwinding): each rank does its part and records an error message
+// instead of throwing; then agree() finds the lowest rank that failed,
+// broadcasts its message and every rank throws the same InputError.
 #include "io/hdf5_file.hpp"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "core/error.hpp"
+
+namespace miniattn::io {
+namespace {
+
+// ---------------------------------------------------------------------------
+// HDF5 error handling
+
+// Turns off HDF5's automatic printing of its error stack for the lifetime of
+// the object and restores whatever handler was installed before.
+class QuietHdf5Errors {
+ public:
+  QuietHdf5Errors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5Errors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietHdf5Errors(const QuietHdf5Errors&) = delete;
+  QuietHdf5Errors& operator=(const QuietHdf5Errors&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+herr_t collect_innermost(unsigned n, const H5E_error2_t* err, void* client) {
+  if (n == 0 && err != nullptr && err->desc != nullptr) {
+    *static_cast<std::string*>(client) = err->desc;
+  }
+  return 0;
+}
+
+// The most specific message on HDF5's current error stack (the innermost
+// one, where the failure was detected), or "" when the stack is empty.
+std::string hdf5_reason() {
+  std::string reason;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, collect_innermost, &reason);
+  H5Eclear2(H5E_DEFAULT);
+  return reason;
+}
+
+// An error recorded on one rank, to be agreed on by all (see agree()).
+struct LocalError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw LocalError(message); }
+
+// fail() with HDF5's own reason appended.
+[[noreturn]] void fail_hdf5(const std::string& message) {
+  const std::string reason = hdf5_reason();
+  fail(reason.empty() ? message : message + " (HDF5: " + reason + ")");
+}
+
+// Owns one HDF5 identifier and closes it with the matching H5*close.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  Handle(Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
+  Handle& operator=(Handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      id_ = other.id_;
+      closer_ = other.closer_;
+      other.id_ = -1;
+    }
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() { reset(); }
+
+  void reset() {
+    if (id_ >= 0 && closer_ != nullptr) closer_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+// Wraps a freshly returned identifier; a negative one is an error.
+Handle checked(hid_t id, Handle::Closer closer, const std::string& what) {
+  if (id < 0) fail_hdf5(what);
+  return Handle(id, closer);
+}
+
+void check_status(herr_t status, const std::string& what) {
+  if (status < 0) fail_hdf5(what);
+}
+
+// ---------------------------------------------------------------------------
+// Agreement across ranks
+
+// Runs `body` on this rank and returns the message of the error it raised,
+// or "" on success.
+std::string attempt(const std::function<void()>& body) {
+  try {
+    body();
+    return {};
+  } catch (const std::exception& e) {
+    std::string message = e.what();
+    return message.empty() ? std::string("unknown error") : message;
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+// Collective. If any rank has a non-empty error, every rank throws an
+// InputError with the message of the lowest such rank.
+void agree(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int mine = local_error.empty() ? size : rank;
+  int first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  int length = rank == first ? static_cast<int>(local_error.size()) : 0;
+  MPI_Bcast(&length, 1, MPI_INT, first, comm);
+  std::string message = rank == first ? local_error : std::string(static_cast<std::size_t>(length), '\0');
+  if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, first, comm);
+  throw InputError(message);
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers
+
+std::string shape_string(const std::vector<std::uint64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i == 0 ? "" : ", ") << shape[i];
+  out << ']';
+  if (shape.empty()) out << " (scalar)";
+  return out.str();
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::i64: return "int64";
+  }
+  return "?";
+}
+
+hid_t memory_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return H5T_NATIVE_FLOAT;
+    case DType::f64: return H5T_NATIVE_DOUBLE;
+    case DType::i64: return H5T_NATIVE_INT64;
+  }
+  return -1;
+}
+
+hid_t file_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return H5T_IEEE_F32LE;
+    case DType::f64: return H5T_IEEE_F64LE;
+    case DType::i64: return H5T_STD_I64LE;
+  }
+  return -1;
+}
+
+// "float32", "int64", "uint8", "string", ... for a type stored in a file.
+std::string describe_type(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t bits = 8 * H5Tget_size(type);
+  switch (cls) {
+    case H5T_FLOAT: return "float" + std::to_string(bits);
+    case H5T_INTEGER:
+      return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+    case H5T_STRING: return "string";
+    case H5T_COMPOUND: return "compound";
+    case H5T_ENUM: return "enum";
+    case H5T_ARRAY: return "array";
+    default: return "type class " + std::to_string(static_cast<int>(cls));
+  }
+}
+
+// Whether a stored type can be read into `dtype`: float <-> float and
+// integer -> integer conversions only.
+bool convertible(hid_t stored, DType dtype) {
+  const H5T_class_t cls = H5Tget_class(stored);
+  return dtype == DType::i64 ? cls == H5T_INTEGER : cls == H5T_FLOAT;
+}
+
+// Whether `name` (absolute or relative to the root) names an existing object.
+// Every prefix is checked first, because H5Lexists fails rather than answers
+// "no" when an intermediate group is missing.
+bool object_exists(hid_t file, const std::string& name) {
+  std::string prefix;
+  std::size_t pos = 0;
+  bool any = false;
+  while (pos <= name.size()) {
+    std::size_t next = name.find('/', pos);
+    if (next == std::string::npos) next = name.size();
+    const std::string component = name.substr(pos, next - pos);
+    pos = next + 1;
+    if (component.empty() || component == ".") continue;
+    prefix += "/" + component;
+    any = true;
+    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
+      H5Eclear2(H5E_DEFAULT);
+      return false;
+    }
+  }
+  if (!any) return true;  // the root group
+  const htri_t exists = H5Oexists_by_name(file, prefix.c_str(), H5P_DEFAULT);
+  H5Eclear2(H5E_DEFAULT);
+  return exists > 0;
+}
+
+bool dataset_exists(hid_t file, const std::string& name) {
+  if (!object_exists(file, name)) return false;
+  const hid_t object = H5Oopen(file, name.c_str(), H5P_DEFAULT);
+  if (object < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  const bool is_dataset = H5Iget_type(object) == H5I_DATASET;
+  H5Oclose(object);
+  return is_dataset;
+}
+
+std::vector<std::uint64_t> space_shape(hid_t space) {
+  const int rank = H5Sget_simple_extent_ndims(space);
+  if (rank < 0) fail_hdf5("cannot query the dataspace");
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  if (rank > 0 && H5Sget_simple_extent_dims(space, dims.data(), nullptr) < 0) {
+    fail_hdf5("cannot query the dataspace");
+  }
+  return std::vector<std::uint64_t>(dims.begin(), dims.end());
+}
+
+std::string parent_directory(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Checks a row block against its own global shape (not the file).
+void check_block(const std::string& where, const RowBlock& block) {
+  if (block.global_shape.empty()) {
+    if (block.row_begin != 0 || block.row_count > 1) {
+      fail(where + ": a scalar takes row_begin 0 and row_count 0 or 1, got rows [" +
+           std::to_string(block.row_begin) + ", +" + std::to_string(block.row_count) + ")");
+    }
+    return;
+  }
+  if (block.row_begin > block.global_shape[0] ||
+      block.row_count > block.global_shape[0] - block.row_begin) {
+    fail(where + ": rows [" + std::to_string(block.row_begin) + ", " +
+         std::to_string(block.row_begin + block.row_count) + ") outside shape " +
+         shape_string(block.global_shape));
+  }
+}
+
+// File and memory dataspaces selecting this rank's rows of a dataset.
+struct Selection {
+  Handle file_space;
+  Handle memory_space;
+};
+
+Selection select_rows(const RowBlock& block) {
+  Selection s;
+  const std::string what = "cannot build the dataspace selection";
+  if (block.global_shape.empty()) {
+    s.file_space = checked(H5Screate(H5S_SCALAR), H5Sclose, what);
+    s.memory_space = checked(H5Screate(H5S_SCALAR), H5Sclose, what);
+    if (block.row_count == 0) {
+      check_status(H5Sselect_none(s.file_space.get()), what);
+      check_status(H5Sselect_none(s.memory_space.get()), what);
+    }
+    return s;
+  }
+  const std::vector<hsize_t> dims(block.global_shape.begin(), block.global_shape.end());
+  const int rank = static_cast<int>(dims.size());
+  s.file_space = checked(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, what);
+  std::vector<hsize_t> local = dims;
+  local[0] = block.row_count;
+  if (block.row_count == 0) {
+    // A zero-sized memory space is not allowed in every HDF5 version; any
+    // shape will do since nothing in it is selected.
+    local[0] = 1;
+    for (auto& d : local) d = d == 0 ? 1 : d;
+    s.memory_space = checked(H5Screate_simple(rank, local.data(), nullptr), H5Sclose, what);
+    check_status(H5Sselect_none(s.file_space.get()), what);
+    check_status(H5Sselect_none(s.memory_space.get()), what);
+    return s;
+  }
+  s.memory_space = checked(H5Screate_simple(rank, local.data(), nullptr), H5Sclose, what);
+  std::vector<hsize_t> start(dims.size(), 0);
+  start[0] = block.row_begin;
+  check_status(H5Sselect_hyperslab(s.file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                   local.data(), nullptr),
+               what);
+  return s;
+}
+
+Handle collective_transfer() {
+  Handle dxpl = checked(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "cannot create a transfer property list");
+  check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "cannot request collective I/O");
+  return dxpl;
+}
+
+Handle mpio_access(MPI_Comm comm) {
+  Handle fapl = checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create a file access property list");
+  check_status(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "cannot select the MPI-IO driver");
+  return fapl;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct Hdf5File::Impl {
+  std::string path;       // final path
+  std::string temp_path;  // where a created file lives until commit()
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  hid_t file = -1;
+  bool writable = false;
+  bool committed = false;
+
+  Impl(const std::string& p, MPI_Comm c) : path(p) {
+    MPI_Comm_dup(c, &comm);
+    MPI_Comm_rank(comm, &rank);
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // Collective (like every destructor of an open file); never throws.
+  ~Impl() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // too late for MPI-IO; nothing sensible to do
+    QuietHdf5Errors quiet;
+    if (file >= 0) H5Fclose(file);
+    file = -1;
+    if (writable && !committed && !temp_path.empty()) {
+      if (rank == 0) std::remove(temp_path.c_str());
+      MPI_Barrier(comm);
+    }
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+
+  std::string where(const std::string& dataset) const { return path + ": dataset " + dataset; }
+
+  void require_open(const char* operation) const {
+    if (file < 0) {
+      throw std::logic_error(path + ": " + operation + " on a file that is already committed");
+    }
+  }
+  void require_writable(const char* operation) const {
+    require_open(operation);
+    if (!writable) throw std::logic_error(path + ": " + operation + " on a file opened for reading");
+  }
+
+  // Opens an object ("/" or a dataset path) for attribute access.
+  Handle open_object(const std::string& object) const {
+    if (!object_exists(file, object)) fail(path + ": object " + object + " not found");
+    return checked(H5Oopen(file, object.c_str(), H5P_DEFAULT), H5Oclose,
+                   path + ": cannot open object " + object);
+  }
+
+  // Opens attribute `name` of `object` (throws naming both if missing).
+  Handle open_attribute(const std::string& object, const std::string& name, Handle& holder) const {
+    holder = open_object(object);
+    const htri_t exists = H5Aexists(holder.get(), name.c_str());
+    if (exists < 0) fail_hdf5(path + ": cannot look up attribute " + name + " on " + object);
+    if (exists == 0) fail(path + ": attribute " + name + " not found on " + object);
+    return checked(H5Aopen(holder.get(), name.c_str(), H5P_DEFAULT), H5Aclose,
+                   path + ": cannot open attribute " + name + " on " + object);
+  }
+
+  // Collective: replaces attribute `name` of `object` by a scalar of `type`
+  // holding `value` (of memory type `mem_type`).
+  void write_attribute(const std::string& object, const std::string& name, hid_t type, hid_t mem_type,
+                       const void* value) {
+    require_writable("set_attribute");
+    QuietHdf5Errors quiet;
+    const std::string what = path + ": cannot write attribute " + name + " on " + object;
+    Handle holder;
+    agree(comm, attempt([&] { holder = open_object(object); }));
+    agree(comm, attempt([&] {
+            const htri_t exists = H5Aexists(holder.get(), name.c_str());
+            if (exists < 0) fail_hdf5(what);
+            if (exists > 0) check_status(H5Adelete(holder.get(), name.c_str()), what);
+            Handle space = checked(H5Screate(H5S_SCALAR), H5Sclose, what);
+            Handle attribute = checked(
+                H5Acreate2(holder.get(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                H5Aclose, what);
+            check_status(H5Awrite(attribute.get(), mem_type, value), what);
+          }));
+  }
+
+  // Collective: reads a single-element numeric attribute as `dtype`.
+  void read_numeric_attribute(const std::string& object, const std::string& name, DType dtype,
+                              void* value) const {
+    require_open("get_attribute");
+    QuietHdf5Errors quiet;
+    agree(comm, attempt([&] {
+            Handle holder;
+            Handle attribute = open_attribute(object, name, holder);
+            const std::string what = path + ": attribute " + name + " on " + object;
+            Handle type = checked(H5Aget_type(attribute.get()), H5Tclose, what + ": cannot read its type");
+            if (!convertible(type.get(), dtype)) {
+              fail(what + " has type " + describe_type(type.get()) + ", expected " +
+                   (dtype == DType::i64 ? "an integer" : "a floating-point number"));
+            }
+            Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, what + ": cannot read its shape");
+            if (H5Sget_simple_extent_npoints(space.get()) != 1) {
+              fail(what + " has shape " + shape_string(space_shape(space.get())) + ", expected a single value");
+            }
+            check_status(H5Aread(attribute.get(), memory_type(dtype), value), what + ": cannot read it");
+          }));
+  }
+};
+
+Hdf5File::Hdf5File(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Hdf5File::Hdf5File(Hdf5File&&) noexcept = default;
+Hdf5File& Hdf5File::operator=(Hdf5File&&) noexcept = default;
+Hdf5File::~Hdf5File() = default;
+
+const std::string& Hdf5File::path() const { return impl_->path; }
+
+Hdf5File Hdf5File::create(const std::string& path, MPI_Comm comm) {
+  QuietHdf5Errors quiet;
+  auto impl = std::make_unique<Impl>(path, comm);
+  MPI_Comm c = impl->comm;
+
+  // Rank 0 checks the directory and picks the temporary name.
+  std::string temp;
+  agree(c, impl->rank != 0 ? std::string() : attempt([&] {
+    const std::string dir = parent_directory(path);
+    struct stat info {};
+    if (path.empty() || path.back() == '/') fail(path + ": cannot create file: not a file name");
+    if (stat(dir.c_str(), &info) != 0) {
+      fail(path + ": cannot create file: directory " + dir + ": " + errno_text(errno));
+    }
+    if (!S_ISDIR(info.st_mode)) fail(path + ": cannot create file: " + dir + " is not a directory");
+    if (access(dir.c_str(), W_OK | X_OK) != 0) {
+      fail(path + ": cannot create file: directory " + dir + " is not writable");
+    }
+    if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      fail(path + ": cannot create file: it is a directory");
+    }
+    temp = path + ".tmp." + std::to_string(static_cast<long long>(getpid()));
+  }));
+  int length = static_cast<int>(temp.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, c);
+  temp.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(&temp[0], length, MPI_CHAR, 0, c);
+
+  std::string error = attempt([&] {
+    Handle fapl = mpio_access(c);
+    // All metadata writes are collective anyway; let HDF5 write them collectively.
+    H5Pset_coll_metadata_write(fapl.get(), true);
+    const hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+    if (file < 0) fail_hdf5(path + ": cannot create file " + temp);
+    impl->file = file;
+  });
+  impl->writable = true;
+  impl->temp_path = temp;  // from here on, ~Impl removes it unless committed
+  agree(c, error);
+  return Hdf5File(std::move(impl));
+}
+
+Hdf5File Hdf5File::open_read(const std::string& path, MPI_Comm comm) {
+  QuietHdf5Errors quiet;
+  auto impl = std::make_unique<Impl>(path, comm);
+  MPI_Comm c = impl->comm;
+
+  // Rank 0 tells a missing or non-HDF5 file apart from one HDF5 cannot open.
+  agree(c, impl->rank != 0 ? std::string() : attempt([&] {
+    struct stat info {};
+    if (stat(path.c_str(), &info) != 0) fail(path + ": cannot open file: " + errno_text(errno));
+    if (S_ISDIR(info.st_mode)) fail(path + ": cannot open file: it is a directory");
+    if (access(path.c_str(), R_OK) != 0) fail(path + ": cannot open file: not readable");
+#if H5_VERSION_GE(1, 12, 0)
+    const htri_t is_hdf5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+    const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+#endif
+    if (is_hdf5 == 0) fail(path + ": not an HDF5 file");
+    if (is_hdf5 < 0) fail_hdf5(path + ": cannot open file as HDF5");
+  }));
+
+  agree(c, attempt([&] {
+    Handle fapl = mpio_access(c);
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get());
+    if (file < 0) fail_hdf5(path + ": cannot open HDF5 file");
+    impl->file = file;
+  }));
+  return Hdf5File(std::move(impl));
+}
+
+void Hdf5File::write(const std::string& dataset, DType dtype, const RowBlock& block, const void* data) {
+  Impl& f = *impl_;
+  f.require_writable("write");
+  QuietHdf5Errors quiet;
+  const std::string where = f.where(dataset);
+
+  // 1. Local checks; an existing dataset must match in type and shape.
+  bool exists = false;
+  agree(f.comm, attempt([&] {
+          check_block(where, block);
+          if (block.row_count > 0 && data == nullptr) fail(where + ": no data to write");
+          exists = dataset_exists(f.file, dataset);
+          if (!exists && object_exists(f.file, dataset)) fail(where + ": the name exists and is not a dataset");
+          if (exists) {
+            Handle d = checked(H5Dopen2(f.file, dataset.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open");
+            Handle type = checked(H5Dget_type(d.get()), H5Tclose, where + ": cannot read its type");
+            Handle space = checked(H5Dget_space(d.get()), H5Sclose, where + ": cannot read its shape");
+            const auto shape = space_shape(space.get());
+            if (shape != block.global_shape) {
+              fail(where + " exists with shape " + shape_string(shape) + ", writing " +
+                   shape_string(block.global_shape));
+            }
+            if (!convertible(type.get(), dtype)) {
+              fail(where + " exists with type " + describe_type(type.get()) + ", writing " + dtype_name(dtype));
+            }
+          }
+        }));
+
+  // 2. Collective create (with intermediate groups) or open, and selections.
+  Handle d;
+  Selection sel;
+  agree(f.comm, attempt([&] {
+          sel = select_rows(block);
+          if (exists) {
+            d = checked(H5Dopen2(f.file, dataset.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open");
+            return;
+          }
+          Handle lcpl = checked(H5Pcreate(H5P_LINK_CREATE), H5Pclose, where + ": cannot create it");
+          check_status(H5Pset_create_intermediate_group(lcpl.get(), 1), where + ": cannot create it");
+          Handle dcpl = checked(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, where + ": cannot create it");
+          // Every element is written by someone: no need to write fill values first.
+          check_status(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), where + ": cannot create it");
+          d = checked(H5Dcreate2(f.file, dataset.c_str(), file_type(dtype), sel.file_space.get(), lcpl.get(),
+                                 dcpl.get(), H5P_DEFAULT),
+                      H5Dclose, where + ": cannot create it");
+        }));
+
+  // 3. Collective transfer.
+  agree(f.comm, attempt([&] {
+          Handle dxpl = collective_transfer();
+          static const double dummy = 0;
+          const void* buffer = data != nullptr ? data : &dummy;
+          check_status(H5Dwrite(d.get(), memory_type(dtype), sel.memory_space.get(), sel.file_space.get(),
+                                dxpl.get(), buffer),
+                       where + ": write failed");
+        }));
+}
+
+void Hdf5File::read(const std::string& dataset, DType dtype, const RowBlock& block, void* data) const {
+  const Impl& f = *impl_;
+  f.require_open("read");
+  QuietHdf5Errors quiet;
+  const std::string where = f.where(dataset);
+
+  Handle d;
+  Selection sel;
+  agree(f.comm, attempt([&] {
+          check_block(where, block);
+          if (block.row_count > 0 && data == nullptr) fail(where + ": no buffer to read into");
+          if (!dataset_exists(f.file, dataset)) fail(where + " not found");
+          d = checked(H5Dopen2(f.file, dataset.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open");
+          Handle type = checked(H5Dget_type(d.get()), H5Tclose, where + ": cannot read its type");
+          Handle space = checked(H5Dget_space(d.get()), H5Sclose, where + ": cannot read its shape");
+          const auto shape = space_shape(space.get());
+          if (shape != block.global_shape) {
+            fail(where + " has shape " + shape_string(shape) + ", expected " + shape_string(block.global_shape));
+          }
+          if (!convertible(type.get(), dtype)) {
+            fail(where + " has type " + describe_type(type.get()) + ", expected " + dtype_name(dtype));
+          }
+          sel = select_rows(block);
+        }));
+
+  agree(f.comm, attempt([&] {
+          Handle dxpl = collective_transfer();
+          double dummy = 0;
+          void* buffer = data != nullptr ? data : &dummy;
+          check_status(H5Dread(d.get(), memory_type(dtype), sel.memory_space.get(), sel.file_space.get(),
+                               dxpl.get(), buffer),
+                       where + ": read failed");
+        }));
+}
+
+bool Hdf5File::has_dataset(const std::string& dataset) const {
+  impl_->require_open("has_dataset");
+  QuietHdf5Errors quiet;
+  return dataset_exists(impl_->file, dataset);
+}
+
+std::vector<std::uint64_t> Hdf5File::dataset_shape(const std::string& dataset) const {
+  const Impl& f = *impl_;
+  f.require_open("dataset_shape");
+  QuietHdf5Errors quiet;
+  const std::string where = f.where(dataset);
+  try {
+    if (!dataset_exists(f.file, dataset)) fail(where + " not found");
+    Handle d = checked(H5Dopen2(f.file, dataset.c_str(), H5P_DEFAULT), H5Dclose, where + ": cannot open");
+    Handle space = checked(H5Dget_space(d.get()), H5Sclose, where + ": cannot read its shape");
+    return space_shape(space.get());
+  } catch (const LocalError& e) {
+    throw InputError(e.what());
+  }
+}
+
+void Hdf5File::set_attribute(const std::string& object, const std::string& name, std::int64_t value) {
+  impl_->write_attribute(object, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
+}
+
+void Hdf5File::set_attribute(const std::string& object, const std::string& name, double value) {
+  impl_->write_attribute(object, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &value);
+}
+
+void Hdf5File::set_attribute(const std::string& object, const std::string& name, const std::string& value) {
+  // A variable-length UTF-8 string (what h5py reads back as str).
+  Handle type;
+  std::string error = attempt([&] {
+    type = checked(H5Tcopy(H5T_C_S1), H5Tclose, impl_->path + ": cannot make a string type");
+    check_status(H5Tset_size(type.get(), H5T_VARIABLE), impl_->path + ": cannot make a string type");
+    check_status(H5Tset_cset(type.get(), H5T_CSET_UTF8), impl_->path + ": cannot make a string type");
+  });
+  agree(impl_->comm, error);
+  const char* pointer = value.c_str();
+  impl_->write_attribute(object, name, type.get(), type.get(), &pointer);
+}
+
+std::int64_t Hdf5File::get_int_attribute(const std::string& object, const std::string& name) const {
+  std::int64_t value = 0;
+  impl_->read_numeric_attribute(object, name, DType::i64, &value);
+  return value;
+}
+
+double Hdf5File::get_double_attribute(const std::string& object, const std::string& name) const {
+  double value = 0;
+  impl_->read_numeric_attribute(object, name, DType::f64, &value);
+  return value;
+}
+
+std::string Hdf5File::get_string_attribute(const std::string& object, const std::string& name) const {
+  const Impl& f = *impl_;
+  f.require_open("get_string_attribute");
+  QuietHdf5Errors quiet;
+  std::string value;
+  agree(f.comm, attempt([&] {
+          Handle holder;
+          Handle attribute = f.open_attribute(object, name, holder);
+          const std::string what = f.path + ": attribute " + name + " on " + object;
+          Handle type = checked(H5Aget_type(attribute.get()), H5Tclose, what + ": cannot read its type");
+          if (H5Tget_class(type.get()) != H5T_STRING) {
+            fail(what + " has type " + describe_type(type.get()) + ", expected a string");
+          }
+          Handle space = checked(H5Aget_space(attribute.get()), H5Sclose, what + ": cannot read its shape");
+          if (H5Sget_simple_extent_npoints(space.get()) != 1) {
+            fail(what + " has shape " + shape_string(space_shape(space.get())) + ", expected a single string");
+          }
+          Handle mem = checked(H5Tcopy(H5T_C_S1), H5Tclose, what + ": cannot make a string type");
+          check_status(H5Tset_cset(mem.get(), H5Tget_cset(type.get())), what + ": cannot make a string type");
+          const htri_t variable = H5Tis_variable_str(type.get());
+          if (variable < 0) fail_hdf5(what + ": cannot read its type");
+          if (variable > 0) {
+            check_status(H5Tset_size(mem.get(), H5T_VARIABLE), what + ": cannot make a string type");
+            char* text = nullptr;
+            check_status(H5Aread(attribute.get(), mem.get(), &text), what + ": cannot read it");
+            if (text != nullptr) {
+              value = text;
+              H5free_memory(text);
+            }
+          } else {
+            const std::size_t size = H5Tget_size(type.get());
+            check_status(H5Tset_size(mem.get(), size), what + ": cannot make a string type");
+            check_status(H5Tset_strpad(mem.get(), H5T_STR_NULLPAD), what + ": cannot make a string type");
+            std::string buffer(size, '\0');
+            check_status(H5Aread(attribute.get(), mem.get(), &buffer[0]), what + ": cannot read it");
+            value = buffer.substr(0, buffer.find('\0'));
+          }
+        }));
+  return value;
+}
+
+void Hdf5File::commit() {
+  Impl& f = *impl_;
+  f.require_writable("commit");
+  QuietHdf5Errors quiet;
+  std::string error = attempt([&] {
+    if (H5Fflush(f.file, H5F_SCOPE_GLOBAL) < 0) fail_hdf5(f.path + ": cannot flush " + f.temp_path);
+  });
+  const herr_t closed = H5Fclose(f.file);
+  f.file = -1;
+  if (error.empty() && closed < 0) error = attempt([&] { fail_hdf5(f.path + ": cannot close " + f.temp_path); });
+  agree(f.comm, error);
+
+  // Rank 0 makes the data durable, then renames (atomic on POSIX).
+  agree(f.comm, f.rank != 0 ? std::string() : attempt([&] {
+    const int fd = ::open(f.temp_path.c_str(), O_RDONLY);
+    if (fd >= 0) {
+      ::fsync(fd);
+      ::close(fd);
+    }
+    if (std::rename(f.temp_path.c_str(), f.path.c_str()) != 0) {
+      fail(f.path + ": cannot rename " + f.temp_path + " onto it: " + errno_text(errno));
+    }
+  }));
+  f.committed = true;
+}
+
+}  // namespace miniattn::io
