@@ -1,0 +1,170 @@
+"""Checks a miniattn verification snapshot against the independent PyTorch float64 reference.
+
+Reads /params/<name>, /inputs/tokens [B, N+1], /loss, /grads/<name> and the
+config attributes on `/` (DESIGN.md section 4), recomputes loss and gradients
+in float64 with autograd (reference_model.py) from the stored parameters and
+compares:
+  loss       |L - Lref| / |Lref|
+  gradients  ||g - gref||_2 / ||gref||_2 per parameter (||g|| when gref is 0)
+  optional /activations/blocks.{l}.out and /logits, norm-wise like gradients.
+Default tolerances follow the snapshot's `precision` attribute
+(fp64: loss 1e-10, grads 1e-8; fp32: loss 1e-4, grads 1e-4).
+
+    /usr/bin/python3 check_snapshot.py SNAPSHOT.h5 [--loss-rtol X] [--grad-rtol Y]
+
+Exit status: 0 all within tolerance, 1 some value out of tolerance or a
+gradient missing, 2 malformed file (missing dataset or attribute, parameter set
+or shapes not matching the config).
+"""
+
+import argparse
+import math
+import sys
+
+import h5py
+import torch
+
+import reference_model as rm
+
+DEFAULT_RTOL = {"fp64": (1e-10, 1e-8), "fp32": (1e-4, 1e-4)}  # (loss, grads)
+
+
+class Malformed(Exception):
+    pass
+
+
+def read_dataset(f, path):
+    if path not in f or not isinstance(f[path], h5py.Dataset):
+        raise Malformed(f"missing dataset /{path}")
+    return f[path][...]
+
+
+def dataset_names(f, group):
+    if group not in f:
+        return []
+    names = []
+    f[group].visititems(lambda n, obj: names.append(n) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
+def read_snapshot(path):
+    """(cfg, params, tokens, loss, grads, optional activations) as float64 tensors."""
+    with h5py.File(path, "r") as f:
+        try:
+            cfg = rm.load_config(f)
+        except (KeyError, ValueError, TypeError) as e:
+            raise Malformed(str(e).strip("'\""))
+        if "params" not in f:
+            raise Malformed("missing group /params")
+        params = rm.load_params(f)
+        try:
+            rm.check_shapes(params, cfg)
+        except ValueError as e:
+            raise Malformed(f"parameters do not match the config: {e}")
+        tokens = torch.from_numpy(read_dataset(f, "inputs/tokens")).to(torch.int64)
+        if tuple(tokens.shape) != (cfg.batch, cfg.seq_len + 1):
+            raise Malformed(f"/inputs/tokens has shape {tuple(tokens.shape)}, "
+                            f"config says {(cfg.batch, cfg.seq_len + 1)}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= cfg.vocab):
+            raise Malformed(f"/inputs/tokens holds values outside [0, {cfg.vocab})")
+        loss = read_dataset(f, "loss")
+        if loss.size != 1:
+            raise Malformed(f"/loss has {loss.size} values, expected a scalar")
+        loss = float(loss.reshape(()))
+        grads = {n: torch.from_numpy(f["grads"][n][...]).to(torch.float64)
+                 for n in dataset_names(f, "grads")}
+        extras = {n: torch.from_numpy(f["activations"][n][...]).to(torch.float64)
+                  for n in dataset_names(f, "activations")}
+        if "logits" in f:
+            extras["logits"] = torch.from_numpy(read_dataset(f, "logits")).to(torch.float64)
+    return cfg, params, tokens, loss, grads, extras
+
+
+def normwise_error(value, ref):
+    """||value - ref|| / ||ref||, or ||value|| when ref is zero; inf on a shape mismatch."""
+    if value.shape != ref.shape:
+        return math.inf
+    ref_norm = ref.norm().item()
+    diff = (value - ref).norm().item()
+    return diff / ref_norm if ref_norm > 0 else value.norm().item()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("snapshot")
+    ap.add_argument("--loss-rtol", type=float, default=None)
+    ap.add_argument("--grad-rtol", type=float, default=None)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+
+    try:
+        cfg, params, tokens, loss, grads, extras = read_snapshot(args.snapshot)
+    except (Malformed, OSError) as e:
+        print(f"{args.snapshot}: malformed snapshot: {e}")
+        print("reference check: FAILED (malformed snapshot)")
+        return 2
+    loss_tol = args.loss_rtol if args.loss_rtol is not None else DEFAULT_RTOL[cfg.precision][0]
+    grad_tol = args.grad_rtol if args.grad_rtol is not None else DEFAULT_RTOL[cfg.precision][1]
+
+    ref_loss, ref_grads, ref_extras = rm.loss_and_grads(params, tokens, cfg)
+    ref_loss = ref_loss.item()
+
+    print(f"snapshot {args.snapshot}: V={cfg.vocab} D={cfg.d_model} H={cfg.heads} F={cfg.ffn} "
+          f"L={cfg.layers} N={cfg.seq_len} B={cfg.batch} causal={int(cfg.causal)} "
+          f"precision={cfg.precision}")
+    print(f"tolerances: loss rtol {loss_tol:.1e}, grads/activations norm-wise rtol {grad_tol:.1e}")
+    print(f"{'tensor':<36} {'shape':<16} {'||ref||':>12} {'error':>10}  result")
+    failures, checked = [], 0
+
+    def report(label, shape, ref_norm, err, note=""):
+        nonlocal checked
+        checked += 1
+        ok = err <= grad_tol  # False for NaN
+        if not ok:
+            failures.append(label)
+        shape_text = "x".join(map(str, shape)) or "scalar"
+        print(f"{label:<36} {shape_text:<16} {ref_norm:12.4e} {err:10.2e}  "
+              f"{'PASS' if ok else 'FAIL'}{note}")
+
+    for name in rm.expected_shapes(cfg):  # DESIGN.md order
+        ref, label = ref_grads[name], f"grad {name}"
+        if name not in grads:
+            checked += 1
+            failures.append(label)
+            print(f"{label:<36} {'':<16} {ref.norm().item():12.4e} {'-':>10}  FAIL (missing /grads/{name})")
+            continue
+        note = "" if grads[name].shape == ref.shape else f" (shape {tuple(grads[name].shape)})"
+        report(label, tuple(ref.shape), ref.norm().item(), normwise_error(grads[name], ref), note)
+    for name in grads:
+        if name not in ref_grads:
+            checked += 1
+            failures.append(f"grad {name}")
+            print(f"{'grad ' + name:<36} {'':<16} {'':>12} {'-':>10}  FAIL (no such parameter)")
+    for name, value in extras.items():
+        label = name if name == "logits" else f"activation {name}"
+        if name not in ref_extras:
+            checked += 1
+            failures.append(label)
+            print(f"{label:<36} {'':<16} {'':>12} {'-':>10}  FAIL (not an activation of the model)")
+            continue
+        ref = ref_extras[name]
+        note = "" if value.shape == ref.shape else f" (shape {tuple(value.shape)})"
+        report(label, tuple(ref.shape), ref.norm().item(), normwise_error(value, ref), note)
+
+    loss_err = abs(loss - ref_loss) / abs(ref_loss) if ref_loss != 0 else abs(loss)
+    loss_ok = loss_err <= loss_tol
+    checked += 1
+    if not loss_ok:
+        failures.append("loss")
+    print(f"loss: snapshot {loss:.17g} reference {ref_loss:.17g} rel. error {loss_err:.2e} "
+          f"(rtol {loss_tol:.1e}) {'PASS' if loss_ok else 'FAIL'}")
+
+    if failures:
+        print(f"reference check: FAILED ({len(failures)} of {checked} tensors: {', '.join(failures)})")
+        return 1
+    print(f"reference check: PASSED ({checked} tensors)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""Independent PyTorch float64 reference of the miniattn model (DESIGN.md section 1).
+
+A plain, readable re-implementation used to verify the C++ code: the module's
+state_dict names are exactly the HDF5 parameter names of DESIGN.md
+(`wte`, `wpe`, `blocks.{l}.ln1.weight`, ..., `ln_f.bias`), attention is
+written out explicitly (matmul, masked_fill, softmax) so that no fused kernel
+is involved, and the loss is the mean next-token cross-entropy.
+
+Library use (run with Debian's /usr/bin/python3, which has torch, h5py, numpy):
+
+    import h5py, reference_model as rm
+    with h5py.File("snap.h5") as f:
+        cfg = rm.load_config(f)
+        params = rm.load_params(f)
+        tokens = torch.from_numpy(f["inputs/tokens"][...])
+    loss, grads, extras = rm.loss_and_grads(params, tokens, cfg)
+
+`/usr/bin/python3 reference_model.py` runs a small self-test: gradcheck against
+finite differences, agreement with a second formulation built on torch's own
+multi-head attention, and causality.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.stateless import functional_call
+
+LAYERNORM_EPS = 1e-5
+
+
+@dataclass
+class Config:
+    vocab: int
+    d_model: int
+    heads: int
+    ffn: int
+    layers: int
+    seq_len: int
+    batch: int
+    causal: bool = True
+    precision: str = "fp64"
+
+    @property
+    def head_dim(self):
+        return self.d_model // self.heads
+
+
+def _attr_value(value):
+    """Turns an HDF5 attribute (numpy scalar, 1-element array, bytes) into a Python value."""
+    if hasattr(value, "shape") and getattr(value, "size", 1) == 1 and value.shape != ():
+        value = value.reshape(())
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bytes):
+        value = value.decode()
+    return value
+
+
+CONFIG_INT_ATTRS = ("vocab", "d_model", "heads", "ffn", "layers", "seq_len", "batch")
+
+
+def load_config(h5file):
+    """Reads the model config from the attributes on `/`; raises KeyError naming a missing one."""
+    attrs = h5file["/"].attrs
+    missing = [k for k in CONFIG_INT_ATTRS + ("causal", "precision") if k not in attrs]
+    if missing:
+        raise KeyError("missing attribute(s) on '/': " + ", ".join(missing))
+    values = {k: int(_attr_value(attrs[k])) for k in CONFIG_INT_ATTRS}
+    precision = str(_attr_value(attrs["precision"])).strip().lower()
+    if precision not in ("fp32", "fp64"):
+        raise ValueError(f"attribute 'precision' must be fp32 or fp64, got {precision!r}")
+    return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision)
+
+
+def expected_shapes(cfg):
+    """Name -> shape of every parameter, in DESIGN.md order."""
+    V, D, F_, N = cfg.vocab, cfg.d_model, cfg.ffn, cfg.seq_len
+    shapes = {"wte": (V, D), "wpe": (N, D)}
+    for l in range(cfg.layers):
+        p = f"blocks.{l}."
+        shapes.update({
+            p + "ln1.weight": (D,), p + "ln1.bias": (D,),
+            p + "attn.qkv.weight": (3 * D, D), p + "attn.qkv.bias": (3 * D,),
+            p + "attn.proj.weight": (D, D), p + "attn.proj.bias": (D,),
+            p + "ln2.weight": (D,), p + "ln2.bias": (D,),
+            p + "ffn.fc1.weight": (F_, D), p + "ffn.fc1.bias": (F_,),
+            p + "ffn.fc2.weight": (D, F_), p + "ffn.fc2.bias": (D,),
+        })
+    shapes.update({"ln_f.weight": (D,), "ln_f.bias": (D,)})
+    return shapes
+
+
+def load_params(h5file):
+    """Reads every dataset under /params into a dict of float64 tensors."""
+    group = h5file["params"]
+    names = []
+    group.visititems(lambda name, obj: names.append(name) if hasattr(obj, "shape") else None)
+    return {n: torch.from_numpy(group[n][...]).to(torch.float64) for n in names}
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.heads, self.causal = cfg.heads, cfg.causal
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(self, x):
+        B, N, D = x.shape
+        H, Dh = self.heads, D // self.heads
+        q, k, v = self.qkv(x).split(D, dim=-1)  # q | k | v, each [B, N, D]
+        # head h = columns h*Dh..(h+1)*Dh-1 -> [B, H, N, Dh]
+        q, k, v = (t.view(B, N, H, Dh).transpose(1, 2) for t in (q, k, v))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, N, N]
+        if self.causal:
+            above = torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(above, float("-inf"))
+        o = torch.softmax(scores, dim=-1) @ v  # [B, H, N, Dh]
+        return self.proj(o.transpose(1, 2).reshape(B, N, D))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.ffn)
+        self.fc2 = nn.Linear(cfg.ffn, cfg.d_model)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
+        self.attn = Attention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+class ReferenceGPT(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Parameter(torch.empty(cfg.vocab, cfg.d_model))
+        self.wpe = nn.Parameter(torch.empty(cfg.seq_len, cfg.d_model))
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.ln_f = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
+
+    def forward(self, tokens):
+        """tokens [B, N+1] -> (loss, {'blocks.{l}.out': [B,N,D], 'logits': [B,N,V]})."""
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        N = inputs.shape[1]
+        x = self.wte[inputs] + self.wpe[torch.arange(N, device=tokens.device)]
+        extras = {}
+        for l, block in enumerate(self.blocks):
+            x = block(x)
+            extras[f"blocks.{l}.out"] = x
+        logits = self.ln_f(x) @ self.wte.t()
+        extras["logits"] = logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss, extras
+
+
+def check_shapes(params, cfg):
+    """Raises ValueError naming every missing, extra or wrongly shaped parameter."""
+    expected = expected_shapes(cfg)
+    problems = [f"missing parameter {n}" for n in expected if n not in params]
+    problems += [f"unexpected parameter {n}" for n in params if n not in expected]
+    problems += [f"parameter {n} has shape {tuple(params[n].shape)}, config says {s}"
+                 for n, s in expected.items() if n in params and tuple(params[n].shape) != s]
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def forward_loss(params, tokens, cfg):
+    """Loss (0-d tensor) and activations of the model with `params` (name -> tensor, all of
+    one dtype) on tokens [B, N+1]; differentiable with respect to the tensors in `params`."""
+    check_shapes(params, cfg)
+    dtype = next(iter(params.values())).dtype
+    model = ReferenceGPT(cfg).to(dtype)
+    tokens = torch.as_tensor(tokens, dtype=torch.int64)
+    return functional_call(model, params, (tokens,))
+
+
+def loss_and_grads(params, tokens, cfg, dtype=torch.float64):
+    """(loss, {name: gradient}, {activation name: tensor}) by autograd in `dtype`."""
+    leaves = {n: t.detach().to(dtype).requires_grad_() for n, t in params.items()}
+    loss, extras = forward_loss(leaves, tokens, cfg)
+    grads = torch.autograd.grad(loss, list(leaves.values()))
+    return loss.detach(), dict(zip(leaves, grads)), {n: t.detach() for n, t in extras.items()}
+
+
+def random_params(cfg, seed=0, perturb_norms=True):
+    """DESIGN.md's initialisation; with perturb_norms, biases and LayerNorm
+    parameters are randomised a little so that every gradient path is exercised."""
+    g = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in expected_shapes(cfg).items():
+        if name == "wpe":
+            std, mean = 0.01, 0.0
+        elif name.endswith("proj.weight") or name.endswith("fc2.weight"):
+            std, mean = 0.02 / math.sqrt(2 * cfg.layers), 0.0
+        elif name == "wte" or name.endswith(".weight") and len(shape) == 2:
+            std, mean = 0.02, 0.0
+        elif name.startswith("ln") or ".ln" in name:  # LayerNorm weight/bias
+            std, mean = 0.1 if perturb_norms else 0.0, 1.0 if name.endswith("weight") else 0.0
+        else:  # linear biases
+            std, mean = 0.02 if perturb_norms else 0.0, 0.0
+        params[name] = mean + std * torch.randn(shape, generator=g, dtype=torch.float64)
+    return params
+
+
+def _loss_with_torch_attention(params, tokens, cfg):
+    """The same model built on nn.MultiheadAttention (packed q|k|v in_proj, heads as
+    contiguous Dh-column blocks) and F.layer_norm: a second opinion for the self-test."""
+    D = cfg.d_model
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    N = inputs.shape[1]
+    x = params["wte"][inputs] + params["wpe"][:N]
+    mask = torch.ones(N, N, dtype=torch.bool).triu(1) if cfg.causal else None
+    for l in range(cfg.layers):
+        p = {k[len(f"blocks.{l}."):]: v for k, v in params.items() if k.startswith(f"blocks.{l}.")}
+        a = F.layer_norm(x, (D,), p["ln1.weight"], p["ln1.bias"], LAYERNORM_EPS)
+        o = F.multi_head_attention_forward(
+            a.transpose(0, 1), a.transpose(0, 1), a.transpose(0, 1), D, cfg.heads,
+            p["attn.qkv.weight"], p["attn.qkv.bias"], None, None, False, 0.0,
+            p["attn.proj.weight"], p["attn.proj.bias"], need_weights=False, attn_mask=mask)[0]
+        x = x + o.transpose(0, 1)
+        m = F.layer_norm(x, (D,), p["ln2.weight"], p["ln2.bias"], LAYERNORM_EPS)
+        x = x + F.linear(F.gelu(F.linear(m, p["ffn.fc1.weight"], p["ffn.fc1.bias"]), approximate="tanh"),
+                         p["ffn.fc2.weight"], p["ffn.fc2.bias"])
+    x = F.layer_norm(x, (D,), params["ln_f.weight"], params["ln_f.bias"], LAYERNORM_EPS)
+    return F.cross_entropy((x @ params["wte"].t()).reshape(-1, cfg.vocab), targets.reshape(-1))
+
+
+if __name__ == "__main__":
+    # Self-test: autograd agrees with finite differences (gradcheck) and with a second
+    # formulation on torch's own attention; in causal mode future tokens change nothing.
+    torch.set_num_threads(1)
+    failures = 0
+    for causal in (True, False):
+        cfg = Config(vocab=11, d_model=8, heads=2, ffn=12, layers=2, seq_len=5, batch=2, causal=causal)
+        params = random_params(cfg, seed=3)
+        tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1), generator=torch.Generator().manual_seed(4))
+        names = list(params)
+
+        def loss_of(*tensors):
+            return forward_loss(dict(zip(names, tensors)), tokens, cfg)[0]
+
+        ok = torch.autograd.gradcheck(loss_of, [p.clone().requires_grad_() for p in params.values()])
+        print(f"gradcheck causal={causal}: {'ok' if ok else 'FAILED'}")
+        failures += not ok
+
+        loss, grads, extras = loss_and_grads(params, tokens, cfg)
+        leaves = {n: t.clone().requires_grad_() for n, t in params.items()}
+        other = _loss_with_torch_attention(leaves, tokens, cfg)
+        other_grads = torch.autograd.grad(other, list(leaves.values()))
+        worst = max(((grads[n] - g).norm() / grads[n].norm()).item() for n, g in zip(leaves, other_grads))
+        print(f"vs nn.functional.multi_head_attention_forward causal={causal}: "
+              f"loss rel. diff {abs(loss.item() / other.item() - 1):.1e}, worst grad rel. diff {worst:.1e}")
+        failures += not (abs(loss.item() / other.item() - 1) < 1e-13 and worst < 1e-12)
+
+        changed = tokens.clone()
+        changed[:, -2] = (changed[:, -2] + 1) % cfg.vocab  # last input token
+        logits = forward_loss(params, changed, cfg)[1]["logits"]
+        same_prefix = torch.equal(logits[:, :-1], extras["logits"][:, :-1])
+        print(f"earlier logits unchanged by the last input token: {same_prefix} (expected {causal})")
+        failures += same_prefix != causal
+    print("reference model self-test: " + ("FAILED" if failures else "PASSED"))
+    raise SystemExit(1 if failures else 0)
