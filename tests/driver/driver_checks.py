@@ -127,7 +127,7 @@ def init_roundtrip(c):
 
 
 def learns(c, deck):
-    proc = c.run(2, "train.steps=150", "run.log_every=50", deck=deck)
+    proc = c.run(2, deck=deck)
     r = c.result(proc)
     first, last = r["initial_loss"], r["final_loss"]
     print(f"loss {first:.4f} -> {last:.4f}")
