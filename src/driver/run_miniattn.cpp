@@ -1,6 +1,9 @@
 #include "driver/run_miniattn.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -23,11 +26,25 @@ void write_result_file(const std::string& path, const std::string& text) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError("run.result: cannot rename " + tmp + " to " + path);
 }
 
+// Refuses an output path whose directory does not exist or is not writable,
+// before any work, instead of failing after a long run.
+void require_writable_directory(const std::string& key, const std::string& path) {
+  if (path.empty()) return;
+  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
+  std::error_code ec;
+  if (!std::filesystem::is_directory(parent, ec))
+    throw InputError(key + ": directory " + parent.string() + " of " + path + " does not exist");
+  if (access(parent.c_str(), W_OK) != 0)
+    throw InputError(key + ": directory " + parent.string() + " of " + path + " is not writable");
+}
+
 }  // namespace
 
 int run_miniattn(const Config& config, MPI_Comm world) {
   if (config.run.mode == "predict")
     throw InputError("run.mode: 'predict' (the performance model) is not available in this version");
+  require_writable_directory("io.snapshot", config.io.snapshot);
+  require_writable_directory("run.result", config.run.result);
 
   const nlohmann::json result = config.model.precision == Precision::fp32 ? run_training<float>(config, world)
                                                                            : run_training<double>(config, world);

@@ -137,19 +137,23 @@ def learns(c, deck):
 
 def bad_input(c):
     cases = [
-        (["no-such-deck.yaml"], "no-such-deck.yaml"),
-        ([c.deck, "--set", "model.vocab=abc"], "model.vocab"),
-        ([c.deck, "--set", "model.heads=5"], "model.heads"),
-        ([c.deck, "--set", "model.nonsense=1"], "model.nonsense"),
-        ([c.deck, "--set", "parallel.dp=3"], "parallel.dp"),
-        ([c.deck, "--set", "io.snapshot=/nonexistent-dir/x.h5", "--set", "io.snapshot_step=0"], "io.snapshot"),
-        ([], "usage"),
+        (1, ["no-such-deck.yaml"], "no-such-deck.yaml"),
+        (1, [c.deck, "--set", "model.vocab=abc"], "model.vocab"),
+        (1, [c.deck, "--set", "model.heads=5"], "model.heads"),
+        (1, [c.deck, "--set", "model.nonsense=1"], "model.nonsense"),
+        (2, [c.deck, "--set", "parallel.dp=3"], "parallel.dp"),
+        (2, [c.deck], "parallel.strategy"),
+        (1, [c.deck, "--set", "io.snapshot=/nonexistent-dir/x.h5", "--set", "io.snapshot_step=0"], "io.snapshot"),
+        (1, [c.deck, "--set", "run.result=/nonexistent-dir/r.json"], "run.result"),
+        (1, [], "usage"),
     ]
-    for args, needle in cases:
-        proc = c.run(2, args=args, expect=2)
+    for ranks, args, needle in cases:
+        proc = c.run(ranks, args=args, expect=2)
         if needle.lower() not in (proc.stderr + proc.stdout).lower():
             fail(f"{args}: message does not mention {needle!r}: {proc.stderr!r}")
-        print(f"exit 2, names {needle}: {' '.join(args)}")
+        if "RESULT" in proc.stdout or "step " in proc.stdout:
+            fail(f"{args}: work started before the input was refused")
+        print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args)}")
 
 
 def determinism(c):
