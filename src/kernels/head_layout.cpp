@@ -1,1 +1,157 @@
 #include "kernels/head_layout.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace miniattn::kernels {
+
+namespace {
+
+// Checks that a [B, H, n, Dh] view and a [B*n, parts*H*Dh] view describe the same data.
+template <class V4, class V2>
+void check_head_shapes(const char* where, const V4& heads, const V2& tokens, index_t parts) {
+  const index_t b = static_cast<index_t>(heads.extent(0));
+  const index_t h = static_cast<index_t>(heads.extent(1));
+  const index_t n = static_cast<index_t>(heads.extent(2));
+  const index_t dh = static_cast<index_t>(heads.extent(3));
+  if (static_cast<index_t>(tokens.extent(0)) != b * n || static_cast<index_t>(tokens.extent(1)) != parts * h * dh) {
+    std::ostringstream os;
+    os << "kernels::" << where << ": head-major view is [" << b << ", " << h << ", " << n << ", " << dh
+       << "] but the token-major view is [" << tokens.extent(0) << ", " << tokens.extent(1) << "], expected ["
+       << b * n << ", " << parts * h * dh << "]";
+    throw std::invalid_argument(os.str());
+  }
+}
+
+template <class A, class B>
+void check_same_4d(const char* where, const A& a, const B& b) {
+  for (unsigned i = 0; i < 4; ++i) {
+    if (a.extent(i) != b.extent(i)) {
+      throw std::invalid_argument(std::string("kernels::") + where + ": q, k and v must have the same shape");
+    }
+  }
+}
+
+}  // namespace
+
+// Element (b, h, i, e) of a head-major view is element (b*n + i, part*D + h*Dh + e)
+// of the token-major one. Loops run over the flat index of the head-major view,
+// so consecutive threads touch consecutive e (contiguous on both sides).
+
+template <class T>
+void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T>& k, const View4<T>& v) {
+  check_same_4d("split_qkv_heads", q, k);
+  check_same_4d("split_qkv_heads", q, v);
+  check_head_shapes("split_qkv_heads", q, qkv, 3);
+  const index_t nh = static_cast<index_t>(q.extent(1));
+  const index_t n = static_cast<index_t>(q.extent(2));
+  const index_t dh = static_cast<index_t>(q.extent(3));
+  const index_t d = nh * dh;
+  const index_t total = static_cast<index_t>(q.extent(0)) * nh * n * dh;
+  if (total == 0) return;
+  Kokkos::parallel_for(
+      "miniattn::split_qkv_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
+      KOKKOS_LAMBDA(const index_t flat) {
+        index_t rest = flat;
+        const index_t e = rest % dh;
+        rest /= dh;
+        const index_t i = rest % n;
+        rest /= n;
+        const index_t h = rest % nh;
+        const index_t b = rest / nh;
+        const index_t row = b * n + i;
+        const index_t col = h * dh + e;
+        q(b, h, i, e) = qkv(row, col);
+        k(b, h, i, e) = qkv(row, d + col);
+        v(b, h, i, e) = qkv(row, 2 * d + col);
+      });
+}
+
+template <class T>
+void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const View4<const T>& dv,
+                     const View2<T>& dqkv) {
+  check_same_4d("merge_qkv_heads", dq, dk);
+  check_same_4d("merge_qkv_heads", dq, dv);
+  check_head_shapes("merge_qkv_heads", dq, dqkv, 3);
+  const index_t nh = static_cast<index_t>(dq.extent(1));
+  const index_t n = static_cast<index_t>(dq.extent(2));
+  const index_t dh = static_cast<index_t>(dq.extent(3));
+  const index_t d = nh * dh;
+  const index_t total = static_cast<index_t>(dq.extent(0)) * nh * n * dh;
+  if (total == 0) return;
+  Kokkos::parallel_for(
+      "miniattn::merge_qkv_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
+      KOKKOS_LAMBDA(const index_t flat) {
+        index_t rest = flat;
+        const index_t e = rest % dh;
+        rest /= dh;
+        const index_t i = rest % n;
+        rest /= n;
+        const index_t h = rest % nh;
+        const index_t b = rest / nh;
+        const index_t row = b * n + i;
+        const index_t col = h * dh + e;
+        dqkv(row, col) = dq(b, h, i, e);
+        dqkv(row, d + col) = dk(b, h, i, e);
+        dqkv(row, 2 * d + col) = dv(b, h, i, e);
+      });
+}
+
+template <class T>
+void split_heads(const View2<const T>& x, const View4<T>& xh) {
+  check_head_shapes("split_heads", xh, x, 1);
+  const index_t nh = static_cast<index_t>(xh.extent(1));
+  const index_t n = static_cast<index_t>(xh.extent(2));
+  const index_t dh = static_cast<index_t>(xh.extent(3));
+  const index_t total = static_cast<index_t>(xh.extent(0)) * nh * n * dh;
+  if (total == 0) return;
+  Kokkos::parallel_for(
+      "miniattn::split_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
+      KOKKOS_LAMBDA(const index_t flat) {
+        index_t rest = flat;
+        const index_t e = rest % dh;
+        rest /= dh;
+        const index_t i = rest % n;
+        rest /= n;
+        const index_t h = rest % nh;
+        const index_t b = rest / nh;
+        xh(b, h, i, e) = x(b * n + i, h * dh + e);
+      });
+}
+
+template <class T>
+void merge_heads(const View4<const T>& xh, const View2<T>& x) {
+  check_head_shapes("merge_heads", xh, x, 1);
+  const index_t nh = static_cast<index_t>(xh.extent(1));
+  const index_t n = static_cast<index_t>(xh.extent(2));
+  const index_t dh = static_cast<index_t>(xh.extent(3));
+  const index_t total = static_cast<index_t>(xh.extent(0)) * nh * n * dh;
+  if (total == 0) return;
+  Kokkos::parallel_for(
+      "miniattn::merge_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
+      KOKKOS_LAMBDA(const index_t flat) {
+        index_t rest = flat;
+        const index_t e = rest % dh;
+        rest /= dh;
+        const index_t i = rest % n;
+        rest /= n;
+        const index_t h = rest % nh;
+        const index_t b = rest / nh;
+        x(b * n + i, h * dh + e) = xh(b, h, i, e);
+      });
+}
+
+template void split_qkv_heads<float>(const View2<const float>&, const View4<float>&, const View4<float>&,
+                                     const View4<float>&);
+template void split_qkv_heads<double>(const View2<const double>&, const View4<double>&, const View4<double>&,
+                                      const View4<double>&);
+template void merge_qkv_heads<float>(const View4<const float>&, const View4<const float>&, const View4<const float>&,
+                                     const View2<float>&);
+template void merge_qkv_heads<double>(const View4<const double>&, const View4<const double>&,
+                                      const View4<const double>&, const View2<double>&);
+template void split_heads<float>(const View2<const float>&, const View4<float>&);
+template void split_heads<double>(const View2<const double>&, const View4<double>&);
+template void merge_heads<float>(const View4<const float>&, const View2<float>&);
+template void merge_heads<double>(const View4<const double>&, const View2<double>&);
+
+}  // namespace miniattn::kernels

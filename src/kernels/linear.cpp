@@ -1,1 +1,93 @@
 #include "kernels/linear.hpp"
+
+#include "kernels/gemm.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace miniattn::kernels {
+
+namespace {
+
+void require_shape(bool ok, const char* where, const char* what) {
+  if (!ok) {
+    std::ostringstream os;
+    os << "kernels::" << where << ": " << what;
+    throw std::invalid_argument(os.str());
+  }
+}
+
+}  // namespace
+
+// y = x W^T + b: the bias is broadcast into y first and the product added
+// with beta = 1, so the whole layer is one BLAS call plus one cheap pass.
+template <class T>
+void linear_forward(const View2<const T>& x, const View2<const T>& w, const View1<const T>& b, const View2<T>& y) {
+  require_shape(x.extent(1) == w.extent(1), "linear_forward", "x [rows, in] and w [out, in] disagree on in");
+  require_shape(y.extent(0) == x.extent(0) && y.extent(1) == w.extent(0), "linear_forward",
+                "y must be [rows, out]");
+  const bool has_bias = b.extent(0) != 0;
+  require_shape(!has_bias || b.extent(0) == w.extent(0), "linear_forward", "b must be [out] or empty");
+
+  if (has_bias) {
+    const index_t out = static_cast<index_t>(y.extent(1));
+    const index_t rows = static_cast<index_t>(y.extent(0));
+    Kokkos::parallel_for(
+        "miniattn::linear_forward_bias", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * out),
+        KOKKOS_LAMBDA(const index_t i) {
+          const index_t r = i / out;
+          const index_t o = i - r * out;
+          y(r, o) = b(o);
+        });
+  }
+  gemm<T>('N', 'T', T(1), x, w, has_bias ? T(1) : T(0), y);
+}
+
+template <class T>
+void linear_backward(const View2<const T>& dy, const View2<const T>& x, const View2<const T>& w, const View2<T>& dx,
+                     const View2<T>& dw, const View1<T>& db) {
+  const index_t rows = static_cast<index_t>(dy.extent(0));
+  const index_t out = static_cast<index_t>(dy.extent(1));
+  require_shape(static_cast<index_t>(x.extent(0)) == rows, "linear_backward", "dy and x disagree on rows");
+  require_shape(static_cast<index_t>(w.extent(0)) == out && w.extent(1) == x.extent(1), "linear_backward",
+                "w must be [out, in] with out = dy.extent(1), in = x.extent(1)");
+  require_shape(dw.extent(0) == w.extent(0) && dw.extent(1) == w.extent(1), "linear_backward",
+                "dw must have the shape of w");
+  require_shape(dx.extent(0) == 0 || (dx.extent(0) == x.extent(0) && dx.extent(1) == x.extent(1)),
+                "linear_backward", "dx must have the shape of x or extent 0");
+  require_shape(db.extent(0) == 0 || static_cast<index_t>(db.extent(0)) == out, "linear_backward",
+                "db must be [out] or empty");
+
+  // dx = dy W   ([rows, out] x [out, in])
+  if (dx.extent(0) != 0) gemm<T>('N', 'N', T(1), dy, w, T(0), dx);
+  // dw += dy^T x   ([out, rows] x [rows, in])
+  gemm<T>('T', 'N', T(1), dy, x, T(1), dw);
+
+  // db += column sums of dy: one team per output column, the rows split over
+  // the team's threads and reduced inside the team, so no atomics are needed.
+  if (db.extent(0) != 0 && rows > 0) {
+    using Policy = Kokkos::TeamPolicy<ExecSpace>;
+    using Member = typename Policy::member_type;
+    Kokkos::parallel_for(
+        "miniattn::linear_backward_bias", Policy(static_cast<int>(out), Kokkos::AUTO),
+        KOKKOS_LAMBDA(const Member& team) {
+          const index_t o = team.league_rank();
+          T sum = T(0);
+          Kokkos::parallel_reduce(
+              Kokkos::TeamThreadRange(team, rows), [&](const index_t r, T& acc) { acc += dy(r, o); }, sum);
+          Kokkos::single(Kokkos::PerTeam(team), [&]() { db(o) += sum; });
+        });
+  }
+}
+
+template void linear_forward<float>(const View2<const float>&, const View2<const float>&, const View1<const float>&,
+                                    const View2<float>&);
+template void linear_forward<double>(const View2<const double>&, const View2<const double>&,
+                                     const View1<const double>&, const View2<double>&);
+template void linear_backward<float>(const View2<const float>&, const View2<const float>&, const View2<const float>&,
+                                     const View2<float>&, const View2<float>&, const View1<float>&);
+template void linear_backward<double>(const View2<const double>&, const View2<const double>&,
+                                      const View2<const double>&, const View2<double>&, const View2<double>&,
+                                      const View1<double>&);
+
+}  // namespace miniattn::kernels

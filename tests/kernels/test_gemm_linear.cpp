@@ -1,0 +1,250 @@
+// gemm and the linear layer against naive float64 host loops, and the linear
+// backward against central finite differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "kernel_test_util.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/linear.hpp"
+
+namespace miniattn::ktest {
+namespace {
+
+// C = alpha op(A) op(B) + beta C, plain loops. A is stored [a0, a1], B [b0, b1].
+HostVec reference_gemm(char ta, char tb, double alpha, const HostVec& a, index_t a1, const HostVec& b, index_t b1,
+                       double beta, const HostVec& c, index_t m, index_t n, index_t k) {
+  HostVec out(m * n);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = 0; j < n; ++j) {
+      double s = 0.0;
+      for (index_t p = 0; p < k; ++p) {
+        const double av = (ta == 'N') ? a[i * a1 + p] : a[p * a1 + i];
+        const double bv = (tb == 'N') ? b[p * b1 + j] : b[j * b1 + p];
+        s += av * bv;
+      }
+      out[i * n + j] = alpha * s + beta * c[i * n + j];
+    }
+  return out;
+}
+
+// y = x W^T + b.
+HostVec reference_linear(const HostVec& x, const HostVec& w, const HostVec& b, index_t rows, index_t in, index_t out) {
+  HostVec y(rows * out);
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t o = 0; o < out; ++o) {
+      double s = b.empty() ? 0.0 : b[o];
+      for (index_t i = 0; i < in; ++i) s += x[r * in + i] * w[o * in + i];
+      y[r * out + o] = s;
+    }
+  return y;
+}
+
+template <class T>
+class GemmTest : public ::testing::Test {};
+using Precisions = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(GemmTest, Precisions);
+
+template <class T>
+void check_gemm(char ta, char tb, index_t m, index_t n, index_t k, unsigned seed) {
+  Random rng(seed);
+  const index_t a0 = (ta == 'N' || ta == 'n') ? m : k, a1 = (ta == 'N' || ta == 'n') ? k : m;
+  const index_t b0 = (tb == 'N' || tb == 'n') ? k : n, b1 = (tb == 'N' || tb == 'n') ? n : k;
+  const HostVec a = quantize<T>(rng.uniform(a0 * a1, -1, 1));
+  const HostVec b = quantize<T>(rng.uniform(b0 * b1, -1, 1));
+  const HostVec c = quantize<T>(rng.uniform(m * n, -1, 1));
+  const double alpha = static_cast<T>(1.25), beta = static_cast<T>(-0.75);
+  auto av = to_view2<T>("a", a, a0, a1);
+  auto bv = to_view2<T>("b", b, b0, b1);
+  auto cv = to_view2<T>("c", c, m, n);
+  kernels::gemm<T>(ta, tb, static_cast<T>(alpha), av, bv, static_cast<T>(beta), cv);
+  const char ua = (ta == 'n') ? 'N' : (ta == 't') ? 'T' : ta;
+  const char ub = (tb == 'n') ? 'N' : (tb == 't') ? 'T' : tb;
+  const HostVec want = reference_gemm(ua, ub, alpha, a, a1, b, b1, beta, c, m, n, k);
+  SCOPED_TRACE(std::string("trans ") + ta + tb);
+  MINIATTN_EXPECT_CLOSE(to_host(cv), want, Tolerance<T>::forward);
+}
+
+TYPED_TEST(GemmTest, AllTransposeCombinationsNonSquare) {
+  using T = TypeParam;
+  const char trans[] = {'N', 'T'};
+  unsigned seed = 11;
+  for (char ta : trans)
+    for (char tb : trans) {
+      check_gemm<T>(ta, tb, 7, 5, 9, seed++);
+      check_gemm<T>(ta, tb, 67, 45, 130, seed++);  // past the BLAS block sizes' small-matrix paths
+    }
+}
+
+TYPED_TEST(GemmTest, LowerCaseTransposeCharacters) {
+  check_gemm<TypeParam>('t', 'n', 6, 4, 3, 5);
+  check_gemm<TypeParam>('n', 't', 3, 8, 5, 6);
+}
+
+TYPED_TEST(GemmTest, BetaZeroOverwritesWithoutReadingC) {
+  using T = TypeParam;
+  Random rng(3);
+  const HostVec a = quantize<T>(rng.uniform(5 * 4, -1, 1)), b = quantize<T>(rng.uniform(4 * 6, -1, 1));
+  auto av = to_view2<T>("a", a, 5, 4);
+  auto bv = to_view2<T>("b", b, 4, 6);
+  View2<T> cv("c", 5, 6);
+  fill_nan(cv);
+  kernels::gemm<T>('N', 'N', T(1), av, bv, T(0), cv);
+  MINIATTN_EXPECT_CLOSE(to_host(cv), reference_gemm('N', 'N', 1, a, 4, b, 6, 0, HostVec(30, 0.0), 5, 6, 4),
+                        Tolerance<T>::forward);
+}
+
+TYPED_TEST(GemmTest, EmptyInnerDimensionScalesC) {
+  using T = TypeParam;
+  View2<T> a("a", 3, 0), b("b", 0, 4);
+  const HostVec c = quantize<T>(Random(4).uniform(12, -1, 1));
+  auto cv = to_view2<T>("c", c, 3, 4);
+  kernels::gemm<T>('N', 'N', T(2), a, b, T(0.5), cv);
+  HostVec want = c;
+  for (auto& x : want) x *= 0.5;
+  MINIATTN_EXPECT_CLOSE(to_host(cv), want, Tolerance<T>::forward);
+  fill_nan(cv);
+  kernels::gemm<T>('N', 'N', T(2), a, b, T(0), cv);
+  EXPECT_EQ(to_host(cv), HostVec(12, 0.0));
+}
+
+TYPED_TEST(GemmTest, RowRangeSubviews) {
+  // Row blocks of a LayoutRight matrix are still contiguous LayoutRight views.
+  using T = TypeParam;
+  Random rng(8);
+  const HostVec a = quantize<T>(rng.uniform(10 * 6, -1, 1)), b = quantize<T>(rng.uniform(5 * 6, -1, 1));
+  auto av = to_view2<T>("a", a, 10, 6);
+  auto bv = to_view2<T>("b", b, 5, 6);
+  View2<T> cv("c", 10, 5);
+  View2<const T> a_rows = Kokkos::subview(av, std::make_pair(index_t(3), index_t(9)), Kokkos::ALL());
+  View2<T> c_rows = Kokkos::subview(cv, std::make_pair(index_t(3), index_t(9)), Kokkos::ALL());
+  kernels::gemm<T>('N', 'T', T(1), a_rows, bv, T(0), c_rows);
+  const HostVec a_sub(a.begin() + 3 * 6, a.begin() + 9 * 6);
+  HostVec want(10 * 5, 0.0);
+  const HostVec block = reference_gemm('N', 'T', 1, a_sub, 6, b, 6, 0, HostVec(30, 0.0), 6, 5, 6);
+  std::copy(block.begin(), block.end(), want.begin() + 3 * 5);
+  MINIATTN_EXPECT_CLOSE(to_host(cv), want, Tolerance<T>::forward);
+}
+
+TEST(Gemm, RejectsBadTransposeAndShapes) {
+  View2<double> a("a", 3, 4), b("b", 4, 5), c("c", 3, 5);
+  EXPECT_THROW(kernels::gemm<double>('C', 'N', 1.0, a, b, 0.0, c), std::invalid_argument);
+  EXPECT_THROW(kernels::gemm<double>('N', 'x', 1.0, a, b, 0.0, c), std::invalid_argument);
+  EXPECT_THROW(kernels::gemm<double>('T', 'N', 1.0, a, b, 0.0, c), std::invalid_argument);  // inner 3 vs 4
+  View2<double> c_bad("c_bad", 3, 4);
+  EXPECT_THROW(kernels::gemm<double>('N', 'N', 1.0, a, b, 0.0, c_bad), std::invalid_argument);
+  EXPECT_NO_THROW(kernels::gemm<double>('N', 'N', 1.0, a, b, 0.0, c));
+}
+
+// ---------------------------------------------------------------- linear
+
+template <class T>
+class LinearTest : public ::testing::Test {};
+TYPED_TEST_SUITE(LinearTest, Precisions);
+
+TYPED_TEST(LinearTest, ForwardMatchesReference) {
+  using T = TypeParam;
+  const index_t rows = 13, in = 7, out = 10;
+  Random rng(21);
+  const HostVec x = quantize<T>(rng.uniform(rows * in, -1, 1));
+  const HostVec w = quantize<T>(rng.uniform(out * in, -1, 1));
+  const HostVec b = quantize<T>(rng.uniform(out, -1, 1));
+  auto xv = to_view2<T>("x", x, rows, in);
+  auto wv = to_view2<T>("w", w, out, in);
+  auto bv = to_view1<T>("b", b);
+  View2<T> yv("y", rows, out);
+  fill_nan(yv);
+  kernels::linear_forward<T>(xv, wv, bv, yv);
+  MINIATTN_EXPECT_CLOSE(to_host(yv), reference_linear(x, w, b, rows, in, out), Tolerance<T>::forward);
+
+  // No bias: b of extent 0.
+  fill_nan(yv);
+  kernels::linear_forward<T>(xv, wv, View1<T>("no_bias", 0), yv);
+  MINIATTN_EXPECT_CLOSE(to_host(yv), reference_linear(x, w, HostVec(), rows, in, out), Tolerance<T>::forward);
+}
+
+TEST(Linear, ForwardRejectsMismatchedShapes) {
+  View2<double> x("x", 4, 3), w("w", 5, 3), y("y", 4, 5), w_bad("w_bad", 5, 2);
+  View1<double> b_bad("b_bad", 4);
+  EXPECT_THROW(kernels::linear_forward<double>(x, w_bad, View1<double>("b", 5), y), std::invalid_argument);
+  EXPECT_THROW(kernels::linear_forward<double>(x, w, b_bad, y), std::invalid_argument);
+}
+
+// All linear gradients against central differences of L = sum(y * G), with
+// dw and db pre-filled (they accumulate) and dx pre-filled with NaN (overwritten).
+TEST(Linear, BackwardMatchesFiniteDifferences) {
+  const index_t rows = 11, in = 6, out = 9;
+  Random rng(31);
+  auto x = to_view2<double>("x", rng.uniform(rows * in, -1, 1), rows, in);
+  auto w = to_view2<double>("w", rng.uniform(out * in, -1, 1), out, in);
+  auto b = to_view1<double>("b", rng.uniform(out, -1, 1));
+  const HostVec g = rng.uniform(rows * out, -1, 1);
+  View2<double> y("y", rows, out);
+  auto loss = [&]() {
+    kernels::linear_forward<double>(x, w, b, y);
+    return weighted_sum(y, g);
+  };
+
+  const HostVec dw0 = rng.uniform(out * in, -1, 1), db0 = rng.uniform(out, -1, 1);
+  auto dy = to_view2<double>("dy", g, rows, out);
+  View2<double> dx("dx", rows, in);
+  fill_nan(dx);
+  auto dw = to_view2<double>("dw", dw0, out, in);
+  auto db = to_view1<double>("db", db0);
+  kernels::linear_backward<double>(dy, x, w, dx, dw, db);
+
+  MINIATTN_EXPECT_CLOSE(to_host(dx), fd_gradient(x, loss), kFdTolerance);
+  MINIATTN_EXPECT_CLOSE(subtract(to_host(dw), dw0), fd_gradient(w, loss), kFdTolerance);
+  MINIATTN_EXPECT_CLOSE(subtract(to_host(db), db0), fd_gradient(b, loss), kFdTolerance);
+
+  // A second call adds the same dw, db again (accumulation, not overwrite).
+  const HostVec dw1 = to_host(dw), db1 = to_host(db);
+  kernels::linear_backward<double>(dy, x, w, dx, dw, db);
+  MINIATTN_EXPECT_CLOSE(subtract(to_host(dw), dw1), subtract(dw1, dw0), 1e-12);
+  MINIATTN_EXPECT_CLOSE(subtract(to_host(db), db1), subtract(db1, db0), 1e-12);
+}
+
+// dx of extent 0 (first layer) and db of extent 0 (no bias) are skipped.
+TEST(Linear, BackwardSkipsEmptyDxAndDb) {
+  const index_t rows = 5, in = 4, out = 3;
+  Random rng(41);
+  const HostVec xh = rng.uniform(rows * in, -1, 1), wh = rng.uniform(out * in, -1, 1),
+                gh = rng.uniform(rows * out, -1, 1);
+  auto x = to_view2<double>("x", xh, rows, in);
+  auto w = to_view2<double>("w", wh, out, in);
+  auto dy = to_view2<double>("dy", gh, rows, out);
+  View2<double> dw("dw", out, in);
+  kernels::linear_backward<double>(dy, x, w, View2<double>("dx", 0, in), dw, View1<double>("db", 0));
+  // dw = dy^T x
+  MINIATTN_EXPECT_CLOSE(to_host(dw), reference_gemm('T', 'N', 1, gh, out, xh, in, 0, HostVec(out * in, 0.0), out, in, rows),
+                        1e-12);
+}
+
+// The float instantiation agrees with the (finite-difference-checked) double one.
+TEST(Linear, FloatBackwardMatchesDouble) {
+  const index_t rows = 12, in = 8, out = 5;
+  Random rng(51);
+  const HostVec x = quantize<float>(rng.uniform(rows * in, -1, 1)), w = quantize<float>(rng.uniform(out * in, -1, 1)),
+                g = quantize<float>(rng.uniform(rows * out, -1, 1)), dw0 = quantize<float>(rng.uniform(out * in, -1, 1)),
+                db0 = quantize<float>(rng.uniform(out, -1, 1));
+  auto run = [&](auto zero) {
+    using T = decltype(zero);
+    View2<T> dx("dx", rows, in);
+    auto dw = to_view2<T>("dw", dw0, out, in);
+    auto db = to_view1<T>("db", db0);
+    kernels::linear_backward<T>(to_view2<T>("dy", g, rows, out), to_view2<T>("x", x, rows, in),
+                                to_view2<T>("w", w, out, in), dx, dw, db);
+    return std::make_tuple(to_host(dx), to_host(dw), to_host(db));
+  };
+  const auto [dxf, dwf, dbf] = run(0.0f);
+  const auto [dxd, dwd, dbd] = run(0.0);
+  MINIATTN_EXPECT_CLOSE(dxf, dxd, Tolerance<float>::forward);
+  MINIATTN_EXPECT_CLOSE(subtract(dwf, dw0), subtract(dwd, dw0), Tolerance<float>::forward);
+  MINIATTN_EXPECT_CLOSE(subtract(dbf, db0), subtract(dbd, db0), Tolerance<float>::forward);
+}
+
+}  // namespace
+}  // namespace miniattn::ktest
