@@ -1,0 +1,660 @@
+// Blockwise flash-style attention (src/kernels/attention.*) against an
+// independent naive float64 reference that builds the whole score matrix.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "core/types.hpp"
+#include "kernels/attention.hpp"
+
+namespace {
+
+using miniattn::index_t;
+using miniattn::View1;
+using miniattn::View3;
+using miniattn::View4;
+using miniattn::kernels::AttentionBlocking;
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------
+// Host problem description, all float64, [B, H, n, Dh] row-major.
+struct Problem {
+  index_t batch = 0, heads = 0, dh = 0;
+  std::vector<index_t> q_pos, k_pos;
+  std::vector<double> q, k, v;
+  index_t nq() const { return static_cast<index_t>(q_pos.size()); }
+  index_t nk() const { return static_cast<index_t>(k_pos.size()); }
+};
+
+std::vector<index_t> range_positions(index_t first, index_t last_exclusive) {
+  std::vector<index_t> p(static_cast<std::size_t>(last_exclusive - first));
+  std::iota(p.begin(), p.end(), first);
+  return p;
+}
+
+std::vector<index_t> concat(std::vector<index_t> a, const std::vector<index_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<double> random_values(std::size_t count, std::uint64_t seed, double sigma = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist(0.0, sigma);
+  std::vector<double> x(count);
+  for (auto& e : x) e = dist(gen);
+  return x;
+}
+
+Problem make_problem(index_t batch, index_t heads, index_t dh, std::vector<index_t> q_pos, std::vector<index_t> k_pos,
+                     std::uint64_t seed) {
+  Problem p;
+  p.batch = batch;
+  p.heads = heads;
+  p.dh = dh;
+  p.q_pos = std::move(q_pos);
+  p.k_pos = std::move(k_pos);
+  const auto nq = static_cast<std::size_t>(batch * heads * p.nq() * dh);
+  const auto nk = static_cast<std::size_t>(batch * heads * p.nk() * dh);
+  // sigma 1.5 gives peaked but not degenerate softmax rows for Dh = 8.
+  p.q = random_values(nq, seed * 3 + 1, 1.5);
+  p.k = random_values(nk, seed * 3 + 2, 1.5);
+  p.v = random_values(nk, seed * 3 + 3, 1.0);
+  return p;
+}
+
+// The same problem with its values rounded to T (so the reference sees exactly the kernel's inputs).
+template <class T>
+Problem rounded(Problem p) {
+  for (auto* x : {&p.q, &p.k, &p.v})
+    for (auto& e : *x) e = static_cast<double>(static_cast<T>(e));
+  return p;
+}
+
+template <class T>
+std::vector<double> rounded(std::vector<double> x) {
+  for (auto& e : x) e = static_cast<double>(static_cast<T>(e));
+  return x;
+}
+
+// Rows [first, last) of the key side of a problem (a key block as a ring would deliver it).
+Problem key_block(const Problem& p, index_t first, index_t last) {
+  Problem out = p;
+  out.k_pos.assign(p.k_pos.begin() + first, p.k_pos.begin() + last);
+  out.k.clear();
+  out.v.clear();
+  for (index_t bh = 0; bh < p.batch * p.heads; ++bh) {
+    for (index_t j = first; j < last; ++j) {
+      for (index_t d = 0; d < p.dh; ++d) {
+        out.k.push_back(p.k[static_cast<std::size_t>((bh * p.nk() + j) * p.dh + d)]);
+        out.v.push_back(p.v[static_cast<std::size_t>((bh * p.nk() + j) * p.dh + d)]);
+      }
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Naive float64 reference: full score matrix per (b, h), max-subtracted softmax.
+struct NaiveForward {
+  std::vector<double> out;  // [B, H, nq, Dh]
+  std::vector<double> lse;  // [B, H, nq]
+};
+
+bool visible(const Problem& p, bool causal, index_t i, index_t j) { return !causal || p.k_pos[j] <= p.q_pos[i]; }
+
+std::vector<double> naive_scores(const Problem& p, index_t bh) {
+  const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  std::vector<double> s(static_cast<std::size_t>(nq * nk));
+  for (index_t i = 0; i < nq; ++i)
+    for (index_t j = 0; j < nk; ++j) {
+      double dot = 0.0;
+      for (index_t d = 0; d < dh; ++d)
+        dot += p.q[static_cast<std::size_t>((bh * nq + i) * dh + d)] *
+               p.k[static_cast<std::size_t>((bh * nk + j) * dh + d)];
+      s[static_cast<std::size_t>(i * nk + j)] = scale * dot;
+    }
+  return s;
+}
+
+NaiveForward naive_forward(const Problem& p, bool causal) {
+  const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
+  NaiveForward r;
+  r.out.assign(static_cast<std::size_t>(p.batch * p.heads * nq * dh), 0.0);
+  r.lse.assign(static_cast<std::size_t>(p.batch * p.heads * nq), kNegInf);
+  for (index_t bh = 0; bh < p.batch * p.heads; ++bh) {
+    const auto s = naive_scores(p, bh);
+    for (index_t i = 0; i < nq; ++i) {
+      double m = kNegInf;
+      for (index_t j = 0; j < nk; ++j)
+        if (visible(p, causal, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+      if (m == kNegInf) continue;  // no visible key: out = 0, lse = -inf
+      double l = 0.0;
+      std::vector<double> o(static_cast<std::size_t>(dh), 0.0);
+      for (index_t j = 0; j < nk; ++j) {
+        if (!visible(p, causal, i, j)) continue;
+        const double e = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m);
+        l += e;
+        for (index_t d = 0; d < dh; ++d)
+          o[static_cast<std::size_t>(d)] += e * p.v[static_cast<std::size_t>((bh * nk + j) * dh + d)];
+      }
+      for (index_t d = 0; d < dh; ++d)
+        r.out[static_cast<std::size_t>((bh * nq + i) * dh + d)] = o[static_cast<std::size_t>(d)] / l;
+      r.lse[static_cast<std::size_t>(bh * nq + i)] = m + std::log(l);
+    }
+  }
+  return r;
+}
+
+// Direct log(sum(exp(s))) over visible keys, no max subtraction (scores are small here).
+std::vector<double> naive_logsumexp(const Problem& p, bool causal) {
+  const index_t nq = p.nq(), nk = p.nk();
+  std::vector<double> lse(static_cast<std::size_t>(p.batch * p.heads * nq), kNegInf);
+  for (index_t bh = 0; bh < p.batch * p.heads; ++bh) {
+    const auto s = naive_scores(p, bh);
+    for (index_t i = 0; i < nq; ++i) {
+      double sum = 0.0;
+      for (index_t j = 0; j < nk; ++j)
+        if (visible(p, causal, i, j)) sum += std::exp(s[static_cast<std::size_t>(i * nk + j)]);
+      if (sum > 0.0) lse[static_cast<std::size_t>(bh * nq + i)] = std::log(sum);
+    }
+  }
+  return lse;
+}
+
+struct Gradients {
+  std::vector<double> dq, dk, dv;
+};
+
+// Analytic backward of out = softmax(scale q k^T + mask) v, written from the
+// probabilities: dv = P^T g, dP = g v^T, dS = P (dP - rowsum(P dP)), dq = scale dS k, dk = scale dS^T q.
+Gradients naive_backward(const Problem& p, bool causal, const std::vector<double>& g) {
+  const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
+  Gradients r;
+  r.dq.assign(p.q.size(), 0.0);
+  r.dk.assign(p.k.size(), 0.0);
+  r.dv.assign(p.v.size(), 0.0);
+  for (index_t bh = 0; bh < p.batch * p.heads; ++bh) {
+    const auto s = naive_scores(p, bh);
+    auto Q = [&](index_t i, index_t d) { return p.q[static_cast<std::size_t>((bh * nq + i) * dh + d)]; };
+    auto K = [&](index_t j, index_t d) { return p.k[static_cast<std::size_t>((bh * nk + j) * dh + d)]; };
+    auto V = [&](index_t j, index_t d) { return p.v[static_cast<std::size_t>((bh * nk + j) * dh + d)]; };
+    auto G = [&](index_t i, index_t d) { return g[static_cast<std::size_t>((bh * nq + i) * dh + d)]; };
+    for (index_t i = 0; i < nq; ++i) {
+      // probabilities of row i
+      std::vector<double> prob(static_cast<std::size_t>(nk), 0.0);
+      double m = kNegInf;
+      for (index_t j = 0; j < nk; ++j)
+        if (visible(p, causal, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+      if (m == kNegInf) continue;
+      double l = 0.0;
+      for (index_t j = 0; j < nk; ++j)
+        if (visible(p, causal, i, j))
+          l += (prob[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m));
+      for (auto& e : prob) e /= l;
+      std::vector<double> dp(static_cast<std::size_t>(nk), 0.0);
+      double row_dot = 0.0;
+      for (index_t j = 0; j < nk; ++j) {
+        double x = 0.0;
+        for (index_t d = 0; d < dh; ++d) x += G(i, d) * V(j, d);
+        dp[static_cast<std::size_t>(j)] = x;
+        row_dot += prob[static_cast<std::size_t>(j)] * x;
+      }
+      for (index_t j = 0; j < nk; ++j) {
+        const double pj = prob[static_cast<std::size_t>(j)];
+        const double ds = pj * (dp[static_cast<std::size_t>(j)] - row_dot);
+        for (index_t d = 0; d < dh; ++d) {
+          r.dv[static_cast<std::size_t>((bh * nk + j) * dh + d)] += pj * G(i, d);
+          r.dq[static_cast<std::size_t>((bh * nq + i) * dh + d)] += scale * ds * K(j, d);
+          r.dk[static_cast<std::size_t>((bh * nk + j) * dh + d)] += scale * ds * Q(i, d);
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Device helpers.
+template <class T>
+View4<T> to_device(const std::vector<double>& x, index_t b, index_t h, index_t n, index_t d, const std::string& name) {
+  View4<T> view(name, b, h, n, d);
+  auto host = Kokkos::create_mirror_view(view);
+  std::size_t idx = 0;
+  for (index_t i0 = 0; i0 < b; ++i0)
+    for (index_t i1 = 0; i1 < h; ++i1)
+      for (index_t i2 = 0; i2 < n; ++i2)
+        for (index_t i3 = 0; i3 < d; ++i3) host(i0, i1, i2, i3) = static_cast<T>(x[idx++]);
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+template <class T>
+std::vector<double> to_host(const View4<T>& view) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  std::vector<double> x;
+  x.reserve(view.size());
+  for (std::size_t i0 = 0; i0 < view.extent(0); ++i0)
+    for (std::size_t i1 = 0; i1 < view.extent(1); ++i1)
+      for (std::size_t i2 = 0; i2 < view.extent(2); ++i2)
+        for (std::size_t i3 = 0; i3 < view.extent(3); ++i3) x.push_back(static_cast<double>(host(i0, i1, i2, i3)));
+  return x;
+}
+
+template <class T>
+std::vector<double> to_host(const View3<T>& view) {
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), view);
+  std::vector<double> x;
+  x.reserve(view.size());
+  for (std::size_t i0 = 0; i0 < view.extent(0); ++i0)
+    for (std::size_t i1 = 0; i1 < view.extent(1); ++i1)
+      for (std::size_t i2 = 0; i2 < view.extent(2); ++i2) x.push_back(static_cast<double>(host(i0, i1, i2)));
+  return x;
+}
+
+View1<const index_t> positions_to_device(const std::vector<index_t>& pos) {
+  View1<index_t> view("positions", pos.size());
+  auto host = Kokkos::create_mirror_view(view);
+  for (std::size_t i = 0; i < pos.size(); ++i) host(i) = pos[i];
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+// A problem on the device in precision T.
+template <class T>
+struct DeviceProblem {
+  View4<T> q, k, v;
+  View1<const index_t> q_pos, k_pos;
+  explicit DeviceProblem(const Problem& p)
+      : q(to_device<T>(p.q, p.batch, p.heads, p.nq(), p.dh, "q")),
+        k(to_device<T>(p.k, p.batch, p.heads, p.nk(), p.dh, "k")),
+        v(to_device<T>(p.v, p.batch, p.heads, p.nk(), p.dh, "v")),
+        q_pos(positions_to_device(p.q_pos)),
+        k_pos(positions_to_device(p.k_pos)) {}
+};
+
+struct ForwardResult {
+  std::vector<double> out, lse;
+};
+
+template <class T>
+ForwardResult kernel_forward(const Problem& p, bool causal, const AttentionBlocking& blocking) {
+  DeviceProblem<T> d(p);
+  View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
+  View3<T> lse("lse", p.batch, p.heads, p.nq());
+  View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, causal, blocking, out, lse, row_sum);
+  Kokkos::fence();
+  return {to_host(out), to_host(lse)};
+}
+
+// Forward fed with several key blocks (one accumulate call per block, in the given order).
+template <class T>
+ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>& blocks, bool causal,
+                                    const AttentionBlocking& blocking) {
+  DeviceProblem<T> d(p);
+  View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
+  View3<T> row_max("row_max", p.batch, p.heads, p.nq());
+  View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
+  View3<T> lse("lse", p.batch, p.heads, p.nq());
+  miniattn::kernels::attention_forward_init<T>(out, row_max, row_sum);
+  for (const auto& block : blocks) {
+    DeviceProblem<T> kb(block);
+    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, causal, blocking, out,
+                                                       row_max, row_sum);
+  }
+  miniattn::kernels::attention_forward_finalize<T>(out, row_max, row_sum, lse);
+  Kokkos::fence();
+  return {to_host(out), to_host(lse)};
+}
+
+// Kernel backward for dout = g, with the keys fed in the given blocks (dk, dv concatenated back).
+template <class T>
+Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, bool causal,
+                          const AttentionBlocking& blocking, const std::vector<double>& g) {
+  DeviceProblem<T> d(p);
+  View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
+  View3<T> lse("lse", p.batch, p.heads, p.nq());
+  View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, causal, blocking, out, lse, row_sum);
+  View4<T> dout = to_device<T>(g, p.batch, p.heads, p.nq(), p.dh, "dout");
+  View3<T> delta("delta", p.batch, p.heads, p.nq());
+  miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
+  View4<T> dq("dq", p.batch, p.heads, p.nq(), p.dh);
+  Gradients r;
+  std::vector<std::vector<double>> dk_blocks, dv_blocks;
+  for (const auto& block : blocks) {
+    DeviceProblem<T> kb(block);
+    View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
+    View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
+    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos, causal,
+                                                        blocking, dq, dk, dv);
+    dk_blocks.push_back(to_host(dk));
+    dv_blocks.push_back(to_host(dv));
+  }
+  Kokkos::fence();
+  r.dq = to_host(dq);
+  // Re-interleave the per-block [B, H, n_block, Dh] arrays into [B, H, nk, Dh].
+  for (index_t bh = 0; bh < p.batch * p.heads; ++bh)
+    for (std::size_t blk = 0; blk < blocks.size(); ++blk) {
+      const auto rows = static_cast<std::size_t>(blocks[blk].nk() * p.dh);
+      const auto first = static_cast<std::size_t>(bh) * rows;
+      r.dk.insert(r.dk.end(), dk_blocks[blk].begin() + first, dk_blocks[blk].begin() + first + rows);
+      r.dv.insert(r.dv.end(), dv_blocks[blk].begin() + first, dv_blocks[blk].begin() + first + rows);
+    }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// max |a - b| / max |b|; -inf must meet -inf exactly; NaN anywhere is an infinite error.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) || std::isnan(b[i])) return std::numeric_limits<double>::infinity();
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    diff = std::max(diff, std::fabs(a[i] - b[i]));
+    norm = std::max(norm, std::fabs(b[i]));
+  }
+  return norm > 0.0 ? diff / norm : diff;
+}
+
+template <class T>
+constexpr double forward_tolerance() {
+  return std::is_same<T, double>::value ? 1e-12 : 1e-5;
+}
+
+// ---------------------------------------------------------------------------
+// Test configurations.
+struct Case {
+  std::string name;
+  std::vector<index_t> q_pos, k_pos;
+  AttentionBlocking blocking;
+  index_t dh = 8;  // head width; 5 exercises the remainder of loops unrolled by four
+};
+
+std::vector<Case> forward_cases() {
+  const auto zigzag_q = concat(range_positions(0, 8), range_positions(56, 64));
+  return {
+      {"n64_blocks16x16", range_positions(0, 64), range_positions(0, 64), {16, 16}},
+      {"n50_ragged16x12", range_positions(0, 50), range_positions(0, 50), {16, 12}},
+      {"n50_blocks_larger_than_n", range_positions(0, 50), range_positions(0, 50), {128, 100}},
+      {"n50_blocks1x1", range_positions(0, 50), range_positions(0, 50), {1, 1}},
+      {"n50_ragged16x12_dh5", range_positions(0, 50), range_positions(0, 50), {16, 12}, 5},
+      {"n37_ragged8x7_dh5", range_positions(0, 37), range_positions(0, 37), {8, 7}, 5},
+      {"queries_after_keys", range_positions(32, 64), range_positions(0, 32), {16, 12}},
+      {"zigzag_queries", zigzag_q, range_positions(0, 64), {16, 12}},
+      {"zigzag_queries_small_tiles", zigzag_q, range_positions(0, 64), {4, 12}},
+      {"zigzag_keys", range_positions(0, 64), concat(range_positions(0, 8), range_positions(56, 64)), {12, 5}},
+      {"keys_after_some_queries", range_positions(0, 40), range_positions(16, 48), {8, 8}},
+  };
+}
+
+template <class T>
+void check_forward_against_naive() {
+  std::uint64_t seed = 11;
+  for (const auto& c : forward_cases()) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+      const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed++));
+      const auto ref = naive_forward(p, causal);
+      const auto got = kernel_forward<T>(p, causal, c.blocking);
+      EXPECT_LE(relative_error(got.out, ref.out), forward_tolerance<T>());
+      EXPECT_LE(relative_error(got.lse, ref.lse), forward_tolerance<T>());
+    }
+  }
+}
+
+TEST(AttentionForward, MatchesNaiveFloat64) { check_forward_against_naive<double>(); }
+TEST(AttentionForward, MatchesNaiveFloat32) { check_forward_against_naive<float>(); }
+
+// The reference really distinguishes causal from non-causal and the test can fail.
+TEST(AttentionForward, CausalMaskChangesTheResult) {
+  const Problem p = make_problem(2, 3, 8, range_positions(0, 50), range_positions(0, 50), 5);
+  const auto causal = kernel_forward<double>(p, true, {16, 12});
+  const auto full = naive_forward(p, false);
+  EXPECT_GT(relative_error(causal.out, full.out), 1e-3);
+}
+
+template <class T>
+void check_lse_against_logsumexp() {
+  std::uint64_t seed = 101;
+  for (const auto& c : forward_cases()) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+      const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed++));
+      const auto got = kernel_forward<T>(p, causal, c.blocking);
+      const double tolerance = std::is_same<T, double>::value ? 1e-12 : 1e-6;
+      EXPECT_LE(relative_error(got.lse, naive_logsumexp(p, causal)), tolerance);
+    }
+  }
+}
+
+TEST(AttentionForward, LseIsLogSumExpFloat64) { check_lse_against_logsumexp<double>(); }
+TEST(AttentionForward, LseIsLogSumExpFloat32) { check_lse_against_logsumexp<float>(); }
+
+// ---------------------------------------------------------------------------
+// Ring attention feeds the keys block by block: two accumulate calls, in
+// either order, must equal one call over all keys.
+template <class T>
+void check_two_key_blocks() {
+  struct Split {
+    std::string name;
+    std::vector<index_t> q_pos, k_pos;
+    index_t split;
+  };
+  const std::vector<Split> splits = {
+      // Causal: keys 24..63 are all in the future of query rows 0..23.
+      {"contiguous", range_positions(0, 64), range_positions(0, 64), 24},
+      {"zigzag_queries", concat(range_positions(0, 8), range_positions(56, 64)), range_positions(0, 64), 32},
+      {"queries_after_keys", range_positions(32, 64), range_positions(0, 32), 13},
+  };
+  const AttentionBlocking blocking{16, 12};
+  std::uint64_t seed = 201;
+  for (const auto& s : splits) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(s.name + (causal ? " causal" : " non-causal"));
+      const Problem p = rounded<T>(make_problem(2, 3, 8, s.q_pos, s.k_pos, seed++));
+      const Problem first = key_block(p, 0, s.split);
+      const Problem second = key_block(p, s.split, p.nk());
+      const auto whole = kernel_forward<T>(p, causal, blocking);
+      const auto forward_order = kernel_forward_blocks<T>(p, {first, second}, causal, blocking);
+      const auto reverse_order = kernel_forward_blocks<T>(p, {second, first}, causal, blocking);
+      const double tol = forward_tolerance<T>();
+      EXPECT_LE(relative_error(forward_order.out, whole.out), tol);
+      EXPECT_LE(relative_error(forward_order.lse, whole.lse), tol);
+      EXPECT_LE(relative_error(reverse_order.out, whole.out), tol);
+      EXPECT_LE(relative_error(reverse_order.lse, whole.lse), tol);
+      const auto ref = naive_forward(p, causal);
+      EXPECT_LE(relative_error(reverse_order.out, ref.out), tol);
+      EXPECT_LE(relative_error(reverse_order.lse, ref.lse), tol);
+    }
+  }
+}
+
+TEST(AttentionForward, TwoKeyBlocksEqualOneCallFloat64) { check_two_key_blocks<double>(); }
+TEST(AttentionForward, TwoKeyBlocksEqualOneCallFloat32) { check_two_key_blocks<float>(); }
+
+// ---------------------------------------------------------------------------
+// Causal work skipping: a query tile entirely before every key sees nothing.
+TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
+  const Problem p = make_problem(1, 2, 8, range_positions(0, 16), range_positions(16, 48), 7);
+  for (const AttentionBlocking blocking : {AttentionBlocking{8, 8}, AttentionBlocking{64, 64}}) {
+    const auto got = kernel_forward<double>(p, true, blocking);
+    for (double x : got.out) EXPECT_EQ(x, 0.0);
+    for (double x : got.lse) EXPECT_EQ(x, kNegInf);
+    // Backward through such rows contributes nothing and makes no NaN.
+    const auto g = random_values(p.q.size(), 8);
+    const auto grads = kernel_backward<double>(p, {p}, true, blocking, g);
+    for (const auto* x : {&grads.dq, &grads.dk, &grads.dv})
+      for (double e : *x) EXPECT_EQ(e, 0.0);
+  }
+  // Mixed: the first query tile precedes every key, later ones do not; with
+  // 12-row tiles, rows 12..15 share a tile with rows that do see keys.
+  const Problem mixed = make_problem(1, 2, 8, range_positions(0, 40), range_positions(16, 48), 9);
+  for (const AttentionBlocking blocking : {AttentionBlocking{8, 8}, AttentionBlocking{12, 8}}) {
+    const auto got = kernel_forward<double>(mixed, true, blocking);
+    const auto ref = naive_forward(mixed, true);
+    EXPECT_LE(relative_error(got.out, ref.out), 1e-12);
+    EXPECT_LE(relative_error(got.lse, ref.lse), 1e-12);
+    EXPECT_EQ(got.lse[0], kNegInf);
+    EXPECT_EQ(got.lse[15], kNegInf);
+    EXPECT_TRUE(std::isfinite(got.lse[16]));
+    EXPECT_TRUE(std::isfinite(got.lse[39]));
+    const auto g = random_values(mixed.q.size(), 10);
+    const auto grads = kernel_backward<double>(mixed, {mixed}, true, blocking, g);
+    const auto ref_grads = naive_backward(mixed, true, g);
+    EXPECT_LE(relative_error(grads.dq, ref_grads.dq), 1e-12);
+    EXPECT_LE(relative_error(grads.dk, ref_grads.dk), 1e-12);
+    EXPECT_LE(relative_error(grads.dv, ref_grads.dv), 1e-12);
+  }
+}
+
+// The running state between accumulate calls: a row that has seen no unmasked
+// key keeps row_max = -inf, row_sum = 0 and out_acc = 0 (what a ring relies on).
+TEST(AttentionForward, RowsWithoutKeysKeepMinusInfinityState) {
+  const Problem p = make_problem(1, 2, 8, range_positions(0, 24), range_positions(16, 40), 21);
+  DeviceProblem<double> d(p);
+  View4<double> acc("acc", 1, 2, 24, 8);
+  View3<double> row_max("row_max", 1, 2, 24), row_sum("row_sum", 1, 2, 24);
+  miniattn::kernels::attention_forward_init<double>(acc, row_max, row_sum);
+  miniattn::kernels::attention_forward_accumulate<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, {12, 8}, acc, row_max,
+                                                          row_sum);
+  const auto m = to_host(row_max), l = to_host(row_sum), o = to_host(acc);
+  for (index_t h = 0; h < 2; ++h) {
+    for (index_t i = 0; i < 24; ++i) {
+      const auto row = static_cast<std::size_t>(h * 24 + i);
+      if (i < 16) {
+        EXPECT_EQ(m[row], kNegInf) << "row " << i;
+        EXPECT_EQ(l[row], 0.0) << "row " << i;
+        for (index_t dd = 0; dd < 8; ++dd) EXPECT_EQ(o[row * 8 + static_cast<std::size_t>(dd)], 0.0);
+      } else {
+        EXPECT_TRUE(std::isfinite(m[row])) << "row " << i;
+        EXPECT_GE(l[row], 1.0) << "row " << i;  // the row maximum contributes exp(0) = 1
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Backward against the naive analytic backward.
+template <class T>
+void check_backward_against_naive(double tolerance) {
+  std::uint64_t seed = 301;
+  for (const auto& c : forward_cases()) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+      const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed));
+      const auto g = rounded<T>(random_values(p.q.size(), seed + 1000));
+      ++seed;
+      const auto ref = naive_backward(p, causal, g);
+      const auto got = kernel_backward<T>(p, {p}, causal, c.blocking, g);
+      EXPECT_LE(relative_error(got.dq, ref.dq), tolerance);
+      EXPECT_LE(relative_error(got.dk, ref.dk), tolerance);
+      EXPECT_LE(relative_error(got.dv, ref.dv), tolerance);
+    }
+  }
+}
+
+TEST(AttentionBackward, MatchesNaiveFloat64) { check_backward_against_naive<double>(1e-12); }
+TEST(AttentionBackward, MatchesNaiveFloat32) { check_backward_against_naive<float>(1e-5); }
+
+// Backward fed with two key blocks (either order) equals one call.
+TEST(AttentionBackward, TwoKeyBlocksEqualOneCall) {
+  const AttentionBlocking blocking{16, 12};
+  std::uint64_t seed = 401;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    const Problem p = make_problem(2, 3, 8, range_positions(0, 50), range_positions(0, 50), seed++);
+    const auto g = random_values(p.q.size(), seed + 1000);
+    const Problem first = key_block(p, 0, 20);
+    const Problem second = key_block(p, 20, 50);
+    const auto whole = kernel_backward<double>(p, {p}, causal, blocking, g);
+    const auto split = kernel_backward<double>(p, {first, second}, causal, blocking, g);
+    const auto ref = naive_backward(p, causal, g);
+    EXPECT_LE(relative_error(split.dq, whole.dq), 1e-12);
+    EXPECT_LE(relative_error(split.dk, whole.dk), 1e-12);
+    EXPECT_LE(relative_error(split.dv, whole.dv), 1e-12);
+    EXPECT_LE(relative_error(split.dq, ref.dq), 1e-12);
+    EXPECT_LE(relative_error(split.dk, ref.dk), 1e-12);
+    EXPECT_LE(relative_error(split.dv, ref.dv), 1e-12);
+  }
+}
+
+// Backward accumulates (+=) into dq, dk, dv rather than overwriting them.
+TEST(AttentionBackward, Accumulates) {
+  const Problem p = make_problem(1, 2, 8, range_positions(0, 20), range_positions(0, 20), 17);
+  const auto g = random_values(p.q.size(), 18);
+  DeviceProblem<double> d(p);
+  View4<double> out("out", 1, 2, 20, 8), dout = to_device<double>(g, 1, 2, 20, 8, "dout");
+  View3<double> lse("lse", 1, 2, 20), row_sum("row_sum", 1, 2, 20), delta("delta", 1, 2, 20);
+  miniattn::kernels::attention_forward<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, {8, 8}, out, lse, row_sum);
+  miniattn::kernels::attention_backward_delta<double>(out, dout, delta);
+  View4<double> dq("dq", 1, 2, 20, 8), dk("dk", 1, 2, 20, 8), dv("dv", 1, 2, 20, 8);
+  Kokkos::deep_copy(dq, 1.0);
+  Kokkos::deep_copy(dk, 2.0);
+  Kokkos::deep_copy(dv, 3.0);
+  miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta, d.q_pos, d.k_pos, true,
+                                                           {8, 8}, dq, dk, dv);
+  const auto ref = naive_backward(p, true, g);
+  auto shifted = [](std::vector<double> x, double c) {
+    for (auto& e : x) e += c;
+    return x;
+  };
+  EXPECT_LE(relative_error(to_host(dq), shifted(ref.dq, 1.0)), 1e-12);
+  EXPECT_LE(relative_error(to_host(dk), shifted(ref.dk, 2.0)), 1e-12);
+  EXPECT_LE(relative_error(to_host(dv), shifted(ref.dv, 3.0)), 1e-12);
+}
+
+// Central finite differences of L = sum(out * G) with the kernel forward.
+TEST(AttentionBackward, MatchesFiniteDifferences) {
+  const AttentionBlocking blocking{4, 3};
+  std::uint64_t seed = 501;
+  for (const auto& positions :
+       {std::make_pair(range_positions(0, 10), range_positions(0, 10)),
+        std::make_pair(concat(range_positions(0, 3), range_positions(13, 16)), range_positions(0, 16))}) {
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(std::string(causal ? "causal" : "non-causal") + " nq=" + std::to_string(positions.first.size()));
+      const Problem p = make_problem(1, 2, 5, positions.first, positions.second, seed++);
+      const auto g = random_values(p.q.size(), seed + 1000);
+      auto loss = [&](const Problem& x) {
+        const auto f = kernel_forward<double>(x, causal, blocking);
+        double l = 0.0;
+        for (std::size_t i = 0; i < g.size(); ++i) l += f.out[i] * g[i];
+        return l;
+      };
+      const auto analytic = kernel_backward<double>(p, {p}, causal, blocking, g);
+      const double eps = 1e-5;
+      auto finite_difference = [&](std::vector<double> Problem::*member) {
+        std::vector<double> fd((p.*member).size());
+        for (std::size_t i = 0; i < fd.size(); ++i) {
+          Problem plus = p, minus = p;
+          (plus.*member)[i] += eps;
+          (minus.*member)[i] -= eps;
+          fd[i] = (loss(plus) - loss(minus)) / (2 * eps);
+        }
+        return fd;
+      };
+      EXPECT_LE(relative_error(analytic.dq, finite_difference(&Problem::q)), 1e-6);
+      EXPECT_LE(relative_error(analytic.dk, finite_difference(&Problem::k)), 1e-6);
+      EXPECT_LE(relative_error(analytic.dv, finite_difference(&Problem::v)), 1e-6);
+    }
+  }
+}
+
+}  // namespace
