@@ -2,7 +2,7 @@
 
 namespace miniattn {
 
-ProcessGrid ProcessGrid::create(MPI_Comm world, int dp) {
+ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int ulysses_degree) {
   ProcessGrid g;
   g.world = world;
   MPI_Comm_rank(world, &g.world_rank);
@@ -16,12 +16,20 @@ ProcessGrid ProcessGrid::create(MPI_Comm world, int dp) {
   MPI_Comm_split(world, sp_index, sp_group, &g.dp_comm);
   MPI_Comm_rank(g.sp_comm, &g.sp_rank);
   MPI_Comm_rank(g.dp_comm, &g.dp_rank);
+  g.ulysses_size = ulysses_degree;
+  g.ring_size = g.sp_size / ulysses_degree;
+  MPI_Comm_split(g.sp_comm, g.sp_rank / ulysses_degree, g.sp_rank % ulysses_degree, &g.ulysses_comm);
+  MPI_Comm_split(g.sp_comm, g.sp_rank % ulysses_degree, g.sp_rank / ulysses_degree, &g.ring_comm);
+  MPI_Comm_rank(g.ulysses_comm, &g.ulysses_rank);
+  MPI_Comm_rank(g.ring_comm, &g.ring_rank);
   return g;
 }
 
 void ProcessGrid::free() {
   if (sp_comm != MPI_COMM_NULL) MPI_Comm_free(&sp_comm);
   if (dp_comm != MPI_COMM_NULL) MPI_Comm_free(&dp_comm);
+  if (ulysses_comm != MPI_COMM_NULL) MPI_Comm_free(&ulysses_comm);
+  if (ring_comm != MPI_COMM_NULL) MPI_Comm_free(&ring_comm);
 }
 
 std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, const std::string& layout) {

@@ -94,11 +94,6 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // The sequence-parallel strategies this build runs. The checks for the others
 // still run first, so that a deck gets the most specific message.
-const std::vector<std::string>& available_strategies() {
-  static const std::vector<std::string> names = {"local"};
-  return names;
-}
-
 std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -693,12 +688,6 @@ void validate_config(const Config& c, int world_size) {
         reject("model.heads", "must be divisible by parallel.ulysses_degree for parallel.strategy hybrid (" +
                                   std::to_string(m.heads) + " % " + std::to_string(p.ulysses_degree) + " != 0)");
       }
-    }
-    if (!contains(available_strategies(), p.strategy)) {
-      std::vector<std::string> quoted;
-      for (const std::string& name : available_strategies()) quoted.push_back("'" + name + "'");
-      reject("parallel.strategy", "'" + p.strategy + "' is not available in this version (only " + join(quoted) +
-                                      "; sequence parallelism is issue #3)");
     }
   }
 #ifndef MINIATTN_HAVE_NCCL

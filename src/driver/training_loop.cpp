@@ -5,16 +5,17 @@
 #include <cstdio>
 #include <memory>
 
-#include "attention/local_attention.hpp"
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config_json.hpp"
 #include "core/error.hpp"
+#include "driver/attention_factory.hpp"
 #include "io/parameter_io.hpp"
 #include "model/optimizer.hpp"
 #include "model/parameters.hpp"
 #include "model/synthetic_task.hpp"
 #include "model/transformer.hpp"
+#include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/memory_usage.hpp"
 #include "perf/phase_timer.hpp"
@@ -22,18 +23,6 @@
 namespace miniattn {
 
 namespace {
-
-template <class T>
-std::unique_ptr<AttentionStrategy<T>> make_attention(const Config& c, const ProcessGrid& grid,
-                                                     const View1<const index_t>& positions, index_t local_batch) {
-  kernels::AttentionBlocking blocking;
-  blocking.query_block = c.kernels.query_block;
-  blocking.key_block = c.kernels.key_block;
-  if (c.parallel.strategy == "local" && grid.sp_size == 1)
-    return std::make_unique<LocalAttention<T>>(positions, c.model.causal, blocking, local_batch, c.model.heads);
-  throw InputError("parallel.strategy: '" + c.parallel.strategy + "' with " + std::to_string(grid.sp_size) +
-                   " sequence-parallel ranks is not available in this version");
-}
 
 std::string format_seconds(double s) {
   char buf[32];
@@ -64,7 +53,11 @@ nlohmann::json to_json(const RankSpread& r) { return {{"min", r.min}, {"max", r.
 template <class T>
 nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const ModelConfig& m = c.model;
-  ProcessGrid grid = ProcessGrid::create(world, static_cast<int>(c.parallel.dp));
+  int world_size = 1;
+  MPI_Comm_size(world, &world_size);
+  const int sp_size = world_size / static_cast<int>(c.parallel.dp);
+  ProcessGrid grid =
+      ProcessGrid::create(world, static_cast<int>(c.parallel.dp), ulysses_degree_for(c.parallel, sp_size));
   const bool root = grid.world_rank == 0;
   const bool bench = c.run.mode == "bench";
 
@@ -94,11 +87,12 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     }
   }
 
-  Transformer<T> model(m, layout, local_batch, n, make_attention<T>(c, grid, positions_device, local_batch));
+  Comm comm;
+  const View2<index_t> attention_positions = ring_positions(m, c.parallel, grid);
+  Transformer<T> model(m, layout, local_batch, n, make_attention_layers<T>(c, grid, comm, attention_positions));
   Optimizer<T> optimizer(c.train, layout);
   View1<index_t> inputs("inputs", rows), targets("targets", rows);
   const SyntheticTask task{m.vocab, m.seq_len, c.train.seed};
-  Comm comm;
   PhaseTimer timer;
 
   const std::size_t state_copies = c.train.optimizer == "adamw" ? 4 : 2;  // params, grads (+ 2 Adam moments)
@@ -120,6 +114,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
   const T loss_scale = static_cast<T>(1.0 / tokens_per_step);
   double first_loss = 0.0, last_loss = 0.0, last_grad_norm = 0.0;
+  std::vector<double> losses;  // every step's loss, for comparing loss curves between decompositions
   const double start = wall_seconds();
 
   for (index_t step = 0; step < c.train.steps; ++step) {
@@ -170,6 +165,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     }
     const double now = wall_seconds();
     if (step == 0) first_loss = loss;
+    losses.push_back(loss);
     last_loss = loss;
     const bool log = !bench && ((step + 1) % c.run.log_every == 0 || step == 0 || step + 1 == c.train.steps);
     if (root && log) {
@@ -200,18 +196,35 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
 
   nlohmann::json phases = nlohmann::json::object();
   for (const auto& [phase, v] : samples) phases[phase] = {{"median_s", timer.median(phase)}, {"total_s", timer.total(phase)}};
-  nlohmann::json exchanges = nlohmann::json::object();
-  for (const auto& [label, s] : comm.stats())
-    exchanges[label] = {{"bytes", s.bytes_sent}, {"calls", s.calls}, {"seconds", s.seconds}};
 
-  // Payload handed to MPI per step by one rank, from the model's sizes.
-  const double exchanged_model =
-      static_cast<double>(grid.world_size > 1 ? layout.replicated_size() * sizeof(T) : 0) +
-      static_cast<double>(grid.dp_size > 1 ? layout.sharded_size() * sizeof(T) : 0) +
-      static_cast<double>(grid.world_size > 1 ? sizeof(double) : 0) +
-      static_cast<double>(grid.sp_size > 1 ? sizeof(double) : 0);
-  std::uint64_t exchanged_measured = 0;
-  for (const auto& [label, s] : comm.stats()) exchanged_measured += s.bytes_sent;
+  // Bytes per step: measured by the Comm counters and modelled from the sizes.
+  ExchangeModelInput exchange_input;
+  exchange_input.model = m;
+  exchange_input.strategy = c.parallel.strategy;
+  exchange_input.world_size = grid.world_size;
+  exchange_input.dp = grid.dp_size;
+  exchange_input.sp = grid.sp_size;
+  exchange_input.ulysses = grid.ulysses_size;
+  exchange_input.scalar_bytes = sizeof(T);
+  exchange_input.replicated_parameters = layout.replicated_size();
+  exchange_input.local_wpe_parameters = layout.sharded_size();
+  const std::map<std::string, double> modelled = modelled_exchange_bytes(exchange_input);
+  const double step_count = static_cast<double>(c.train.steps);
+  nlohmann::json exchanges = nlohmann::json::object();
+  double measured_total = 0.0, modelled_total = 0.0;
+  for (const auto& [label, s] : comm.stats()) {
+    const double per_step = static_cast<double>(s.bytes_sent) / step_count;
+    const auto model_it = modelled.find(label);
+    exchanges[label] = {{"bytes_per_step", per_step},
+                        {"bytes_per_step_model", model_it == modelled.end() ? 0.0 : model_it->second},
+                        {"calls", s.calls},
+                        {"seconds", s.seconds}};
+    measured_total += per_step;
+  }
+  for (const auto& [label, bytes] : modelled) {
+    modelled_total += bytes;
+    if (!exchanges.contains(label)) exchanges[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
+  }
 
   const FlopCount flops = training_step_flops(m);
   const RankSpread peak = spread_over_ranks(static_cast<double>(peak_resident_bytes()), world);
@@ -234,9 +247,9 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   result["flops_per_step"] = flops.total();
   result["achieved_flops_per_second"] = step_median > 0 ? flops.total() / step_median : 0.0;
   result["exchange"] = exchanges;
-  result["exchange_bytes_per_step_measured"] =
-      c.train.steps > 0 ? static_cast<double>(exchanged_measured) / static_cast<double>(c.train.steps) : 0.0;
-  result["exchange_bytes_per_step_model"] = exchanged_model;
+  result["exchange_bytes_per_step_measured"] = measured_total;
+  result["exchange_bytes_per_step_model"] = modelled_total;
+  result["losses"] = losses;
   result["planned_memory_bytes_per_rank"] = planned_bytes;
   result["peak_memory_bytes_per_rank"] = to_json(peak);
   result["initial_loss"] = first_loss;

@@ -38,7 +38,7 @@ struct BlockTensors {
 
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch,
-                            index_t local_positions, std::unique_ptr<AttentionStrategy<T>> attention)
+                            index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention)
     : model_(model),
       layout_(layout),
       local_batch_(local_batch),
@@ -106,7 +106,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
   kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
   {
     compat::ProfilingRegion region("miniattn::attention_forward");
-    attention_->forward(a.q, a.k, a.v, a.attention_out, a.lse);
+    attention_[static_cast<std::size_t>(l)]->forward(a.q, a.k, a.v, a.attention_out, a.lse);
   }
   kernels::merge_heads<T>(a.attention_out, a.attention_merged);
   kernels::linear_forward<T>(a.attention_merged, w.proj_weight, w.proj_bias, projection_out_);
@@ -160,7 +160,8 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::split_heads<T>(d_merged_, d_attention_out_);
   {
     compat::ProfilingRegion region("miniattn::attention_backward");
-    attention_->backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+    attention_[static_cast<std::size_t>(l)]->backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_,
+                                                      d_k_, d_v_);
   }
   const View2<T>& d_qkv = qkv_;  // the forward's qkv workspace is free during backward
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);

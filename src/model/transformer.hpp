@@ -25,8 +25,9 @@ struct BlockActivations {
 template <class T>
 class Transformer {
  public:
+  // attention: one strategy per layer (each keeps what its backward pass needs).
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch, index_t local_positions,
-              std::unique_ptr<AttentionStrategy<T>> attention);
+              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention);
 
   // Runs the model on this rank's inputs; returns the SUM of the cross-entropy
   // over local rows (the caller divides by the global token count).
@@ -42,7 +43,7 @@ class Transformer {
   // Output of block l ([rows, D]); l = layers - 1 is the input of ln_f.
   View2<const T> block_output(index_t l) const { return residual_[static_cast<std::size_t>(l + 1)]; }
   View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
-  const AttentionStrategy<T>& attention() const { return *attention_; }
+  const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
 
   // Bytes of all Views this object allocated (activations and workspaces).
   std::size_t allocated_bytes() const;
@@ -54,7 +55,7 @@ class Transformer {
   ModelConfig model_;
   const ParameterLayout& layout_;
   index_t local_batch_, local_positions_, rows_;
-  std::unique_ptr<AttentionStrategy<T>> attention_;
+  std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
 
   View1<index_t> wpe_row_;         // local wpe row of each local position (identity)
   std::vector<View2<T>> residual_;  // residual_[l]: input of block l; residual_[L]: input of ln_f

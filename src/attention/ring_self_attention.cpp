@@ -1,0 +1,109 @@
+#include "attention/ring_self_attention.hpp"
+
+#include "kernels/attention.hpp"
+
+namespace miniattn {
+
+template <class T>
+RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
+                                        bool causal, index_t batch, index_t heads, index_t head_dim)
+    : comm_(comm), ring_(ring), ring_positions_(ring_positions), causal_(causal) {
+  MPI_Comm_rank(ring, &rank_);
+  MPI_Comm_size(ring, &size_);
+  const index_t n = static_cast<index_t>(ring_positions.extent(1));
+  probabilities_ = kernels::View5<T>("rsa.probabilities", size_, batch, heads, n, n);
+  delta_ = View3<T>("rsa.delta", batch, heads, n);
+  for (int i = 0; i < 2; ++i) {
+    buffer_[i] = View4<T>("rsa.buffer", batch, heads, n, head_dim);
+    second_buffer_[i] = View4<T>("rsa.second_buffer", batch, heads, n, head_dim);
+    dk_buffer_[i] = View4<T>("rsa.dk_buffer", batch, heads, n, head_dim);
+    dv_buffer_[i] = View4<T>("rsa.dv_buffer", batch, heads, n, head_dim);
+  }
+}
+
+template <class T>
+View1<const index_t> RingSelfAttention<T>::positions_of(int ring_rank) const {
+  return Kokkos::subview(ring_positions_, ring_rank, Kokkos::ALL());
+}
+
+template <class T>
+View4<T> RingSelfAttention<T>::probabilities_of(int ring_rank) const {
+  return Kokkos::subview(probabilities_, ring_rank, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL());
+}
+
+template <class T>
+void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                   const View4<T>& out, const View3<T>& lse) {
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  // Pass 1: K around the ring; score block of every source rank.
+  View4<const T> current = k;
+  for (int step = 0; step < size_; ++step) {
+    PendingExchange pending;
+    if (step + 1 < size_)
+      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.k",
+                       pending);
+    const int source = (rank_ - step + size_) % size_;
+    kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), causal_, probabilities_of(source));
+    comm_.wait(pending);
+    current = buffer_[step % 2];
+  }
+  kernels::softmax_over_blocks<T>(probabilities_, lse);
+  // Pass 2: V around the ring; out = sum over blocks of P_block V_block.
+  Kokkos::deep_copy(out, T(0));
+  current = v;
+  for (int step = 0; step < size_; ++step) {
+    PendingExchange pending;
+    if (step + 1 < size_)
+      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.v",
+                       pending);
+    const int source = (rank_ - step + size_) % size_;
+    kernels::apply_probabilities<T>(probabilities_of(source), current, out);
+    comm_.wait(pending);
+    current = buffer_[step % 2];
+  }
+}
+
+template <class T>
+void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                    const View4<const T>& out, const View3<const T>&, const View4<const T>& dout,
+                                    const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+  kernels::attention_backward_delta<T>(out, dout, delta_);
+  Kokkos::deep_copy(dq, T(0));
+  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+  View4<const T> k_current = k, v_current = v;
+  View4<T> dk_current = size_ > 1 ? dk_buffer_[1] : dk, dv_current = size_ > 1 ? dv_buffer_[1] : dv;
+  Kokkos::deep_copy(dk_current, T(0));
+  Kokkos::deep_copy(dv_current, T(0));
+  for (int step = 0; step < size_; ++step) {
+    const int slot = step % 2;
+    PendingExchange kv_pending, grad_pending;
+    if (step + 1 < size_) {
+      comm_.post_shift(k_current.data(), buffer_[slot].data(), k_current.span(), next, prev, ring_,
+                       "rsa.backward.kv", kv_pending);
+      comm_.post_shift(v_current.data(), second_buffer_[slot].data(), v_current.span(), next, prev, ring_,
+                       "rsa.backward.kv", kv_pending);
+    }
+    const int source = (rank_ - step + size_) % size_;
+    kernels::dense_block_backward<T>(probabilities_of(source), q, k_current, v_current, dout, delta_, dq, dk_current,
+                                     dv_current);
+    if (size_ > 1) {  // the accumulators move on (on the last step: home to their block's owner)
+      const View4<T>& dk_next = step + 1 < size_ ? dk_buffer_[slot] : dk;
+      const View4<T>& dv_next = step + 1 < size_ ? dv_buffer_[slot] : dv;
+      comm_.post_shift(dk_current.data(), dk_next.data(), dk_current.span(), next, prev, ring_,
+                       "rsa.backward.dkdv", grad_pending);
+      comm_.post_shift(dv_current.data(), dv_next.data(), dv_current.span(), next, prev, ring_,
+                       "rsa.backward.dkdv", grad_pending);
+      dk_current = dk_next;
+      dv_current = dv_next;
+    }
+    comm_.wait(kv_pending);
+    comm_.wait(grad_pending);
+    k_current = buffer_[slot];
+    v_current = second_buffer_[slot];
+  }
+}
+
+template class RingSelfAttention<float>;
+template class RingSelfAttention<double>;
+
+}  // namespace miniattn

@@ -1,0 +1,45 @@
+#pragma once
+// Ring Self-Attention (RSA) as the sequence-parallelism paper defines it
+// (Li et al., "Sequence Parallelism: Long Sequence Training from System
+// Perspective"): K blocks are passed around the ring so each rank builds its
+// local score rows Q_r K^T (n x N, the defining memory cost), a softmax runs
+// over the whole row, and V blocks are passed around the ring to form P V.
+// Backward: K and V travel again, with the dK, dV accumulators of each block
+// following them home; the stored probabilities are reused.
+#include <mpi.h>
+
+#include "attention/attention_strategy.hpp"
+#include "comm/comm.hpp"
+#include "kernels/dense_attention.hpp"
+
+namespace miniattn {
+
+template <class T>
+class RingSelfAttention final : public AttentionStrategy<T> {
+ public:
+  // ring_positions [P, n]: global positions of each ring rank's rows.
+  RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, bool causal,
+                    index_t batch, index_t heads, index_t head_dim);
+
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
+               const View3<T>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
+  std::string name() const override { return "rsa"; }
+
+ private:
+  View1<const index_t> positions_of(int ring_rank) const;
+  View4<T> probabilities_of(int ring_rank) const;
+
+  Comm& comm_;
+  MPI_Comm ring_;
+  int rank_ = 0, size_ = 1;
+  View2<const index_t> ring_positions_;
+  bool causal_;
+  kernels::View5<T> probabilities_;  // [P, B, H, n, n]: scores, then probabilities, kept for backward
+  View3<T> delta_;
+  View4<T> buffer_[2], second_buffer_[2], dk_buffer_[2], dv_buffer_[2];
+};
+
+}  // namespace miniattn

@@ -1,0 +1,93 @@
+#include "attention/ulysses_attention.hpp"
+
+#include <utility>
+
+namespace miniattn {
+
+namespace {
+int comm_size(MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  return size;
+}
+
+// A [B, H, n] row-statistics view seen as [B, H, n, 1], so that it travels
+// through the same all-to-all as the tensors.
+template <class T>
+View4<T> as_4d(const View3<T>& x) {
+  return View4<T>(x.data(), x.extent(0), x.extent(1), x.extent(2), 1);
+}
+}  // namespace
+
+template <class T>
+UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
+                                      index_t batch, index_t heads, index_t local_rows, index_t head_dim,
+                                      std::string name)
+    : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)), name_(std::move(name)) {
+  const index_t U = comm_size(ulysses), Hl = heads / U, rows = U * local_rows;
+  send_ = kernels::View5<T>("ulysses.send", U, batch, Hl, local_rows, head_dim);
+  receive_ = kernels::View5<T>("ulysses.receive", U, batch, Hl, local_rows, head_dim);
+  q_heads_ = View4<T>("ulysses.q", batch, Hl, rows, head_dim);
+  k_heads_ = View4<T>("ulysses.k", batch, Hl, rows, head_dim);
+  v_heads_ = View4<T>("ulysses.v", batch, Hl, rows, head_dim);
+  out_heads_ = View4<T>("ulysses.out", batch, Hl, rows, head_dim);
+  lse_heads_ = View3<T>("ulysses.lse", batch, Hl, rows);
+  dout_heads_ = View4<T>("ulysses.dout", batch, Hl, rows, head_dim);
+  dq_heads_ = View4<T>("ulysses.dq", batch, Hl, rows, head_dim);
+  dk_heads_ = View4<T>("ulysses.dk", batch, Hl, rows, head_dim);
+  dv_heads_ = View4<T>("ulysses.dv", batch, Hl, rows, head_dim);
+}
+
+template <class T>
+void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const View4<T>& head_split,
+                                   const std::string& label) {
+  // The buffers are sized for Dh columns; a [.., 1] view uses their first part.
+  const kernels::View5<T> send(send_.data(), send_.extent(0), send_.extent(1), send_.extent(2), send_.extent(3),
+                               sequence_split.extent(3));
+  const kernels::View5<T> receive(receive_.data(), send.extent(0), send.extent(1), send.extent(2), send.extent(3),
+                                  send.extent(4));
+  kernels::pack_heads<T>(sequence_split, send);
+  comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
+  kernels::unpack_rows<T>(receive, head_split);
+}
+
+template <class T>
+void UlyssesAttention<T>::to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split,
+                                      const std::string& label) {
+  const kernels::View5<T> send(send_.data(), send_.extent(0), send_.extent(1), send_.extent(2), send_.extent(3),
+                               head_split.extent(3));
+  const kernels::View5<T> receive(receive_.data(), send.extent(0), send.extent(1), send.extent(2), send.extent(3),
+                                  send.extent(4));
+  kernels::pack_rows<T>(head_split, send);
+  comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
+  kernels::unpack_heads<T>(receive, sequence_split);
+}
+
+template <class T>
+void UlyssesAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                  const View4<T>& out, const View3<T>& lse) {
+  to_heads(q, q_heads_, "ulysses.forward.qkv");
+  to_heads(k, k_heads_, "ulysses.forward.qkv");
+  to_heads(v, v_heads_, "ulysses.forward.qkv");
+  inner_->forward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_);
+  to_sequence(out_heads_, out, "ulysses.forward.out");
+  to_sequence(as_4d(lse_heads_), as_4d(lse), "ulysses.forward.lse");
+}
+
+template <class T>
+void UlyssesAttention<T>::backward(const View4<const T>&, const View4<const T>&, const View4<const T>&,
+                                   const View4<const T>&, const View3<const T>&, const View4<const T>& dout,
+                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+  // q, k, v, out and lse of the forward pass are still here, head-split.
+  to_heads(dout, dout_heads_, "ulysses.backward.dout");
+  inner_->backward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_, dout_heads_, dq_heads_, dk_heads_,
+                   dv_heads_);
+  to_sequence(dq_heads_, dq, "ulysses.backward.dqkv");
+  to_sequence(dk_heads_, dk, "ulysses.backward.dqkv");
+  to_sequence(dv_heads_, dv, "ulysses.backward.dqkv");
+}
+
+template class UlyssesAttention<float>;
+template class UlyssesAttention<double>;
+
+}  // namespace miniattn

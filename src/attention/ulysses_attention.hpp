@@ -1,0 +1,45 @@
+#pragma once
+// DeepSpeed-Ulysses attention: an all-to-all among U ranks turns
+// sequence-split q, k, v [B, H, n, Dh] into head-split [B, H/U, U*n, Dh], an
+// inner strategy attends over the gathered rows (local attention for
+// 'ulysses'; ring attention across Ulysses groups for 'hybrid'), and a second
+// all-to-all returns the output to sequence-split layout. Needs H % U == 0.
+// The head-split tensors of the forward pass are kept for the backward pass.
+#include <memory>
+
+#include <mpi.h>
+
+#include "attention/attention_strategy.hpp"
+#include "comm/comm.hpp"
+#include "kernels/ulysses_layout.hpp"
+
+namespace miniattn {
+
+template <class T>
+class UlyssesAttention final : public AttentionStrategy<T> {
+ public:
+  UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner, index_t batch,
+                   index_t heads, index_t local_rows, index_t head_dim, std::string name);
+
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
+               const View3<T>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
+  std::string name() const override { return name_; }
+
+ private:
+  void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, const std::string& label);
+  void to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split, const std::string& label);
+
+  Comm& comm_;
+  MPI_Comm ulysses_;
+  std::unique_ptr<AttentionStrategy<T>> inner_;
+  std::string name_;
+  kernels::View5<T> send_, receive_;                   // [U, B, H/U, n, Dh]
+  View4<T> q_heads_, k_heads_, v_heads_, out_heads_;  // saved for backward
+  View3<T> lse_heads_;
+  View4<T> dout_heads_, dq_heads_, dk_heads_, dv_heads_;
+};
+
+}  // namespace miniattn

@@ -1,0 +1,67 @@
+#include "driver/attention_factory.hpp"
+
+#include "attention/ring_attention.hpp"
+#include "attention/ring_self_attention.hpp"
+#include "attention/ulysses_attention.hpp"
+#include "core/error.hpp"
+
+namespace miniattn {
+
+int ulysses_degree_for(const ParallelConfig& parallel, int sp_size) {
+  if (parallel.strategy == "ulysses") return sp_size;
+  if (parallel.strategy == "hybrid") return static_cast<int>(parallel.ulysses_degree);
+  return 1;
+}
+
+View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& parallel, const ProcessGrid& grid) {
+  const int U = grid.ulysses_size, G = grid.ring_size;
+  const index_t n = model.seq_len / grid.sp_size;
+  View2<index_t> table("ring_positions", G, U * n);
+  auto host = Kokkos::create_mirror_view(table);
+  for (int g = 0; g < G; ++g)
+    for (int u = 0; u < U; ++u) {
+      const std::vector<index_t> owned = owned_positions(model.seq_len, grid.sp_size, g * U + u, parallel.layout);
+      for (index_t i = 0; i < n; ++i) host(g, u * n + i) = owned[static_cast<std::size_t>(i)];
+    }
+  Kokkos::deep_copy(table, host);
+  return table;
+}
+
+template <class T>
+std::vector<std::unique_ptr<AttentionStrategy<T>>> make_attention_layers(const Config& c, const ProcessGrid& grid,
+                                                                         Comm& comm,
+                                                                         const View2<const index_t>& positions) {
+  const ModelConfig& m = c.model;
+  const std::string& strategy = c.parallel.strategy;
+  kernels::AttentionBlocking blocking;
+  blocking.query_block = c.kernels.query_block;
+  blocking.key_block = c.kernels.key_block;
+  const index_t B = m.batch / grid.dp_size, H = m.heads, Dh = m.head_dim();
+  const index_t n = m.seq_len / grid.sp_size;
+
+  std::vector<std::unique_ptr<AttentionStrategy<T>>> layers;
+  for (index_t l = 0; l < m.layers; ++l) {
+    if (strategy == "local" || strategy == "ring") {
+      layers.push_back(std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, B, H,
+                                                          Dh, strategy));
+    } else if (strategy == "rsa") {
+      layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, m.causal, B, H, Dh));
+    } else if (strategy == "ulysses" || strategy == "hybrid") {
+      const index_t U = grid.ulysses_size;
+      auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, B, H / U,
+                                                      Dh, strategy == "ulysses" ? "local" : "ring");
+      layers.push_back(std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, n, Dh,
+                                                             strategy));
+    } else {
+      throw InputError("parallel.strategy: unknown strategy '" + strategy + "'");
+    }
+  }
+  return layers;
+}
+
+template std::vector<std::unique_ptr<AttentionStrategy<float>>> make_attention_layers<float>(
+    const Config&, const ProcessGrid&, Comm&, const View2<const index_t>&);
+template std::vector<std::unique_ptr<AttentionStrategy<double>>> make_attention_layers<double>(
+    const Config&, const ProcessGrid&, Comm&, const View2<const index_t>&);
+
+}  // namespace miniattn

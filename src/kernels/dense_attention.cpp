@@ -1,0 +1,121 @@
+#include "kernels/dense_attention.hpp"
+
+#include <limits>
+
+#include "core/kokkos_compat.hpp"
+
+namespace miniattn::kernels {
+
+namespace {
+using Range = Kokkos::RangePolicy<ExecSpace>;
+}
+
+template <class T>
+void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
+                 const View1<const index_t>& k_pos, bool causal, const View4<T>& scores) {
+  const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
+  const T scale = T(1) / compat::sqrt(static_cast<T>(Dh));
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  Kokkos::parallel_for(
+      "miniattn::score_block", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
+        for (index_t j = 0; j < nk; ++j) {
+          if (causal && k_pos(j) > q_pos(i)) {
+            scores(b, h, i, j) = minus_inf;
+            continue;
+          }
+          T dot = 0;
+          for (index_t d = 0; d < Dh; ++d) dot += q(b, h, i, d) * k(b, h, j, d);
+          scores(b, h, i, j) = scale * dot;
+        }
+      });
+}
+
+template <class T>
+void softmax_over_blocks(const View5<T>& scores, const View3<T>& lse) {
+  const index_t G = scores.extent(0), B = scores.extent(1), H = scores.extent(2), n = scores.extent(3),
+                nk = scores.extent(4);
+  const T minus_inf = -std::numeric_limits<T>::infinity();
+  Kokkos::parallel_for(
+      "miniattn::softmax_over_blocks", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
+        T row_max = minus_inf;
+        for (index_t g = 0; g < G; ++g)
+          for (index_t j = 0; j < nk; ++j) row_max = scores(g, b, h, i, j) > row_max ? scores(g, b, h, i, j) : row_max;
+        T sum = 0;
+        for (index_t g = 0; g < G; ++g)
+          for (index_t j = 0; j < nk; ++j) {
+            const T p = scores(g, b, h, i, j) == minus_inf ? T(0) : compat::exp(scores(g, b, h, i, j) - row_max);
+            scores(g, b, h, i, j) = p;
+            sum += p;
+          }
+        for (index_t g = 0; g < G; ++g)
+          for (index_t j = 0; j < nk; ++j) scores(g, b, h, i, j) /= sum;
+        lse(b, h, i) = row_max + compat::log(sum);
+      });
+}
+
+template <class T>
+void apply_probabilities(const View4<const T>& probabilities, const View4<const T>& v, const View4<T>& out) {
+  const index_t B = out.extent(0), H = out.extent(1), n = out.extent(2), Dh = out.extent(3), nk = v.extent(2);
+  Kokkos::parallel_for(
+      "miniattn::apply_probabilities", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
+        for (index_t j = 0; j < nk; ++j) {
+          const T p = probabilities(b, h, i, j);
+          if (p == T(0)) continue;
+          for (index_t d = 0; d < Dh; ++d) out(b, h, i, d) += p * v(b, h, j, d);
+        }
+      });
+}
+
+template <class T>
+void dense_block_backward(const View4<const T>& probabilities, const View4<const T>& q, const View4<const T>& k,
+                          const View4<const T>& v, const View4<const T>& dout, const View3<const T>& delta,
+                          const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+  const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
+  const T scale = T(1) / compat::sqrt(static_cast<T>(Dh));
+  // Query rows: dq. Parallel over (b, h, i); each thread owns its dq row.
+  Kokkos::parallel_for(
+      "miniattn::dense_block_backward_dq", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
+        for (index_t j = 0; j < nk; ++j) {
+          const T p = probabilities(b, h, i, j);
+          if (p == T(0)) continue;
+          T dp = 0;
+          for (index_t d = 0; d < Dh; ++d) dp += dout(b, h, i, d) * v(b, h, j, d);
+          const T ds = p * (dp - delta(b, h, i)) * scale;
+          for (index_t d = 0; d < Dh; ++d) dq(b, h, i, d) += ds * k(b, h, j, d);
+        }
+      });
+  // Key rows: dk, dv. Parallel over (b, h, j); each thread owns its dk, dv rows.
+  Kokkos::parallel_for(
+      "miniattn::dense_block_backward_dkdv", Range(0, B * H * nk), KOKKOS_LAMBDA(const index_t r) {
+        const index_t j = r % nk, h = (r / nk) % H, b = r / (nk * H);
+        for (index_t i = 0; i < n; ++i) {
+          const T p = probabilities(b, h, i, j);
+          if (p == T(0)) continue;
+          T dp = 0;
+          for (index_t d = 0; d < Dh; ++d) dp += dout(b, h, i, d) * v(b, h, j, d);
+          const T ds = p * (dp - delta(b, h, i)) * scale;
+          for (index_t d = 0; d < Dh; ++d) {
+            dk(b, h, j, d) += ds * q(b, h, i, d);
+            dv(b, h, j, d) += p * dout(b, h, i, d);
+          }
+        }
+      });
+}
+
+#define MINIATTN_INSTANTIATE(T)                                                                                   \
+  template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,          \
+                               const View1<const index_t>&, bool, const View4<T>&);                               \
+  template void softmax_over_blocks<T>(const View5<T>&, const View3<T>&);                                         \
+  template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);            \
+  template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,       \
+                                        const View4<const T>&, const View4<const T>&, const View3<const T>&,      \
+                                        const View4<T>&, const View4<T>&, const View4<T>&);
+MINIATTN_INSTANTIATE(float)
+MINIATTN_INSTANTIATE(double)
+#undef MINIATTN_INSTANTIATE
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,34 @@
+#pragma once
+// Attention with materialised score blocks, the building blocks of Ring
+// Self-Attention (RSA): for one query block and one key block the full score
+// block [n, nk] is stored, and the softmax runs over a row of such blocks.
+// Layouts: q, k, v, out [B, H, rows, Dh]; a score or probability block
+// [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
+#include "core/types.hpp"
+#include "kernels/ulysses_layout.hpp"
+
+namespace miniattn::kernels {
+
+// scores = q k^T / sqrt(Dh), -inf where causal and k_pos > q_pos.
+template <class T>
+void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
+                 const View1<const index_t>& k_pos, bool causal, const View4<T>& scores);
+
+// In place over all G blocks of each row: scores -> softmax probabilities;
+// lse receives each row's log-sum-exp.
+template <class T>
+void softmax_over_blocks(const View5<T>& scores, const View3<T>& lse);
+
+// out += probabilities v
+template <class T>
+void apply_probabilities(const View4<const T>& probabilities, const View4<const T>& v, const View4<T>& out);
+
+// The backward pass through one block, accumulating (+=):
+//   dP = dout v^T, dS = P * (dP - delta), dq += dS k / sqrt(Dh),
+//   dk += dS^T q / sqrt(Dh), dv += P^T dout.
+template <class T>
+void dense_block_backward(const View4<const T>& probabilities, const View4<const T>& q, const View4<const T>& k,
+                          const View4<const T>& v, const View4<const T>& dout, const View3<const T>& delta,
+                          const View4<T>& dq, const View4<T>& dk, const View4<T>& dv);
+
+}  // namespace miniattn::kernels

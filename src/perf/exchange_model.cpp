@@ -1,0 +1,56 @@
+#include "perf/exchange_model.hpp"
+
+namespace miniattn {
+
+namespace {
+
+// Ring attention over G ranks, per layer, blocks of X bytes.
+void add_ring(std::map<std::string, double>& bytes, const std::string& prefix, double G, double X, double layers) {
+  if (G <= 1) return;
+  bytes[prefix + ".forward.kv"] += layers * 2 * (G - 1) * X;
+  bytes[prefix + ".backward.kv"] += layers * 2 * (G - 1) * X;
+  bytes[prefix + ".backward.dkdv"] += layers * 2 * G * X;
+}
+
+}  // namespace
+
+std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& in) {
+  const ModelConfig& m = in.model;
+  const double s = static_cast<double>(in.scalar_bytes);
+  const double b = static_cast<double>(m.batch / in.dp), n = static_cast<double>(m.seq_len / in.sp);
+  const double D = static_cast<double>(m.d_model), H = static_cast<double>(m.heads);
+  const double L = static_cast<double>(m.layers);
+  const double X = b * n * D * s;
+  const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
+
+  std::map<std::string, double> bytes;
+  if (in.world_size > 1) {
+    bytes["gradients.replicated"] = static_cast<double>(in.replicated_parameters) * s;
+    bytes["loss"] = sizeof(double);
+  }
+  if (in.dp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
+  if (in.sp > 1) bytes["grad_norm"] = sizeof(double);
+
+  if (in.strategy == "ring" || in.strategy == "local") {
+    add_ring(bytes, "ring", P, X, L);
+  } else if (in.strategy == "rsa") {
+    if (P > 1) {
+      bytes["rsa.forward.k"] = L * (P - 1) * X;
+      bytes["rsa.forward.v"] = L * (P - 1) * X;
+      bytes["rsa.backward.kv"] = L * 2 * (P - 1) * X;
+      bytes["rsa.backward.dkdv"] = L * 2 * P * X;
+    }
+  } else if (in.strategy == "ulysses" || in.strategy == "hybrid") {
+    // Every all-to-all is called, also on one rank, where it sends nothing.
+    const double share = (U - 1) / U;
+    bytes["ulysses.forward.qkv"] = L * 3 * X * share;
+    bytes["ulysses.forward.out"] = L * X * share;
+    bytes["ulysses.forward.lse"] = L * b * H * n * s * share;
+    bytes["ulysses.backward.dout"] = L * X * share;
+    bytes["ulysses.backward.dqkv"] = L * 3 * X * share;
+    add_ring(bytes, "ring", G, X, L);
+  }
+  return bytes;
+}
+
+}  // namespace miniattn
