@@ -1,17 +1,18 @@
 #pragma once
-// Exchanges between ranks, behind one interface (DESIGN.md section 3). Every
-// exchange counts the payload bytes this rank sends to OTHER ranks (for an
-// all-reduce: the buffer size) and the seconds this rank spends in it (for a
-// non-blocking shift: posting plus waiting, i.e. the part not hidden behind
-// compute), so the report can print them beside the analytic formula.
+// Exchanges between ranks, behind one interface (DESIGN.md section 3) with an
+// MPI backend (MpiComm, host or GPU-aware MPI) and an NCCL backend (NcclComm,
+// built with MINIATTN_ENABLE_NCCL). A group of ranks is named by its MPI
+// communicator whatever the backend.
 //
-// The MPI backend passes View data pointers straight to MPI (which must be
-// GPU-aware on device builds); each call fences the execution space first,
-// because since Kokkos 4.0 device kernels run asynchronously.
+// Every exchange counts the payload bytes this rank sends to OTHER ranks (for
+// an all-reduce: the buffer size) and the seconds this rank spends in it (for
+// a non-blocking shift: posting plus waiting, i.e. the part not hidden behind
+// compute), so the report prints them beside the analytic formula.
 #include <mpi.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,44 +26,80 @@ struct ExchangeStats {
   double seconds = 0.0;
 };
 
-// Non-blocking transfers in flight; finished by Comm::wait.
-class PendingExchange {
- public:
-  bool active() const { return !requests_.empty(); }
+enum class ScalarType { f32, f64 };
 
- private:
-  friend class Comm;
-  std::vector<MPI_Request> requests_;
-  std::string label_;
+template <class T>
+constexpr ScalarType scalar_type_of();
+template <>
+constexpr ScalarType scalar_type_of<float>() { return ScalarType::f32; }
+template <>
+constexpr ScalarType scalar_type_of<double>() { return ScalarType::f64; }
+
+// Non-blocking transfers in flight; finished by Comm::wait.
+struct PendingExchange {
+  std::vector<MPI_Request> requests;  // MPI backend
+  bool stream_work = false;           // NCCL backend: work queued on the device stream
+  std::string label;
+  bool active() const { return !requests.empty() || stream_work; }
 };
 
 class Comm {
  public:
-  // Sums data over all ranks of comm, in place.
-  template <class T>
-  void allreduce_sum(const View1<T>& data, MPI_Comm comm, const std::string& label);
+  virtual ~Comm() = default;
+  virtual std::string backend() const = 0;
 
-  // Sums one host value over comm (small control reductions, counted too).
-  double allreduce_sum(double value, MPI_Comm comm, const std::string& label);
+  // Sums data over all ranks of group, in place.
+  template <class T>
+  void allreduce_sum(const View1<T>& data, MPI_Comm group, const std::string& label);
+
+  // Sums one host value over group (small control reductions, always over MPI).
+  double allreduce_sum(double value, MPI_Comm group, const std::string& label);
 
   // Posts a non-blocking send of `count` elements at send to rank dest and a
-  // receive of as many into recv from rank source (ring shift). Several posts
-  // may share one PendingExchange; nothing may touch the buffers until wait().
+  // receive of as many into recv from rank source (a ring shift). Several
+  // posts may share one PendingExchange; the buffers are untouchable until wait().
   template <class T>
-  void post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm comm,
+  void post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm group,
                   const std::string& label, PendingExchange& pending);
   void wait(PendingExchange& pending);
 
-  // All-to-all: block j of send (count_per_rank elements) goes to rank j; block
+  // All-to-all: block j of send (count_per_rank elements) goes to rank j, block
   // i of recv comes from rank i. Bytes counted exclude the block kept locally.
   template <class T>
-  void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm comm, const std::string& label);
+  void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
 
   const std::map<std::string, ExchangeStats>& stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
 
+ protected:
+  virtual void allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) = 0;
+  virtual void post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
+                               int source, MPI_Comm group, PendingExchange& pending) = 0;
+  virtual void wait_impl(PendingExchange& pending) = 0;
+  virtual void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                             MPI_Comm group) = 0;
+
  private:
   std::map<std::string, ExchangeStats> stats_;
 };
+
+// The MPI backend: View data pointers go straight to MPI (which must be
+// GPU-aware on device builds); each call fences the execution space first,
+// because since Kokkos 4.0 device kernels run asynchronously.
+class MpiComm final : public Comm {
+ public:
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  void allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) override;
+  void post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest, int source,
+                       MPI_Comm group, PendingExchange& pending) override;
+  void wait_impl(PendingExchange& pending) override;
+  void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                     MPI_Comm group) override;
+};
+
+// The backend named by parallel.comm ("mpi" or "nccl").
+std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm world);
 
 }  // namespace miniattn

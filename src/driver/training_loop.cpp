@@ -87,7 +87,8 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     }
   }
 
-  Comm comm;
+  const std::unique_ptr<Comm> comm_backend = make_comm(c.parallel.comm, world);
+  Comm& comm = *comm_backend;
   const View2<index_t> attention_positions = ring_positions(m, c.parallel, grid);
   Transformer<T> model(m, layout, local_batch, n, make_attention_layers<T>(c, grid, comm, attention_positions));
   Optimizer<T> optimizer(c.train, layout);
