@@ -9,6 +9,8 @@ non-zero with a message when the check fails:
   learns             the example task's loss falls well below its start
   bad_input          malformed decks and command lines exit with status 2, naming the key
   determinism        two identical runs give bitwise-identical snapshots
+  sequence_parallel  a strategy on R ranks (dp x sp) equals the 1-rank run: loss curve,
+                     parameters and gradients within 1e-10, causal and not, both layouts
 
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
 """
@@ -143,6 +145,10 @@ def bad_input(c):
         (1, [c.deck, "--set", "model.nonsense=1"], "model.nonsense"),
         (2, [c.deck, "--set", "parallel.dp=3"], "parallel.dp"),
         (2, [c.deck], "parallel.strategy"),
+        (4, [c.deck, "--set", "parallel.strategy=ring", "--set", "parallel.layout=zigzag"], "model.seq_len"),
+        (2, [c.deck, "--set", "parallel.strategy=ulysses"], "model.heads"),
+        (4, [c.deck, "--set", "parallel.strategy=hybrid", "--set", "parallel.ulysses_degree=3"],
+         "parallel.ulysses_degree"),
         (1, [c.deck, "--set", "io.snapshot=/nonexistent-dir/x.h5", "--set", "io.snapshot_step=0"], "io.snapshot"),
         (1, [c.deck, "--set", "run.result=/nonexistent-dir/r.json"], "run.result"),
         (1, [], "usage"),
@@ -156,6 +162,48 @@ def bad_input(c):
         print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args)}")
 
 
+SP_DECK = """\
+model: {vocab: 32, d_model: 48, heads: 12, layers: 2, seq_len: 24, batch: 2, causal: true, precision: fp64}
+parallel: {strategy: local, dp: 1}
+train: {steps: 3, lr: 1.0e-2, optimizer: adamw, weight_decay: 0.1, grad_clip: 0.5, seed: 5}
+kernels: {query_block: 5, key_block: 7}
+run: {mode: train, log_every: 1}
+"""
+
+
+def compare_losses(a, b, rtol):
+    la, lb = np.array(a["losses"]), np.array(b["losses"])
+    if la.shape != lb.shape:
+        fail(f"loss curves of different lengths: {la.shape} vs {lb.shape}")
+    err = np.max(np.abs(la - lb) / np.abs(la))
+    if not err <= rtol:
+        fail(f"loss curves differ by {err:.3e} > {rtol:.1e}: {la} vs {lb}")
+    return err
+
+
+def sequence_parallel(c, strategy, ranks, dp, ulysses):
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    for causal in ("true", "false"):
+        for layout in ("contiguous", "zigzag"):
+            tag = f"{causal}-{layout}"
+            common = [f"model.causal={causal}", "io.snapshot_step=2"]
+            ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
+            sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
+                                f"parallel.layout={layout}", f"parallel.dp={dp}",
+                                f"parallel.ulysses_degree={ulysses}", deck=deck))
+            if sp["sp"] != ranks // dp or sp["strategy"] != strategy:
+                fail(f"ran as sp={sp['sp']} strategy={sp['strategy']}, expected sp={ranks // dp} {strategy}")
+            loss_err = compare_losses(ref, sp, 1e-10)
+            worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
+            measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
+            if measured != modelled:
+                fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
+            print(f"{strategy} on {ranks} ranks (dp {dp}, U {ulysses}), causal={causal}, {layout}: "
+                  f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
+
+
 def determinism(c):
     c.run(2, "parallel.dp=2", "io.snapshot=a.h5", "io.snapshot_step=2")
     c.run(2, "parallel.dp=2", "io.snapshot=b.h5", "io.snapshot_step=2")
@@ -167,13 +215,20 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
-    p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism"])
+    p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
+                                      "sequence_parallel"])
     p.add_argument("--deck", help="deck for 'learns'")
+    p.add_argument("--strategy", help="for sequence_parallel")
+    p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")
+    p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
+    p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"miniattn-{a.check}-") as scratch:
         c = Check(os.path.abspath(a.miniattn), a.mpiexec, scratch)
         if a.check == "learns":
             learns(c, os.path.abspath(a.deck))
+        elif a.check == "sequence_parallel":
+            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses)
         else:
             globals()[a.check](c)
     print(f"{a.check}: PASSED")
