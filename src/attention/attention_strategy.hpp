@@ -3,6 +3,7 @@
 // sequence that may be split across ranks (DESIGN.md section 3). Inputs and
 // outputs are this rank's local rows in head-major layout [B, H, n, Dh]; a
 // strategy may exchange data with other ranks of its sequence-parallel group.
+#include <cstddef>
 #include <string>
 
 #include "core/types.hpp"
@@ -25,6 +26,14 @@ class AttentionStrategy {
                         const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) = 0;
 
   virtual std::string name() const = 0;
+
+  // Bytes of the Views this strategy allocated (workspaces and saved tensors).
+  virtual std::size_t allocated_bytes() const = 0;
 };
+
+template <class View>
+std::size_t view_bytes(const View& v) {
+  return v.span() * sizeof(typename View::value_type);
+}
 
 }  // namespace miniattn

@@ -106,6 +106,14 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
   }
 }
 
+template <class T>
+std::size_t RingAttention<T>::allocated_bytes() const {
+  std::size_t bytes = view_bytes(row_sum_) + view_bytes(delta_);
+  for (int i = 0; i < 2; ++i)
+    bytes += view_bytes(k_buffer_[i]) + view_bytes(v_buffer_[i]) + view_bytes(dk_buffer_[i]) + view_bytes(dv_buffer_[i]);
+  return bytes;
+}
+
 template class RingAttention<float>;
 template class RingAttention<double>;
 

@@ -32,6 +32,7 @@ class RingAttention final : public AttentionStrategy<T> {
                 const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return name_; }
+  std::size_t allocated_bytes() const override;
 
  private:
   View1<const index_t> positions_of(int ring_rank) const;

@@ -103,6 +103,15 @@ void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T
   }
 }
 
+template <class T>
+std::size_t RingSelfAttention<T>::allocated_bytes() const {
+  std::size_t bytes = view_bytes(probabilities_) + view_bytes(delta_);
+  for (int i = 0; i < 2; ++i)
+    bytes += view_bytes(buffer_[i]) + view_bytes(second_buffer_[i]) + view_bytes(dk_buffer_[i]) +
+             view_bytes(dv_buffer_[i]);
+  return bytes;
+}
+
 template class RingSelfAttention<float>;
 template class RingSelfAttention<double>;
 

@@ -87,6 +87,15 @@ void UlyssesAttention<T>::backward(const View4<const T>&, const View4<const T>&,
   to_sequence(dv_heads_, dv, "ulysses.backward.dqkv");
 }
 
+template <class T>
+std::size_t UlyssesAttention<T>::allocated_bytes() const {
+  std::size_t bytes = inner_->allocated_bytes() + view_bytes(send_) + view_bytes(receive_) + view_bytes(lse_heads_);
+  for (const View4<T>* v : {&q_heads_, &k_heads_, &v_heads_, &out_heads_, &dout_heads_, &dq_heads_, &dk_heads_,
+                            &dv_heads_})
+    bytes += view_bytes(*v);
+  return bytes;
+}
+
 template class UlyssesAttention<float>;
 template class UlyssesAttention<double>;
 

@@ -27,6 +27,7 @@ class UlyssesAttention final : public AttentionStrategy<T> {
                 const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return name_; }
+  std::size_t allocated_bytes() const override;
 
  private:
   void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, const std::string& label);

@@ -66,6 +66,7 @@ const std::vector<Field>& fields() {
       {"run", "mode", MINIATTN_CONFIG_REF(run, mode), {"train", "bench", "predict"}},
       {"run", "log_every", MINIATTN_CONFIG_REF(run, log_every), {}},
       {"run", "result", MINIATTN_CONFIG_REF(run, result), {}},
+      {"run", "memory_per_rank_gib", MINIATTN_CONFIG_REF(run, memory_per_rank_gib), {}},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block), {}},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block), {}},
   };
@@ -644,6 +645,9 @@ void validate_config(const Config& c, int world_size) {
   if (t.beta1 < 0.0 || t.beta1 >= 1.0) reject("train.beta1", "must be in [0, 1), got " + number_text(t.beta1));
   if (t.beta2 < 0.0 || t.beta2 >= 1.0) reject("train.beta2", "must be in [0, 1), got " + number_text(t.beta2));
   if (!(t.eps > 0.0)) reject("train.eps", "must be > 0, got " + number_text(t.eps));
+  if (c.run.memory_per_rank_gib < 0.0)
+    reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
+                                          number_text(c.run.memory_per_rank_gib));
 
   // The process grid: world = dp x sp.
   const ParallelConfig& p = c.parallel;

@@ -58,6 +58,8 @@ struct RunConfig {
   std::string mode = "train";  // train | bench | predict
   std::int64_t log_every = 10;
   std::string result;  // JSON file; empty: stdout line only
+  // Memory one rank may use, GiB; 0: this node's available memory shared by its ranks.
+  double memory_per_rank_gib = 0.0;
 };
 
 // Blocking of the attention kernel (queries x keys per tile).

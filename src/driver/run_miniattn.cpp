@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
-#include "driver/training_loop.hpp"
+#include "driver/training_run.hpp"
 
 namespace miniattn {
 

@@ -104,9 +104,13 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, a.ln1_out, a.ln1_mean, a.ln1_rstd);
   kernels::linear_forward<T>(a.ln1_out, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
-  {
+  AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
+  if (timer_) {
+    auto timed = timer_->measure("attention_forward");
+    attention.forward(a.q, a.k, a.v, a.attention_out, a.lse);
+  } else {
     compat::ProfilingRegion region("miniattn::attention_forward");
-    attention_[static_cast<std::size_t>(l)]->forward(a.q, a.k, a.v, a.attention_out, a.lse);
+    attention.forward(a.q, a.k, a.v, a.attention_out, a.lse);
   }
   kernels::merge_heads<T>(a.attention_out, a.attention_merged);
   kernels::linear_forward<T>(a.attention_merged, w.proj_weight, w.proj_bias, projection_out_);
@@ -158,10 +162,13 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::linear_backward<T>(d_residual_, a.attention_merged, w.proj_weight, d_merged_, g.proj_weight,
                               g.proj_bias);
   kernels::split_heads<T>(d_merged_, d_attention_out_);
-  {
+  AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
+  if (timer_) {
+    auto timed = timer_->measure("attention_backward");
+    attention.backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+  } else {
     compat::ProfilingRegion region("miniattn::attention_backward");
-    attention_[static_cast<std::size_t>(l)]->backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_,
-                                                      d_k_, d_v_);
+    attention.backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   }
   const View2<T>& d_qkv = qkv_;  // the forward's qkv workspace is free during backward
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
@@ -210,6 +217,7 @@ std::size_t Transformer<T>::allocated_bytes() const {
     bytes += v->span() * sizeof(T);
   bytes += (final_mean_.span() + final_rstd_.span()) * sizeof(T);
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
+  for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
   return bytes;
 }
 

@@ -10,6 +10,7 @@
 #include "core/types.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
+#include "perf/phase_timer.hpp"
 
 namespace miniattn {
 
@@ -45,7 +46,11 @@ class Transformer {
   View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
   const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
 
-  // Bytes of all Views this object allocated (activations and workspaces).
+  // With a timer, each layer's attention is timed as the phases
+  // "attention_forward" / "attention_backward" (fenced: for bench runs).
+  void set_timer(PhaseTimer* timer) { timer_ = timer; }
+
+  // Bytes of all Views this object allocated (activations, workspaces, attention strategies).
   std::size_t allocated_bytes() const;
 
  private:
@@ -53,6 +58,7 @@ class Transformer {
   void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t l);
 
   ModelConfig model_;
+  PhaseTimer* timer_ = nullptr;
   const ParameterLayout& layout_;
   index_t local_batch_, local_positions_, rows_;
   std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;

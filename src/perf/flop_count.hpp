@@ -16,4 +16,11 @@ struct FlopCount {
 
 FlopCount training_step_flops(const ModelConfig& model);
 
+// The attention part alone (all layers), same conventions.
+struct AttentionFlops {
+  double forward = 0.0;
+  double backward = 0.0;
+};
+AttentionFlops attention_flops(const ModelConfig& model);
+
 }  // namespace miniattn

@@ -152,6 +152,7 @@ def bad_input(c):
         (1, [c.deck, "--set", "io.snapshot=/nonexistent-dir/x.h5", "--set", "io.snapshot_step=0"], "io.snapshot"),
         (1, [c.deck, "--set", "run.result=/nonexistent-dir/r.json"], "run.result"),
         (1, [], "usage"),
+        (2, [c.deck, "--set", "parallel.dp=2", "--set", "run.memory_per_rank_gib=0.0001"], "per rank"),
     ]
     for ranks, args, needle in cases:
         proc = c.run(ranks, args=args, expect=2)
@@ -197,6 +198,9 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses):
                 fail(f"ran as sp={sp['sp']} strategy={sp['strategy']}, expected sp={ranks // dp} {strategy}")
             loss_err = compare_losses(ref, sp, 1e-10)
             worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
+            memory = sp["memory"]
+            if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"]:
+                fail(f"memory plan {memory['planned_bytes_per_rank']} != allocated {memory['allocated_bytes_per_rank']}")
             measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
             if measured != modelled:
                 fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")

@@ -1,4 +1,4 @@
-#include "driver/training_loop.hpp"
+#include "driver/training_run.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "core/config_json.hpp"
 #include "core/error.hpp"
 #include "driver/attention_factory.hpp"
+#include "driver/ring_overlap.hpp"
 #include "io/parameter_io.hpp"
 #include "model/optimizer.hpp"
 #include "model/parameters.hpp"
@@ -17,6 +18,8 @@
 #include "model/transformer.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
+#include "perf/gemm_rate.hpp"
+#include "perf/memory_plan.hpp"
 #include "perf/memory_usage.hpp"
 #include "perf/phase_timer.hpp"
 
@@ -48,11 +51,50 @@ RankSpread spread_over_ranks(double value, MPI_Comm comm) {
 
 nlohmann::json to_json(const RankSpread& r) { return {{"min", r.min}, {"max", r.max}, {"mean", r.mean}}; }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int ranks_on_this_node(MPI_Comm world) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size;
+}
+
+View1<index_t> to_device(const std::vector<index_t>& values, const std::string& label) {
+  View1<index_t> view(label, values.size());
+  auto host = Kokkos::create_mirror_view(view);
+  for (std::size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+// Refuses, before any large allocation, a run whose plan does not fit.
+void check_memory_plan(const Config& c, const MemoryPlan& plan, std::size_t available, int ranks_on_node) {
+  if (available == 0 || plan.total() <= available) return;
+  std::string parts;
+  for (const auto& [name, bytes] : plan.parts) parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
+  const std::string where = c.run.memory_per_rank_gib > 0
+                                ? "run.memory_per_rank_gib allows " + format_bytes(static_cast<double>(available))
+                                : format_bytes(static_cast<double>(available)) + " are available per rank (" +
+                                      std::to_string(ranks_on_node) + " ranks share this node)";
+  throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(plan.total())) +
+                   " per rank (" + parts.substr(1) + ") but " + where +
+                   "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
+}
+
 }  // namespace
 
 template <class T>
 nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const ModelConfig& m = c.model;
+  const std::size_t baseline_resident = peak_resident_bytes();
   int world_size = 1;
   MPI_Comm_size(world, &world_size);
   const int sp_size = world_size / static_cast<int>(c.parallel.dp);
@@ -67,15 +109,36 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const index_t local_batch = m.batch / grid.dp_size;
   const index_t first_sample = grid.dp_rank * local_batch;
   const index_t rows = local_batch * n;
-
-  View1<index_t> positions_device("positions", n);
-  {
-    auto host = Kokkos::create_mirror_view(positions_device);
-    for (index_t i = 0; i < n; ++i) host(i) = positions[static_cast<std::size_t>(i)];
-    Kokkos::deep_copy(positions_device, host);
-  }
-
   const ParameterLayout layout(m, n);
+
+  MemoryPlanInput plan_input;
+  plan_input.model = m;
+  plan_input.strategy = c.parallel.strategy;
+  plan_input.optimizer = c.train.optimizer;
+  plan_input.dp = grid.dp_size;
+  plan_input.sp = grid.sp_size;
+  plan_input.ulysses = grid.ulysses_size;
+  plan_input.scalar_bytes = sizeof(T);
+  plan_input.replicated_parameters = layout.replicated_size();
+  const MemoryPlan plan = plan_memory(plan_input);
+  const int node_ranks = ranks_on_this_node(world);
+  const std::size_t available = memory_available_per_rank(c.run.memory_per_rank_gib, node_ranks);
+  if (root) {
+    std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", c.run.mode.c_str(),
+                to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, c.parallel.strategy.c_str(),
+                static_cast<long long>(layout.total_global_count()));
+    std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
+                "(available %s)\n",
+                static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
+                static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
+                static_cast<long long>(m.seq_len), static_cast<long long>(m.batch),
+                m.causal ? "causal" : "non-causal", format_bytes(static_cast<double>(plan.total())).c_str(),
+                available ? format_bytes(static_cast<double>(available)).c_str() : "not checked");
+    std::fflush(stdout);
+  }
+  check_memory_plan(c, plan, available, node_ranks);
+
+  const View1<index_t> positions_device = to_device(positions, "positions");
   ParameterBuffers<T> params(layout, "params"), grads(layout, "grads");
   if (c.io.init == "random") {
     initialize_parameters<T>(layout, c.train.seed, positions_device, m.d_model, params);
@@ -95,30 +158,23 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   View1<index_t> inputs("inputs", rows), targets("targets", rows);
   const SyntheticTask task{m.vocab, m.seq_len, c.train.seed};
   PhaseTimer timer;
+  if (bench) model.set_timer(&timer);
 
-  const std::size_t state_copies = c.train.optimizer == "adamw" ? 4 : 2;  // params, grads (+ 2 Adam moments)
-  const std::size_t state_bytes =
-      state_copies * static_cast<std::size_t>(layout.replicated_size() + layout.sharded_size()) * sizeof(T);
-  const std::size_t planned_bytes = state_bytes + model.allocated_bytes() + 2 * rows * sizeof(index_t);
-  if (root) {
-    std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", c.run.mode.c_str(),
-                to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, c.parallel.strategy.c_str(),
-                static_cast<long long>(layout.total_global_count()));
-    std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %.1f MiB\n",
-                static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
-                static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
-                static_cast<long long>(m.seq_len), static_cast<long long>(m.batch),
-                m.causal ? "causal" : "non-causal", static_cast<double>(planned_bytes) / (1 << 20));
-    std::fflush(stdout);
-  }
+  const std::size_t parameter_copies = c.train.optimizer == "adamw" ? 4 : 2;
+  const std::size_t allocated =
+      parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) + model.allocated_bytes() +
+      (inputs.span() + targets.span() + positions_device.span() + attention_positions.span()) * sizeof(index_t);
 
   const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
   const T loss_scale = static_cast<T>(1.0 / tokens_per_step);
-  double first_loss = 0.0, last_loss = 0.0, last_grad_norm = 0.0;
-  std::vector<double> losses;  // every step's loss, for comparing loss curves between decompositions
+  double last_grad_norm = 0.0;
+  std::vector<double> losses;      // every step's loss, to compare loss curves between decompositions
+  std::vector<double> step_times;  // every step's seconds without snapshot writing
   const double start = wall_seconds();
 
   for (index_t step = 0; step < c.train.steps; ++step) {
+    double step_seconds = 0.0;
+    const double step_start = wall_seconds();
     {
       auto t = timer.measure("data");
       task.fill(step, first_sample, local_batch, positions_device, inputs, targets);
@@ -143,6 +199,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     if (!std::isfinite(loss)) {
       throw RuntimeFailure("loss is " + std::to_string(loss) + " at step " + std::to_string(step));
     }
+    step_seconds += wall_seconds() - step_start;
     if (!c.io.snapshot.empty() && step == c.io.snapshot_step) {
       auto t = timer.measure("snapshot");
       io::SnapshotContent content;
@@ -156,6 +213,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
         throw InputError(std::string("io.snapshot: ") + e.what());
       }
     }
+    const double optimizer_start = wall_seconds();
     {
       auto t = timer.measure("optimizer");
       const double sharded_sq = comm.allreduce_sum(sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
@@ -164,13 +222,13 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
       const double grad_scale = (clip > 0 && last_grad_norm > clip) ? clip / last_grad_norm : 1.0;
       optimizer.step(params, grads, grad_scale);
     }
-    const double now = wall_seconds();
-    if (step == 0) first_loss = loss;
+    step_seconds += wall_seconds() - optimizer_start;
+    step_times.push_back(step_seconds);
     losses.push_back(loss);
-    last_loss = loss;
+
     const bool log = !bench && ((step + 1) % c.run.log_every == 0 || step == 0 || step + 1 == c.train.steps);
     if (root && log) {
-      const double elapsed = now - start;
+      const double elapsed = wall_seconds() - start;
       const double per_step = elapsed / static_cast<double>(step + 1);
       const double eta = per_step * static_cast<double>(c.train.steps - step - 1);
       std::printf("step %6lld/%lld  loss %.6f  grad_norm %.3e  tok/s %.4g  elapsed %s  eta %s\n",
@@ -181,22 +239,16 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   }
   const double total_seconds = wall_seconds() - start;
 
-  // Report. Step time excludes the first step (warm-up) when there are more.
-  std::vector<double> step_times;
-  const auto& samples = timer.samples();
-  const std::size_t nsteps = static_cast<std::size_t>(c.train.steps);
-  for (std::size_t s = 0; s < nsteps; ++s) {
-    double t = 0.0;
-    for (const auto& [phase, v] : samples)
-      if (phase != "snapshot" && s < v.size()) t += v[s];
-    step_times.push_back(t);
-  }
-  std::vector<double> timed(step_times.begin() + (nsteps > 1 ? 1 : 0), step_times.end());
-  std::sort(timed.begin(), timed.end());
-  const double step_median = timed.empty() ? 0.0 : timed[timed.size() / 2];
+  // Step time: median over steps after the first (warm-up) when there are more.
+  const double step_median =
+      median(std::vector<double>(step_times.begin() + (step_times.size() > 1 ? 1 : 0), step_times.end()));
+  const FlopCount flops = training_step_flops(m);
 
   nlohmann::json phases = nlohmann::json::object();
-  for (const auto& [phase, v] : samples) phases[phase] = {{"median_s", timer.median(phase)}, {"total_s", timer.total(phase)}};
+  for (const auto& [phase, v] : timer.samples()) {
+    nlohmann::json p = {{"median_s", timer.median(phase)}, {"total_s", timer.total(phase)}, {"calls", v.size()}};
+    phases[phase] = p;
+  }
 
   // Bytes per step: measured by the Comm counters and modelled from the sizes.
   ExchangeModelInput exchange_input;
@@ -212,7 +264,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const std::map<std::string, double> modelled = modelled_exchange_bytes(exchange_input);
   const double step_count = static_cast<double>(c.train.steps);
   nlohmann::json exchanges = nlohmann::json::object();
-  double measured_total = 0.0, modelled_total = 0.0;
+  double measured_total = 0.0, modelled_total = 0.0, exchange_seconds = 0.0;
   for (const auto& [label, s] : comm.stats()) {
     const double per_step = static_cast<double>(s.bytes_sent) / step_count;
     const auto model_it = modelled.find(label);
@@ -221,14 +273,13 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
                         {"calls", s.calls},
                         {"seconds", s.seconds}};
     measured_total += per_step;
+    exchange_seconds += s.seconds;
   }
   for (const auto& [label, bytes] : modelled) {
     modelled_total += bytes;
     if (!exchanges.contains(label)) exchanges[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
   }
 
-  const FlopCount flops = training_step_flops(m);
-  const RankSpread peak = spread_over_ranks(static_cast<double>(peak_resident_bytes()), world);
   nlohmann::json result;
   result["program"] = "miniattn";
   result["mode"] = c.run.mode;
@@ -236,7 +287,9 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   result["ranks"] = grid.world_size;
   result["dp"] = grid.dp_size;
   result["sp"] = grid.sp_size;
+  result["ulysses_degree"] = grid.ulysses_size;
   result["strategy"] = c.parallel.strategy;
+  result["comm"] = comm.backend();
   result["precision"] = to_string(m.precision);
   result["steps"] = c.train.steps;
   result["parameters"] = layout.total_global_count();
@@ -245,17 +298,53 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   result["total_seconds"] = total_seconds;
   result["tokens_per_second"] = step_median > 0 ? tokens_per_step / step_median : 0.0;
   result["tokens_per_second_per_rank"] = step_median > 0 ? tokens_per_step / step_median / grid.world_size : 0.0;
-  result["flops_per_step"] = flops.total();
+  result["flops_per_step"] = {{"forward", flops.forward}, {"backward", flops.backward}, {"total", flops.total()}};
   result["achieved_flops_per_second"] = step_median > 0 ? flops.total() / step_median : 0.0;
   result["exchange"] = exchanges;
+  result["exchange_seconds_per_step"] = exchange_seconds / step_count;
   result["exchange_bytes_per_step_measured"] = measured_total;
   result["exchange_bytes_per_step_model"] = modelled_total;
+  nlohmann::json memory_parts = nlohmann::json::object();
+  for (const auto& [name, bytes] : plan.parts) memory_parts[name] = bytes;
+  result["memory"] = {{"planned_bytes_per_rank", plan.total()},
+                      {"planned_parts", memory_parts},
+                      {"allocated_bytes_per_rank", allocated},
+                      {"baseline_resident_bytes", baseline_resident},
+                      {"available_bytes_per_rank", available}};
+  result["peak_memory_bytes_per_rank"] = to_json(spread_over_ranks(static_cast<double>(peak_resident_bytes()), world));
   result["losses"] = losses;
-  result["planned_memory_bytes_per_rank"] = planned_bytes;
-  result["peak_memory_bytes_per_rank"] = to_json(peak);
-  result["initial_loss"] = first_loss;
-  result["final_loss"] = last_loss;
+  result["initial_loss"] = losses.empty() ? 0.0 : losses.front();
+  result["final_loss"] = losses.empty() ? 0.0 : losses.back();
   result["final_grad_norm"] = last_grad_norm;
+
+  if (bench) {
+    // Against this machine's own GEMM rate, measured now with the same scalar type.
+    const double gemm_rate = measure_gemm_flops<T>(1024, 5);
+    const double per_rank_rate = step_median > 0 ? flops.total() / step_median / grid.world_size : 0.0;
+    auto rate_of = [&](const std::string& phase, double phase_flops) {
+      const double seconds = timer.median(phase);
+      const double rate = seconds > 0 ? phase_flops / grid.world_size / seconds : 0.0;
+      return nlohmann::json{{"seconds", seconds}, {"gflops_per_rank", rate * 1e-9}, {"fraction_of_gemm", rate / gemm_rate}};
+    };
+    nlohmann::json b;
+    b["gemm_gflops_per_rank"] = gemm_rate * 1e-9;
+    b["step"] = {{"seconds", step_median},
+                 {"gflops_per_rank", per_rank_rate * 1e-9},
+                 {"fraction_of_gemm", per_rank_rate / gemm_rate}};
+    b["forward"] = rate_of("forward", flops.forward);
+    b["backward"] = rate_of("backward", flops.backward);
+    const AttentionFlops attention = attention_flops(m);
+    b["attention_forward"] = rate_of("attention_forward", attention.forward / static_cast<double>(m.layers));
+    b["attention_backward"] = rate_of("attention_backward", attention.backward / static_cast<double>(m.layers));
+    b["figure_of_merit_tokens_per_second_per_rank"] = result["tokens_per_second_per_rank"];
+    const RingOverlap overlap = measure_ring_overlap(c, grid, comm, sizeof(T), rows * m.d_model, step_count);
+    if (overlap.measured) {
+      b["ring_overlap"] = {{"exchange_alone_seconds_per_step", overlap.alone_seconds},
+                           {"exchange_exposed_seconds_per_step", overlap.exposed_seconds},
+                           {"hidden_fraction", overlap.hidden_fraction()}};
+    }
+    result["bench"] = b;
+  }
   grid.free();
   return result;
 }

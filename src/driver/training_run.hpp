@@ -1,6 +1,7 @@
 #pragma once
-// One training (or bench) run at scalar type T: builds the rank's share of the
-// model and data, runs the steps, writes snapshots and returns the report.
+// One training (or bench) run at scalar type T: builds this rank's share of
+// the model and data (after checking that it fits), runs the steps, writes
+// snapshots, and reports.
 #include <mpi.h>
 
 #include <nlohmann/json.hpp>

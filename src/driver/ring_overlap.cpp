@@ -1,0 +1,58 @@
+#include "driver/ring_overlap.hpp"
+
+#include <algorithm>
+#include <memory>
+
+namespace miniattn {
+
+namespace {
+
+// The ring's transfer pattern of one training step, without compute: per
+// layer, G-1 forward K/V shifts, G-1 backward K/V shifts and G dK/dV shifts,
+// each a pair of blocks posted together and then waited for.
+template <class T>
+double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size, index_t layers,
+                         index_t block_elements) {
+  View1<T> send_a("overlap.send_a", block_elements), send_b("overlap.send_b", block_elements);
+  View1<T> recv_a("overlap.recv_a", block_elements), recv_b("overlap.recv_b", block_elements);
+  const int next = (ring_rank + 1) % ring_size, prev = (ring_rank + ring_size - 1) % ring_size;
+  const int pairs = static_cast<int>(layers) * (3 * ring_size - 2);
+  MPI_Barrier(ring);
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < pairs; ++i) {
+    PendingExchange pending;
+    comm.post_shift(send_a.data(), recv_a.data(), block_elements, next, prev, ring, "overlap", pending);
+    comm.post_shift(send_b.data(), recv_b.data(), block_elements, next, prev, ring, "overlap", pending);
+    comm.wait(pending);
+  }
+  return MPI_Wtime() - t0;
+}
+
+}  // namespace
+
+RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const Comm& run_comm,
+                                 std::size_t scalar_bytes, index_t block_elements, double steps) {
+  RingOverlap overlap;
+  const bool has_ring = c.parallel.strategy == "ring" || c.parallel.strategy == "hybrid";
+  if (!has_ring || grid.ring_size < 2) return overlap;
+  for (const auto& [label, s] : run_comm.stats())
+    if (label.rfind("ring.", 0) == 0) overlap.exposed_seconds += s.seconds / steps;
+  const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world);
+  double best = 0.0;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const double t = scalar_bytes == sizeof(float)
+                         ? time_ring_pattern<float>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
+                                                    c.model.layers, block_elements)
+                         : time_ring_pattern<double>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
+                                                     c.model.layers, block_elements);
+    best = repeat == 0 ? t : std::min(best, t);
+  }
+  // The slowest rank sets the pace of a ring.
+  MPI_Allreduce(&best, &overlap.alone_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world);
+  double exposed = overlap.exposed_seconds;
+  MPI_Allreduce(&exposed, &overlap.exposed_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world);
+  overlap.measured = true;
+  return overlap;
+}
+
+}  // namespace miniattn

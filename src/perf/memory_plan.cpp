@@ -1,0 +1,73 @@
+#include "perf/memory_plan.hpp"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+
+#include "core/types.hpp"
+
+namespace miniattn {
+
+std::size_t MemoryPlan::total() const {
+  std::size_t sum = 0;
+  for (const auto& [name, bytes] : parts) sum += bytes;
+  return sum;
+}
+
+MemoryPlan plan_memory(const MemoryPlanInput& in) {
+  const ModelConfig& m = in.model;
+  const std::size_t s = in.scalar_bytes, ib = sizeof(index_t);
+  const std::size_t b = static_cast<std::size_t>(m.batch / in.dp), n = static_cast<std::size_t>(m.seq_len / in.sp);
+  const std::size_t D = static_cast<std::size_t>(m.d_model), F = static_cast<std::size_t>(m.ffn_width());
+  const std::size_t V = static_cast<std::size_t>(m.vocab), H = static_cast<std::size_t>(m.heads);
+  const std::size_t L = static_cast<std::size_t>(m.layers), N = static_cast<std::size_t>(m.seq_len);
+  const std::size_t R = b * n, U = static_cast<std::size_t>(in.ulysses), G = static_cast<std::size_t>(in.sp) / U;
+
+  MemoryPlan plan;
+  const std::size_t parameters = static_cast<std::size_t>(in.replicated_parameters) + n * D;
+  plan.parts["parameters+gradients"] = 2 * parameters * s;
+  if (in.optimizer == "adamw") plan.parts["optimizer"] = 2 * parameters * s;
+  plan.parts["tokens+positions"] = 2 * R * ib + n * ib + n * ib + G * U * n * ib;
+
+  // Transformer: saved activations per block, residual stream, head, workspaces.
+  const std::size_t per_block = (8 * R * D + 2 * R * F + 4 * R + R * H) * s;
+  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (R * D + 2 * R + R * V) * s;
+  plan.parts["workspaces"] = (3 * R * D + R * D + 3 * R * D + R * F + 4 * R * D) * s;
+
+  // Attention strategies, one per layer.
+  std::size_t attention = 0;
+  if (in.strategy == "rsa") {
+    attention = (R * H * N + R * H + 8 * R * D) * s;
+  } else {
+    attention = 2 * R * H * s + (G > 1 ? 8 * R * D * s : 0);  // the ring (local when G == 1)
+    if (in.strategy == "ulysses" || in.strategy == "hybrid")
+      attention += (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
+  }
+  plan.parts["attention"] = L * attention;
+  return plan;
+}
+
+std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_on_node) {
+  if (memory_per_rank_gib > 0) return static_cast<std::size_t>(memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0);
+  if (!std::is_same<MemSpace, Kokkos::HostSpace>::value) return 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    std::size_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:")
+      return kib * 1024 / static_cast<std::size_t>(ranks_on_node > 0 ? ranks_on_node : 1);
+  }
+  return 0;
+}
+
+std::string format_bytes(double bytes) {
+  char buf[32];
+  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / (1024.0 * 1024));
+  return buf;
+}
+
+}  // namespace miniattn

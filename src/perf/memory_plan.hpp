@@ -1,0 +1,41 @@
+#pragma once
+// Bytes every View of a run will take on one rank, computed from the deck
+// before anything is allocated, so that a run that cannot fit is refused with
+// the amount it needs. The driver compares the plan with what the objects
+// really allocated (they must agree exactly; a test holds that).
+//
+// With R = (batch / dp) * (N / sp) local rows, activation memory is linear in
+// R for every strategy but rsa, whose (N / sp) x N score rows are its
+// defining cost.
+#include <cstddef>
+#include <map>
+#include <string>
+
+#include "core/config.hpp"
+
+namespace miniattn {
+
+struct MemoryPlan {
+  std::map<std::string, std::size_t> parts;  // bytes by purpose
+  std::size_t total() const;
+};
+
+struct MemoryPlanInput {
+  ModelConfig model;
+  std::string strategy;
+  std::string optimizer;
+  int dp = 1, sp = 1, ulysses = 1;
+  std::size_t scalar_bytes = 8;
+  std::int64_t replicated_parameters = 0;
+};
+
+MemoryPlan plan_memory(const MemoryPlanInput& in);
+
+// Memory one rank may use: run.memory_per_rank_gib if set, else (host memory
+// space only) this node's MemAvailable divided by the ranks sharing the node;
+// 0 when unknown (device memory spaces without a deck value).
+std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_on_node);
+
+std::string format_bytes(double bytes);
+
+}  // namespace miniattn
