@@ -57,6 +57,7 @@ const std::vector<Field>& fields() {
       {"train", "beta1", MINIATTN_CONFIG_REF(train, beta1), {}},
       {"train", "beta2", MINIATTN_CONFIG_REF(train, beta2), {}},
       {"train", "eps", MINIATTN_CONFIG_REF(train, eps), {}},
+      {"train", "nan_check", MINIATTN_CONFIG_REF(train, nan_check), {}},
       {"io", "init", MINIATTN_CONFIG_REF(io, init), {}},
       {"io", "snapshot", MINIATTN_CONFIG_REF(io, snapshot), {}},
       {"io", "snapshot_step", MINIATTN_CONFIG_REF(io, snapshot_step), {}},

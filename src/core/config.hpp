@@ -43,6 +43,8 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  // Stop at the first NaN/Inf in the loss or gradients, naming the step and the first layer.
+  bool nan_check = true;
 };
 
 struct IoConfig {

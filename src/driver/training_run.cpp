@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "comm/comm.hpp"
@@ -12,6 +13,7 @@
 #include "driver/attention_factory.hpp"
 #include "driver/ring_overlap.hpp"
 #include "io/parameter_io.hpp"
+#include "kernels/elementwise.hpp"
 #include "model/optimizer.hpp"
 #include "model/parameters.hpp"
 #include "model/synthetic_task.hpp"
@@ -87,6 +89,35 @@ void check_memory_plan(const Config& c, const MemoryPlan& plan, std::size_t avai
   throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(plan.total())) +
                    " per rank (" + parts.substr(1) + ") but " + where +
                    "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
+}
+
+// The first parameter, in model order, whose gradient holds a NaN or Inf.
+template <class T>
+std::string first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuffers<T>& grads) {
+  for (const ParameterInfo& p : layout.parameters()) {
+    const auto g = Kokkos::subview(grads.buffer_of(p), Kokkos::make_pair(p.offset, p.offset + p.local_size));
+    if (kernels::count_nonfinite<T>(g) > 0) return p.name;
+  }
+  return "";
+}
+
+// Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
+// world rank R fail at the start of step S, as a failed allocation would.
+struct InjectedFault {
+  int rank = -1;
+  index_t step = -1;
+};
+
+InjectedFault injected_fault() {
+  InjectedFault fault;
+  if (const char* text = std::getenv("MINIATTN_FAULT")) {
+    long rank = -1, step = -1;
+    if (std::sscanf(text, "rank=%ld,step=%ld", &rank, &step) == 2) {
+      fault.rank = static_cast<int>(rank);
+      fault.step = step;
+    }
+  }
+  return fault;
 }
 
 }  // namespace
@@ -170,9 +201,12 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   double last_grad_norm = 0.0;
   std::vector<double> losses;      // every step's loss, to compare loss curves between decompositions
   std::vector<double> step_times;  // every step's seconds without snapshot writing
+  const InjectedFault fault = injected_fault();
   const double start = wall_seconds();
 
   for (index_t step = 0; step < c.train.steps; ++step) {
+    if (fault.rank == grid.world_rank && fault.step == step)
+      throw RuntimeFailure("injected fault (MINIATTN_FAULT) at step " + std::to_string(step));
     double step_seconds = 0.0;
     const double step_start = wall_seconds();
     {
@@ -196,8 +230,11 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
       comm.allreduce_sum(grads.sharded, grid.dp_comm, "gradients.wpe");
       loss = comm.allreduce_sum(loss_sum, grid.world, "loss") / tokens_per_step;
     }
-    if (!std::isfinite(loss)) {
-      throw RuntimeFailure("loss is " + std::to_string(loss) + " at step " + std::to_string(step));
+    if (c.train.nan_check && !std::isfinite(loss)) {
+      const std::string where = model.first_nonfinite_activation();
+      throw RuntimeFailure("train.nan_check: the loss is " + std::to_string(loss) + " at step " +
+                           std::to_string(step) + "; first non-finite activation on this rank: " +
+                           (where.empty() ? "none (another rank's)" : where));
     }
     step_seconds += wall_seconds() - step_start;
     if (!c.io.snapshot.empty() && step == c.io.snapshot_step) {
@@ -218,6 +255,12 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
       auto t = timer.measure("optimizer");
       const double sharded_sq = comm.allreduce_sum(sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
       last_grad_norm = std::sqrt(sum_of_squares<T>(grads.replicated) + sharded_sq);
+      if (c.train.nan_check && !std::isfinite(last_grad_norm)) {
+        const std::string where = first_nonfinite_gradient(layout, grads);
+        throw RuntimeFailure("train.nan_check: the gradient norm is " + std::to_string(last_grad_norm) +
+                             " at step " + std::to_string(step) + "; first non-finite gradient: " +
+                             (where.empty() ? "wpe rows of another rank" : where));
+      }
       const double clip = c.train.grad_clip;
       const double grad_scale = (clip > 0 && last_grad_norm > clip) ? clip / last_grad_norm : 1.0;
       optimizer.step(params, grads, grad_scale);

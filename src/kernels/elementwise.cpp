@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "core/kokkos_compat.hpp"
+
 namespace miniattn::kernels {
 
 template <class T>
@@ -21,6 +23,24 @@ void add_inplace(const View2<T>& y, const View2<const T>& x) {
       });
 }
 
+template <class T>
+index_t count_nonfinite(const Kokkos::View<const T*, Kokkos::LayoutRight, MemSpace>& x) {
+  index_t count = 0;
+  Kokkos::parallel_reduce(
+      "miniattn::count_nonfinite", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, x.extent(0)),
+      KOKKOS_LAMBDA(const index_t i, index_t& acc) { acc += compat::isfinite(x(i)) ? 0 : 1; }, count);
+  return count;
+}
+
+template <class T>
+index_t count_nonfinite(const View2<const T>& x) {
+  return count_nonfinite<T>(Kokkos::View<const T*, Kokkos::LayoutRight, MemSpace>(x.data(), x.span()));
+}
+
+template index_t count_nonfinite<float>(const Kokkos::View<const float*, Kokkos::LayoutRight, MemSpace>&);
+template index_t count_nonfinite<double>(const Kokkos::View<const double*, Kokkos::LayoutRight, MemSpace>&);
+template index_t count_nonfinite<float>(const View2<const float>&);
+template index_t count_nonfinite<double>(const View2<const double>&);
 template void add_inplace<float>(const View2<float>&, const View2<const float>&);
 template void add_inplace<double>(const View2<double>&, const View2<const double>&);
 

@@ -202,6 +202,15 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
 }
 
 template <class T>
+std::string Transformer<T>::first_nonfinite_activation() const {
+  if (kernels::count_nonfinite<T>(residual_[0]) > 0) return "embedding";
+  for (index_t l = 0; l < model_.layers; ++l)
+    if (kernels::count_nonfinite<T>(residual_[static_cast<std::size_t>(l + 1)]) > 0) return "blocks." + std::to_string(l);
+  if (kernels::count_nonfinite<T>(logits_) > 0) return "logits";
+  return "";
+}
+
+template <class T>
 std::size_t Transformer<T>::allocated_bytes() const {
   std::size_t bytes = wpe_row_.span() * sizeof(index_t);
   for (const auto& r : residual_) bytes += r.span() * sizeof(T);

@@ -46,6 +46,10 @@ class Transformer {
   View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
   const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
 
+  // After forward(): the first activation holding a NaN or Inf, in forward
+  // order ("embedding", "blocks.<l>", "logits"), or "" when all are finite.
+  std::string first_nonfinite_activation() const;
+
   // With a timer, each layer's attention is timed as the phases
   // "attention_forward" / "attention_backward" (fenced: for bench runs).
   void set_timer(PhaseTimer* timer) { timer_ = timer; }

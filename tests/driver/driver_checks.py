@@ -7,7 +7,10 @@ non-zero with a message when the check fails:
   rank_independence  snapshots from 1..4 ranks (data parallel) equal the 1-rank one
   init_roundtrip     weights loaded with io.init reproduce the snapshot they came from
   learns             the example task's loss falls well below its start
-  bad_input          malformed decks and command lines exit with status 2, naming the key
+  bad_input          malformed decks and command lines exit with status 2, naming the key,
+                     before any work and without touching existing output files
+  faults             a NaN stops the run naming step and layer; a failure on one rank of
+                     four ends every rank within seconds
   determinism        two identical runs give bitwise-identical snapshots
   sequence_parallel  a strategy on R ranks (dp x sp) equals the 1-rank run: loss curve,
                      parameters and gradients within 1e-10, causal and not, both layouts
@@ -137,30 +140,123 @@ def learns(c, deck):
         fail(f"loss fell only from {first:.4f} to {last:.4f}")
 
 
+# Bad decks and command lines: (ranks, --set overrides, text the message must contain).
+BAD_SETTINGS = [
+    (1, ["model.vocab=abc"], "model.vocab"),
+    (1, ["model.vocab=0"], "model.vocab"),
+    (1, ["model.vocab=-5"], "model.vocab"),
+    (1, ["model.d_model=0"], "model.d_model"),
+    (1, ["model.d_model=1.5"], "model.d_model"),
+    (1, ["model.heads=5"], "model.heads"),
+    (1, ["model.heads=0"], "model.heads"),
+    (1, ["model.ffn=-1"], "model.ffn"),
+    (1, ["model.layers=0"], "model.layers"),
+    (1, ["model.seq_len=0"], "model.seq_len"),
+    (1, ["model.seq_len=[1, 2]"], "model.seq_len"),
+    (1, ["model.batch=0"], "model.batch"),
+    (1, ["model.causal=maybe"], "model.causal"),
+    (1, ["model.precision=fp16"], "model.precision"),
+    (1, ["model.nonsense=1"], "model.nonsense"),
+    (1, ["modle.vocab=32"], "modle"),
+    (1, ["parallel.strategy=tree"], "parallel.strategy"),
+    (1, ["parallel.layout=spiral"], "parallel.layout"),
+    (1, ["parallel.comm=carrier-pigeon"], "parallel.comm"),
+    (2, ["parallel.dp=3"], "parallel.dp"),
+    (1, ["parallel.dp=0"], "parallel.dp"),
+    (2, ["parallel.dp=2", "model.batch=3"], "model.batch"),
+    (2, [], "parallel.strategy"),
+    (4, ["parallel.strategy=ring", "parallel.layout=zigzag"], "model.seq_len"),
+    (3, ["parallel.strategy=ring", "model.seq_len=20"], "model.seq_len"),
+    (2, ["parallel.strategy=ulysses"], "model.heads"),
+    (4, ["parallel.strategy=hybrid", "parallel.ulysses_degree=3"], "parallel.ulysses_degree"),
+    (1, ["parallel.ulysses_degree=0"], "parallel.ulysses_degree"),
+    (1, ["train.steps=0"], "train.steps"),
+    (1, ["train.lr=0"], "train.lr"),
+    (1, ["train.lr=fast"], "train.lr"),
+    (1, ["train.optimizer=lion"], "train.optimizer"),
+    (1, ["train.weight_decay=-0.1"], "train.weight_decay"),
+    (1, ["train.grad_clip=-1"], "train.grad_clip"),
+    (1, ["train.beta1=1.0"], "train.beta1"),
+    (1, ["train.eps=0"], "train.eps"),
+    (1, ["train.seed=-1"], "train.seed"),
+    (1, ["train.nan_check=sometimes"], "train.nan_check"),
+    (1, ["io.init=missing.h5"], "io.init"),
+    (1, ["io.init=small.yaml"], "io.init"),
+    (1, ["io.snapshot_step=7"], "io.snapshot_step"),
+    (1, ["io.snapshot=/nonexistent-dir/x.h5"], "io.snapshot"),
+    (1, ["run.result=/nonexistent-dir/r.json"], "run.result"),
+    (1, ["run.mode=sprint"], "run.mode"),
+    (1, ["run.log_every=0"], "run.log_every"),
+    (1, ["kernels.query_block=0"], "kernels.query_block"),
+    (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),
+    (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "per rank"),
+    (1, ["model.seq_len=4000000000"], "model.seq_len"),
+    (1, ["model.seq_len=1048576", "model.d_model=4096", "model.heads=32"], "model.seq_len"),
+    (1, ["model.vocab"], "model.vocab"),
+    (1, ["=3"], "--set"),
+]
+
+BAD_COMMAND_LINES = [
+    (1, ["no-such-deck.yaml"], "no-such-deck.yaml"),
+    (1, [], "usage"),
+    (1, ["small.yaml", "--bogus"], "--bogus"),
+    (1, ["small.yaml", "other.yaml"], "other.yaml"),
+    (1, ["not-yaml.yaml"], "not-yaml.yaml"),
+]
+
+
 def bad_input(c):
-    cases = [
-        (1, ["no-such-deck.yaml"], "no-such-deck.yaml"),
-        (1, [c.deck, "--set", "model.vocab=abc"], "model.vocab"),
-        (1, [c.deck, "--set", "model.heads=5"], "model.heads"),
-        (1, [c.deck, "--set", "model.nonsense=1"], "model.nonsense"),
-        (2, [c.deck, "--set", "parallel.dp=3"], "parallel.dp"),
-        (2, [c.deck], "parallel.strategy"),
-        (4, [c.deck, "--set", "parallel.strategy=ring", "--set", "parallel.layout=zigzag"], "model.seq_len"),
-        (2, [c.deck, "--set", "parallel.strategy=ulysses"], "model.heads"),
-        (4, [c.deck, "--set", "parallel.strategy=hybrid", "--set", "parallel.ulysses_degree=3"],
-         "parallel.ulysses_degree"),
-        (1, [c.deck, "--set", "io.snapshot=/nonexistent-dir/x.h5", "--set", "io.snapshot_step=0"], "io.snapshot"),
-        (1, [c.deck, "--set", "run.result=/nonexistent-dir/r.json"], "run.result"),
-        (1, [], "usage"),
-        (2, [c.deck, "--set", "parallel.dp=2", "--set", "run.memory_per_rank_gib=0.0001"], "per rank"),
-    ]
+    with open(c.path("not-yaml.yaml"), "w") as f:
+        f.write("model: {vocab: [\n")
+    sentinel = "existing content, must survive\n"
+    outputs = {"run.result": c.path("existing.json"), "io.snapshot": c.path("existing.h5")}
+    cases = [(r, [c.deck] + [f"--set={k}={v}" for k, v in outputs.items()] + ["--set=io.snapshot_step=0"] +
+              [f"--set={s}" for s in sets], needle) for r, sets, needle in BAD_SETTINGS]
+    cases += [(r, args, needle) for r, args, needle in BAD_COMMAND_LINES]
+    if len(cases) < 40:
+        fail(f"only {len(cases)} bad-input cases")
     for ranks, args, needle in cases:
+        for path in outputs.values():
+            with open(path, "w") as f:
+                f.write(sentinel)
         proc = c.run(ranks, args=args, expect=2)
-        if needle.lower() not in (proc.stderr + proc.stdout).lower():
+        text = proc.stderr + proc.stdout
+        if needle.lower() not in text.lower():
             fail(f"{args}: message does not mention {needle!r}: {proc.stderr!r}")
+        if text.count("miniattn: error:") != 1:
+            fail(f"{args}: expected one error message, got: {text!r}")
         if "RESULT" in proc.stdout or "step " in proc.stdout:
             fail(f"{args}: work started before the input was refused")
-        print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args)}")
+        for path in outputs.values():
+            with open(path) as f:
+                if f.read() != sentinel:
+                    fail(f"{args}: {path} was overwritten")
+        print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args[1:] if args else args)}")
+    print(f"{len(cases)} bad decks and command lines refused; no existing file touched")
+
+
+def faults(c):
+    # A NaN stops the run, naming the step and the first layer where it appeared.
+    proc = c.run(2, "parallel.dp=2", "model.precision=fp32", "train.lr=1e30", "train.grad_clip=0", "train.steps=4", expect=None)
+    if proc.returncode == 0 or "train.nan_check" not in proc.stderr or "at step 1" not in proc.stderr:
+        fail(f"NaN not caught: exit {proc.returncode}, {proc.stderr!r}")
+    if "blocks.0" not in proc.stderr:
+        fail(f"NaN message names no layer: {proc.stderr!r}")
+    print("NaN stopped at step 1, in blocks.0")
+    unchecked = c.run(2, "parallel.dp=2", "model.precision=fp32", "train.lr=1e30", "train.grad_clip=0", "train.steps=4",
+                      "train.nan_check=false")
+    if c.result(unchecked)["final_loss"] is not None:
+        fail("without train.nan_check the run should have gone on to a NaN loss")
+    # A failure on one rank of four ends every rank quickly, with the message.
+    env = dict(os.environ, MINIATTN_FAULT="rank=2,step=1")
+    cmd = [c.mpiexec, "-n", "4", c.miniattn, c.deck, "--set", "parallel.strategy=ring", "--set", "train.steps=50"]
+    try:
+        proc = subprocess.run(cmd, cwd=c.scratch, capture_output=True, text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        fail("a failure on rank 2 left the other ranks hanging for 60 s")
+    if proc.returncode == 0 or "rank 2: fatal: injected fault" not in proc.stderr:
+        fail(f"fault on rank 2: exit {proc.returncode}, {proc.stderr!r}")
+    print(f"fault on rank 2 of 4 ended the job with exit status {proc.returncode}")
 
 
 SP_DECK = """\
@@ -220,7 +316,7 @@ def main():
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
-                                      "sequence_parallel"])
+                                      "sequence_parallel", "faults"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")
