@@ -7,5 +7,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh"
 build=${MINIATTN_BUILD_DIR:-$root/build}
 mkdir -p "$root/results"
+# One rank per core: keep OpenBLAS from starting a thread per core in every rank.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 cd "$root"
 mpiexec -n 2 "$build/src/miniattn" inputs/example.yaml --set run.result=results/example.json "$@"
