@@ -9,6 +9,7 @@ packages=(
   mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
   python3 python3-h5py python3-numpy python3-torch python3-matplotlib
+  slurm-wlm munge
 )
 
 missing=()
