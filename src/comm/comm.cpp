@@ -2,6 +2,10 @@
 
 #include "core/error.hpp"
 
+#if defined(MINIATTN_HAVE_NCCL)
+#include "comm/nccl_comm.hpp"
+#endif
+
 namespace miniattn {
 
 namespace {
@@ -43,10 +47,12 @@ void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int s
   const double t0 = MPI_Wtime();
   post_shift_impl(send, recv, count, scalar_type_of<T>(), dest, source, group, pending);
   pending.label = label;
+  int rank = 0;
+  MPI_Comm_rank(group, &rank);
   auto& s = stats_[label];
   s.seconds += MPI_Wtime() - t0;
   s.calls += 1;
-  s.bytes_sent += count * sizeof(T);
+  if (dest != rank) s.bytes_sent += count * sizeof(T);  // a shift to itself moves nothing between ranks
 }
 
 void Comm::wait(PendingExchange& pending) {
@@ -80,6 +86,9 @@ MINIATTN_INSTANTIATE(double)
 std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm world) {
   (void)world;
   if (backend == "mpi") return std::make_unique<MpiComm>();
+#if defined(MINIATTN_HAVE_NCCL)
+  if (backend == "nccl") return std::make_unique<NcclComm>();
+#endif
   throw InputError("parallel.comm: '" + backend + "' is not built into this executable");
 }
 

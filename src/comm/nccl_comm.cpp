@@ -1,0 +1,223 @@
+// The NCCL backend of Comm; see nccl_comm.hpp for the contract.
+// Compiled by the host C++ compiler against the CUDA runtime and NCCL headers
+// (no device code here), into miniattn_lib when MINIATTN_ENABLE_NCCL is on and
+// into the miniattn_nccl_check library otherwise (compile and link check).
+#include "comm/nccl_comm.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+
+namespace miniattn {
+
+namespace {
+
+// The stream Kokkos launches its kernels on. The only place that knows which
+// backend Kokkos was built with; on a non-CUDA build (a compile check only:
+// NCCL cannot use host buffers) it is the legacy default stream.
+cudaStream_t kokkos_stream() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return Kokkos::Cuda().cuda_stream();
+#else
+  return 0;
+#endif
+}
+
+void check_cuda(cudaError_t result, const char* call) {
+  if (result == cudaSuccess) return;
+  throw RuntimeFailure(std::string("NcclComm: ") + call + " failed: " + cudaGetErrorName(result) + ": " +
+                       cudaGetErrorString(result));
+}
+
+void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr) {
+  if (result == ncclSuccess) return;
+  std::string message = std::string("NcclComm: ") + call + " failed: " + ncclGetErrorString(result);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
+  const char* detail = ncclGetLastError(comm);
+  if (detail != nullptr && detail[0] != '\0') message += std::string(" (") + detail + ")";
+#else
+  (void)comm;
+#endif
+  throw RuntimeFailure(message);
+}
+
+ncclDataType_t nccl_type(ScalarType type) { return type == ScalarType::f32 ? ncclFloat32 : ncclFloat64; }
+
+std::size_t element_bytes(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
+
+// Runs `enqueue` (ncclSend/ncclRecv calls) inside one NCCL group. The group is
+// closed even when a call inside it fails, so NCCL does not stay in group mode.
+template <class Enqueue>
+void grouped(ncclComm_t comm, const char* what, Enqueue&& enqueue) {
+  check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
+  ncclResult_t inside = ncclSuccess;
+  const char* failed_call = "";
+  enqueue(inside, failed_call);
+  const ncclResult_t end = ncclGroupEnd();
+  check_nccl(inside, failed_call, comm);
+  check_nccl(end, what, comm);
+}
+
+// Records the first failing call of a group.
+void note(ncclResult_t result, const char* call, ncclResult_t& first, const char*& first_call) {
+  if (result != ncclSuccess && first == ncclSuccess) {
+    first = result;
+    first_call = call;
+  }
+}
+
+// All-to-all as one group of point-to-point calls: block j of send to rank j,
+// block i of recv from rank i (the only way before NCCL 2.28).
+[[maybe_unused]] void alltoall_by_send_recv(const void* send, void* recv, std::size_t count, ScalarType type,
+                                            int nranks, ncclComm_t comm, cudaStream_t stream) {
+  const std::size_t block_bytes = count * element_bytes(type);
+  grouped(comm, "ncclGroupEnd (all-to-all)", [&](ncclResult_t& first, const char*& first_call) {
+    for (int peer = 0; peer < nranks; ++peer) {
+      const auto offset = static_cast<std::size_t>(peer) * block_bytes;
+      note(ncclSend(static_cast<const char*>(send) + offset, count, nccl_type(type), peer, comm, stream), "ncclSend",
+           first, first_call);
+      note(ncclRecv(static_cast<char*>(recv) + offset, count, nccl_type(type), peer, comm, stream), "ncclRecv", first,
+           first_call);
+    }
+  });
+}
+
+}  // namespace
+
+struct NcclComm::Impl {
+  struct Group {
+    ncclComm_t comm = nullptr;
+    int rank = 0;
+    int size = 1;
+  };
+  std::map<MPI_Comm, Group> groups;  // by MPI communicator handle
+  int device = -1;                   // the device current when the first group was built
+  cudaStream_t shift_stream = nullptr;
+
+  const Group& group(MPI_Comm mpi_group);
+  cudaStream_t ring_stream();
+};
+
+const NcclComm::Impl::Group& NcclComm::Impl::group(MPI_Comm mpi_group) {
+  if (mpi_group == MPI_COMM_NULL) throw RuntimeFailure("NcclComm: exchange over MPI_COMM_NULL");
+  const auto found = groups.find(mpi_group);
+  if (found != groups.end()) return found->second;
+
+  Group g;
+  MPI_Comm_rank(mpi_group, &g.rank);
+  MPI_Comm_size(mpi_group, &g.size);
+  if (device < 0) check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+
+  // Rank 0 sends the id together with whether it could make one, so that a
+  // failure there ends every rank of the group instead of leaving them waiting.
+  struct {
+    int ok;
+    ncclUniqueId id;
+  } root{};
+  std::string root_error;
+  if (g.rank == 0) {
+    try {
+      check_nccl(ncclGetUniqueId(&root.id), "ncclGetUniqueId");
+      root.ok = 1;
+    } catch (const RuntimeFailure& e) {
+      root_error = e.what();
+    }
+  }
+  MPI_Bcast(&root, static_cast<int>(sizeof(root)), MPI_BYTE, 0, mpi_group);
+  if (root.ok != 1) {
+    throw RuntimeFailure(g.rank == 0 ? root_error
+                                     : std::string("NcclComm: rank 0 of the group could not create an NCCL id"));
+  }
+  const std::string init_call = "ncclCommInitRank (rank " + std::to_string(g.rank) + " of " +
+                                std::to_string(g.size) + ", CUDA device " + std::to_string(device) + ")";
+  check_nccl(ncclCommInitRank(&g.comm, g.size, root.id, g.rank), init_call.c_str());
+  return groups.emplace(mpi_group, g).first->second;
+}
+
+cudaStream_t NcclComm::Impl::ring_stream() {
+  if (shift_stream == nullptr)
+    check_cuda(cudaStreamCreateWithFlags(&shift_stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  return shift_stream;
+}
+
+NcclComm::NcclComm() : impl_(std::make_unique<Impl>()) {}
+
+NcclComm::~NcclComm() {
+  // No exceptions from a destructor: report and go on.
+  if (impl_->shift_stream != nullptr) {
+    const cudaError_t sync = cudaStreamSynchronize(impl_->shift_stream);
+    if (sync != cudaSuccess)
+      std::fprintf(stderr, "NcclComm: cudaStreamSynchronize failed at destruction: %s\n", cudaGetErrorString(sync));
+  }
+  for (auto& entry : impl_->groups) {
+    const ncclResult_t result = ncclCommDestroy(entry.second.comm);
+    if (result != ncclSuccess)
+      std::fprintf(stderr, "NcclComm: ncclCommDestroy failed: %s\n", ncclGetErrorString(result));
+  }
+  if (impl_->shift_stream != nullptr) {
+    const cudaError_t destroyed = cudaStreamDestroy(impl_->shift_stream);
+    if (destroyed != cudaSuccess)
+      std::fprintf(stderr, "NcclComm: cudaStreamDestroy failed: %s\n", cudaGetErrorString(destroyed));
+  }
+}
+
+void NcclComm::attach(MPI_Comm group) { impl_->group(group); }
+
+void NcclComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
+  const Impl::Group& g = impl_->group(group);
+  compat::fence("miniattn::NcclComm::allreduce_sum");
+  const cudaStream_t stream = kokkos_stream();
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, g.comm, stream), "ncclAllReduce", g.comm);
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after ncclAllReduce)");
+}
+
+void NcclComm::post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
+                               int source, MPI_Comm group, PendingExchange& pending) {
+  const Impl::Group& g = impl_->group(group);
+  if (dest < 0 || dest >= g.size || source < 0 || source >= g.size)
+    throw RuntimeFailure("NcclComm: ring shift to rank " + std::to_string(dest) + " from rank " +
+                         std::to_string(source) + " in a group of " + std::to_string(g.size));
+  if (count == 0) return;
+  compat::fence("miniattn::NcclComm::post_shift");
+  const cudaStream_t stream = impl_->ring_stream();
+  grouped(g.comm, "ncclGroupEnd (ring shift)", [&](ncclResult_t& first, const char*& first_call) {
+    note(ncclSend(send, count, nccl_type(type), dest, g.comm, stream), "ncclSend", first, first_call);
+    note(ncclRecv(recv, count, nccl_type(type), source, g.comm, stream), "ncclRecv", first, first_call);
+  });
+  pending.stream_work = true;
+}
+
+void NcclComm::wait_impl(PendingExchange& pending) {
+  if (!pending.stream_work || impl_->shift_stream == nullptr) return;
+  check_cuda(cudaStreamSynchronize(impl_->shift_stream), "cudaStreamSynchronize (ring shift)");
+}
+
+void NcclComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                             MPI_Comm group) {
+  const Impl::Group& g = impl_->group(group);
+  if (count_per_rank == 0) return;
+  compat::fence("miniattn::NcclComm::alltoall");
+  const cudaStream_t stream = kokkos_stream();
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  check_nccl(ncclAlltoAll(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAlltoAll", g.comm);
+#else
+  alltoall_by_send_recv(send, recv, count_per_rank, type, g.size, g.comm, stream);
+#endif
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after all-to-all)");
+}
+
+int nccl_header_version() { return NCCL_VERSION_CODE; }
+
+int nccl_library_version() {
+  int version = 0;
+  check_nccl(ncclGetVersion(&version), "ncclGetVersion");
+  return version;
+}
+
+}  // namespace miniattn
