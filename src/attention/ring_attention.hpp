@@ -11,19 +11,35 @@
 // 'local' is this class on one rank.
 #include <mpi.h>
 
+#include <memory>
+
 #include "attention/attention_strategy.hpp"
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
 
 namespace miniattn {
 
+// Buffers a ring pass needs only while it runs, shared by the ring attention
+// of every layer: two K/V blocks in flight (current, next), two pairs of
+// travelling dK/dV accumulators (rings of more than one rank only), and row
+// statistics.
+template <class T>
+struct RingWorkspace {
+  View3<T> row_sum, delta;
+  View4<T> k[2], v[2], dk[2], dv[2];
+
+  RingWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int ring_size);
+  std::size_t bytes() const;
+};
+
 template <class T>
 class RingAttention final : public AttentionStrategy<T> {
  public:
   // ring_positions [G, m]: global positions of the rows held by each ring rank;
   // q/k/v given to forward() are [B, heads, m, Dh].
+  // workspace: shaped [batch, heads, m, Dh] for this ring.
   RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, bool causal,
-                const kernels::AttentionBlocking& blocking, index_t batch, index_t heads, index_t head_dim,
+                const kernels::AttentionBlocking& blocking, std::shared_ptr<RingWorkspace<T>> workspace,
                 std::string name);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
@@ -32,7 +48,7 @@ class RingAttention final : public AttentionStrategy<T> {
                 const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return name_; }
-  std::size_t allocated_bytes() const override;
+  std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace
 
  private:
   View1<const index_t> positions_of(int ring_rank) const;
@@ -44,10 +60,7 @@ class RingAttention final : public AttentionStrategy<T> {
   bool causal_;
   kernels::AttentionBlocking blocking_;
   std::string name_;
-  View3<T> row_sum_, delta_;
-  // Two K/V blocks in flight (current, next) and, for the backward pass, two
-  // pairs of travelling dK/dV accumulators. Allocated only for rings of > 1 rank.
-  View4<T> k_buffer_[2], v_buffer_[2], dk_buffer_[2], dv_buffer_[2];
+  std::shared_ptr<RingWorkspace<T>> workspace_;
 };
 
 }  // namespace miniattn

@@ -28,9 +28,8 @@ View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& pa
 }
 
 template <class T>
-std::vector<std::unique_ptr<AttentionStrategy<T>>> make_attention_layers(const Config& c, const ProcessGrid& grid,
-                                                                         Comm& comm,
-                                                                         const View2<const index_t>& positions) {
+AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& grid, Comm& comm,
+                                         const View2<const index_t>& positions) {
   const ModelConfig& m = c.model;
   const std::string& strategy = c.parallel.strategy;
   kernels::AttentionBlocking blocking;
@@ -39,29 +38,36 @@ std::vector<std::unique_ptr<AttentionStrategy<T>>> make_attention_layers(const C
   const index_t B = m.batch / grid.dp_size, H = m.heads, Dh = m.head_dim();
   const index_t n = m.seq_len / grid.sp_size;
 
-  std::vector<std::unique_ptr<AttentionStrategy<T>>> layers;
+  AttentionLayers<T> result;
+  auto& layers = result.layers;
+  // Ring attention sees [B, H / U, U * n, Dh] (U = 1 for local and ring).
+  const index_t U = grid.ulysses_size;
+  std::shared_ptr<RingWorkspace<T>> ring_workspace;
+  if (strategy != "rsa") {
+    ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
+    result.shared_workspace_bytes = ring_workspace->bytes();
+  }
   for (index_t l = 0; l < m.layers; ++l) {
     if (strategy == "local" || strategy == "ring") {
-      layers.push_back(std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, B, H,
-                                                          Dh, strategy));
+      layers.push_back(
+          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, strategy));
     } else if (strategy == "rsa") {
       layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, m.causal, B, H, Dh));
     } else if (strategy == "ulysses" || strategy == "hybrid") {
-      const index_t U = grid.ulysses_size;
-      auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, B, H / U,
-                                                      Dh, strategy == "ulysses" ? "local" : "ring");
+      auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking,
+                                                      ring_workspace, strategy == "ulysses" ? "local" : "ring");
       layers.push_back(std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, n, Dh,
                                                              strategy));
     } else {
       throw InputError("parallel.strategy: unknown strategy '" + strategy + "'");
     }
   }
-  return layers;
+  return result;
 }
 
-template std::vector<std::unique_ptr<AttentionStrategy<float>>> make_attention_layers<float>(
-    const Config&, const ProcessGrid&, Comm&, const View2<const index_t>&);
-template std::vector<std::unique_ptr<AttentionStrategy<double>>> make_attention_layers<double>(
-    const Config&, const ProcessGrid&, Comm&, const View2<const index_t>&);
+template AttentionLayers<float> make_attention_layers<float>(const Config&, const ProcessGrid&, Comm&,
+                                                             const View2<const index_t>&);
+template AttentionLayers<double> make_attention_layers<double>(const Config&, const ProcessGrid&, Comm&,
+                                                               const View2<const index_t>&);
 
 }  // namespace miniattn

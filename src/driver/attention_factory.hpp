@@ -24,8 +24,13 @@ int ulysses_degree_for(const ParallelConfig& parallel, int sp_size);
 View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& parallel, const ProcessGrid& grid);
 
 template <class T>
-std::vector<std::unique_ptr<AttentionStrategy<T>>> make_attention_layers(const Config& config, const ProcessGrid& grid,
-                                                                         Comm& comm,
-                                                                         const View2<const index_t>& ring_positions);
+struct AttentionLayers {
+  std::vector<std::unique_ptr<AttentionStrategy<T>>> layers;
+  std::size_t shared_workspace_bytes = 0;  // workspaces all layers share (not in the layers' own counts)
+};
+
+template <class T>
+AttentionLayers<T> make_attention_layers(const Config& config, const ProcessGrid& grid, Comm& comm,
+                                         const View2<const index_t>& ring_positions);
 
 }  // namespace miniattn

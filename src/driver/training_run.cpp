@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "driver/attention_factory.hpp"
 #include "driver/ring_overlap.hpp"
+#include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
 #include "kernels/elementwise.hpp"
 #include "model/optimizer.hpp"
@@ -171,7 +172,27 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
 
   const View1<index_t> positions_device = to_device(positions, "positions");
   ParameterBuffers<T> params(layout, "params"), grads(layout, "grads");
-  if (c.io.init == "random") {
+  Optimizer<T> optimizer(c.train, layout);
+  const bool adamw = c.train.optimizer == "adamw";
+  const ParameterBuffers<T>* adam_m = adamw ? &optimizer.first_moment() : nullptr;
+  const ParameterBuffers<T>* adam_v = adamw ? &optimizer.second_moment() : nullptr;
+  index_t first_step = 0;
+  if (!c.io.restart.empty()) {
+    io::CheckpointState state;
+    try {
+      state = io::read_checkpoint<T>(c.io.restart, c, layout, grid, positions, params, adam_m, adam_v);
+    } catch (const InputError& e) {
+      throw InputError(std::string("io.restart: ") + e.what());
+    }
+    if (state.seed != c.train.seed)
+      throw InputError("io.restart: " + c.io.restart + " was written with train.seed " + std::to_string(state.seed) +
+                       ", the deck says " + std::to_string(c.train.seed));
+    if (state.step >= c.train.steps)
+      throw InputError("train.steps: " + c.io.restart + " is at step " + std::to_string(state.step) +
+                       "; train.steps (the total, counted from step 0) must be larger to continue");
+    optimizer.set_steps_taken(state.optimizer_steps);
+    first_step = state.step;
+  } else if (c.io.init == "random") {
     initialize_parameters<T>(layout, c.train.seed, positions_device, m.d_model, params);
   } else {
     try {
@@ -184,8 +205,9 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const std::unique_ptr<Comm> comm_backend = make_comm(c.parallel.comm, world);
   Comm& comm = *comm_backend;
   const View2<index_t> attention_positions = ring_positions(m, c.parallel, grid);
-  Transformer<T> model(m, layout, local_batch, n, make_attention_layers<T>(c, grid, comm, attention_positions));
-  Optimizer<T> optimizer(c.train, layout);
+  AttentionLayers<T> attention = make_attention_layers<T>(c, grid, comm, attention_positions);
+  const std::size_t shared_attention_bytes = attention.shared_workspace_bytes;
+  Transformer<T> model(m, layout, local_batch, n, std::move(attention.layers));
   View1<index_t> inputs("inputs", rows), targets("targets", rows);
   const SyntheticTask task{m.vocab, m.seq_len, c.train.seed};
   PhaseTimer timer;
@@ -194,6 +216,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const std::size_t parameter_copies = c.train.optimizer == "adamw" ? 4 : 2;
   const std::size_t allocated =
       parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) + model.allocated_bytes() +
+      shared_attention_bytes +
       (inputs.span() + targets.span() + positions_device.span() + attention_positions.span()) * sizeof(index_t);
 
   const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
@@ -204,7 +227,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const InjectedFault fault = injected_fault();
   const double start = wall_seconds();
 
-  for (index_t step = 0; step < c.train.steps; ++step) {
+  for (index_t step = first_step; step < c.train.steps; ++step) {
     if (fault.rank == grid.world_rank && fault.step == step)
       throw RuntimeFailure("injected fault (MINIATTN_FAULT) at step " + std::to_string(step));
     double step_seconds = 0.0;
@@ -269,14 +292,27 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     step_times.push_back(step_seconds);
     losses.push_back(loss);
 
+    // Checkpoint every io.checkpoint_every steps (if > 0) and after the last step.
+    const bool last = step + 1 == c.train.steps;
+    const bool periodic = c.io.checkpoint_every > 0 && (step + 1) % c.io.checkpoint_every == 0;
+    if (!c.io.checkpoint.empty() && (periodic || last)) {
+      auto t = timer.measure("checkpoint");
+      try {
+        io::write_checkpoint<T>(c.io.checkpoint, c, layout, grid, positions, params, adam_m, adam_v,
+                                {step + 1, optimizer.steps_taken(), c.train.seed});
+      } catch (const InputError& e) {
+        throw InputError(std::string("io.checkpoint: ") + e.what());
+      }
+    }
+
     const bool log = !bench && ((step + 1) % c.run.log_every == 0 || step == 0 || step + 1 == c.train.steps);
     if (root && log) {
       const double elapsed = wall_seconds() - start;
-      const double per_step = elapsed / static_cast<double>(step + 1);
-      const double eta = per_step * static_cast<double>(c.train.steps - step - 1);
+      const double per_step_done = elapsed / static_cast<double>(step + 1 - first_step);
+      const double eta = per_step_done * static_cast<double>(c.train.steps - step - 1);
       std::printf("step %6lld/%lld  loss %.6f  grad_norm %.3e  tok/s %.4g  elapsed %s  eta %s\n",
                   static_cast<long long>(step), static_cast<long long>(c.train.steps), loss, last_grad_norm,
-                  tokens_per_step / per_step, format_seconds(elapsed).c_str(), format_seconds(eta).c_str());
+                  tokens_per_step / per_step_done, format_seconds(elapsed).c_str(), format_seconds(eta).c_str());
       std::fflush(stdout);
     }
   }
@@ -305,7 +341,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   exchange_input.replicated_parameters = layout.replicated_size();
   exchange_input.local_wpe_parameters = layout.sharded_size();
   const std::map<std::string, double> modelled = modelled_exchange_bytes(exchange_input);
-  const double step_count = static_cast<double>(c.train.steps);
+  const double step_count = static_cast<double>(c.train.steps - first_step);
   nlohmann::json exchanges = nlohmann::json::object();
   double measured_total = 0.0, modelled_total = 0.0, exchange_seconds = 0.0;
   for (const auto& [label, s] : comm.stats()) {
@@ -335,6 +371,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   result["comm"] = comm.backend();
   result["precision"] = to_string(m.precision);
   result["steps"] = c.train.steps;
+  result["first_step"] = first_step;
   result["parameters"] = layout.total_global_count();
   result["phases"] = phases;
   result["step_seconds_median"] = step_median;

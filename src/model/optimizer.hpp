@@ -18,8 +18,13 @@ class Optimizer {
   void step(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, double grad_scale);
 
   index_t steps_taken() const { return steps_taken_; }
+  // On restart: the count from the checkpoint (Adam's bias correction depends on it).
+  void set_steps_taken(index_t steps) { steps_taken_ = steps; }
   const ParameterBuffers<T>& first_moment() const { return m_; }
   const ParameterBuffers<T>& second_moment() const { return v_; }
+  // Whether first_moment() / second_moment() exist (adamw; sgd keeps none). Their
+  // Views are shallow-const: a checkpoint reader can fill them through these.
+  bool has_moments() const { return m_.replicated.extent(0) > 0 || m_.sharded.extent(0) > 0; }
 
  private:
   TrainConfig train_;

@@ -5,6 +5,7 @@
 #include "kernels/elementwise.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/gelu.hpp"
+#include "kernels/gemm.hpp"
 #include "kernels/head_layout.hpp"
 #include "kernels/layer_norm.hpp"
 #include "kernels/linear.hpp"
@@ -64,7 +65,6 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
     a.ln2_out = View2<T>(p + "ln2_out", R, D);
     a.attention_merged = View2<T>(p + "attention_merged", R, D);
     a.fc1_out = View2<T>(p + "fc1_out", R, F);
-    a.gelu_out = View2<T>(p + "gelu_out", R, F);
     a.ln1_mean = View1<T>(p + "ln1_mean", R);
     a.ln1_rstd = View1<T>(p + "ln1_rstd", R);
     a.ln2_mean = View1<T>(p + "ln2_mean", R);
@@ -119,8 +119,9 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
 
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, a.ln2_out, a.ln2_mean, a.ln2_rstd);
   kernels::linear_forward<T>(a.ln2_out, w.fc1_weight, w.fc1_bias, a.fc1_out);
-  kernels::gelu_forward<T>(a.fc1_out, a.gelu_out);
-  kernels::linear_forward<T>(a.gelu_out, w.fc2_weight, w.fc2_bias, projection_out_);
+  const View2<T>& gelu_out = d_hidden_;  // a workspace: backward recomputes it
+  kernels::gelu_forward<T>(a.fc1_out, gelu_out);
+  kernels::linear_forward<T>(gelu_out, w.fc2_weight, w.fc2_bias, projection_out_);
   Kokkos::deep_copy(x_out, a.after_attention);
   kernels::add_inplace<T>(x_out, projection_out_);
 }
@@ -152,7 +153,10 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
 
   // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
-  kernels::linear_backward<T>(d_residual_, a.gelu_out, w.fc2_weight, d_hidden_, g.fc2_weight, g.fc2_bias);
+  // gelu(fc1_out) is recomputed into d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
+  kernels::gelu_forward<T>(a.fc1_out, d_hidden_);
+  kernels::linear_backward<T>(d_residual_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight, g.fc2_bias);
+  kernels::gemm<T>('N', 'N', T(1), d_residual_, w.fc2_weight, T(0), d_hidden_);
   kernels::gelu_backward<T>(a.fc1_out, d_hidden_, d_hidden_);
   kernels::linear_backward<T>(d_hidden_, a.ln2_out, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias);
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
@@ -215,7 +219,7 @@ std::size_t Transformer<T>::allocated_bytes() const {
   std::size_t bytes = wpe_row_.span() * sizeof(index_t);
   for (const auto& r : residual_) bytes += r.span() * sizeof(T);
   for (const auto& a : blocks_) {
-    for (const auto* v : {&a.ln1_out, &a.after_attention, &a.ln2_out, &a.attention_merged, &a.fc1_out, &a.gelu_out})
+    for (const auto* v : {&a.ln1_out, &a.after_attention, &a.ln2_out, &a.attention_merged, &a.fc1_out})
       bytes += v->span() * sizeof(T);
     for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
     for (const auto* v : {&a.q, &a.k, &a.v, &a.attention_out}) bytes += v->span() * sizeof(T);

@@ -17,7 +17,8 @@ namespace miniattn {
 // What one block saves in the forward pass for its backward pass.
 template <class T>
 struct BlockActivations {
-  View2<T> ln1_out, after_attention, ln2_out, attention_merged, fc1_out, gelu_out;
+  // gelu(fc1_out) is not kept: the backward pass recomputes it (one elementwise pass, R x F bytes saved).
+  View2<T> ln1_out, after_attention, ln2_out, attention_merged, fc1_out;
   View1<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
   View4<T> q, k, v, attention_out;
   View3<T> lse;
@@ -75,7 +76,8 @@ class Transformer {
 
   // Workspaces shared by all blocks.
   View2<T> qkv_, projection_out_;                  // forward
-  View2<T> d_residual_, d_normed_, d_merged_, d_hidden_;  // backward (d_qkv reuses qkv_)
+  View2<T> d_residual_, d_normed_, d_merged_, d_hidden_;  // backward (d_qkv reuses qkv_; d_hidden_ also
+                                                          // holds gelu outputs in both passes)
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;
 };
 

@@ -31,20 +31,20 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   plan.parts["tokens+positions"] = 2 * R * ib + n * ib + n * ib + G * U * n * ib;
 
   // Transformer: saved activations per block, residual stream, head, workspaces.
-  const std::size_t per_block = (8 * R * D + 2 * R * F + 4 * R + R * H) * s;
+  const std::size_t per_block = (8 * R * D + R * F + 4 * R + R * H) * s;
   plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (R * D + 2 * R + R * V) * s;
   plan.parts["workspaces"] = (3 * R * D + R * D + 3 * R * D + R * F + 4 * R * D) * s;
 
-  // Attention strategies, one per layer.
+  // Attention strategies, one per layer, plus the ring workspace they share.
   std::size_t attention = 0;
   if (in.strategy == "rsa") {
-    attention = (R * H * N + R * H + 8 * R * D) * s;
+    attention = L * (R * H * N + R * H + 8 * R * D) * s;
   } else {
-    attention = 2 * R * H * s + (G > 1 ? 8 * R * D * s : 0);  // the ring (local when G == 1)
+    attention = 2 * R * H * s + (G > 1 ? 8 * R * D * s : 0);  // the shared ring workspace (local when G == 1)
     if (in.strategy == "ulysses" || in.strategy == "hybrid")
-      attention += (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
+      attention += L * (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
   }
-  plan.parts["attention"] = L * attention;
+  plan.parts["attention"] = attention;
   return plan;
 }
 

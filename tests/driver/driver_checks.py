@@ -9,6 +9,8 @@ non-zero with a message when the check fails:
   learns             the example task's loss falls well below its start
   bad_input          malformed decks and command lines exit with status 2, naming the key,
                      before any work and without touching existing output files
+  checkpoint_restart a restart continues bitwise on the same ranks, within rounding on others;
+                     a run killed while checkpointing leaves the previous checkpoint usable
   faults             a NaN stops the run naming step and layer; a failure on one rank of
                      four ends every rank within seconds
   determinism        two identical runs give bitwise-identical snapshots
@@ -304,6 +306,59 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses):
                   f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
 
+def checkpoint_restart(c):
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    base = ["parallel.strategy=ring", "parallel.layout=zigzag", "train.steps=6"]
+    whole = c.result(c.run(2, *base, "io.snapshot=whole.h5", "io.snapshot_step=5", "io.checkpoint=whole_end.h5",
+                           deck=deck))
+    c.run(2, *base[:2], "train.steps=3", "io.checkpoint=ck3.h5", deck=deck)
+    # Same ranks: bitwise the uninterrupted run.
+    resumed = c.result(c.run(2, *base, "io.restart=ck3.h5", "io.snapshot=resumed.h5", "io.snapshot_step=5",
+                             "io.checkpoint=resumed_end.h5", deck=deck))
+    if resumed["losses"] != whole["losses"][3:]:
+        fail(f"resumed losses {resumed['losses']} != {whole['losses'][3:]}")
+    compare_snapshots(c.path("whole.h5"), c.path("resumed.h5"), 0.0)
+    with h5py.File(c.path("whole_end.h5"), "r") as a, h5py.File(c.path("resumed_end.h5"), "r") as b:
+        for group in ("params", "optim/m", "optim/v"):
+            for name in a[group]:
+                if not np.array_equal(a[group][name][()], b[group][name][()]):
+                    fail(f"final {group}/{name} differs after restart")
+    print("restart on the same 2 ranks: losses, snapshot and final checkpoint bitwise identical")
+    # Other rank counts and layouts: equal within rounding.
+    for ranks, sets in ((1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
+                        (4, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
+                        (4, ["parallel.strategy=ring", "parallel.dp=2"])):
+        tag = f"np{ranks}-{sets[0].split('=')[1]}"
+        c.run(ranks, "train.steps=6", "io.restart=ck3.h5", f"io.snapshot={tag}.h5", "io.snapshot_step=5", *sets,
+              deck=deck)
+        worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
+        print(f"checkpoint of 2 ranks (ring, zigzag) restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    # SIGKILL in the middle of writing the step-4 checkpoint: the step-3 one survives and restarts.
+    env = dict(os.environ, MINIATTN_FAULT_KILL_IN_CHECKPOINT="4")
+    cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
+        "--set=io.checkpoint=killed.h5", "--set=io.checkpoint_every=1"]
+    proc = subprocess.run(cmd, cwd=c.scratch, capture_output=True, text=True, timeout=300, env=env)
+    if proc.returncode == 0:
+        fail("the run that was to be killed while checkpointing exited 0")
+    with h5py.File(c.path("killed.h5"), "r") as f:
+        if int(f.attrs["step"]) != 3:
+            fail(f"after the kill the checkpoint is at step {f.attrs['step']}, expected the intact step 3")
+    c.run(2, *base, "io.restart=killed.h5", "io.snapshot=after_kill.h5", "io.snapshot_step=5", deck=deck)
+    compare_snapshots(c.path("whole.h5"), c.path("after_kill.h5"), 0.0)
+    print("killed while writing step 4: the step-3 checkpoint is intact and restarts bitwise")
+    # A truncated checkpoint is refused naming the file.
+    with open(c.path("ck3.h5"), "rb") as f:
+        data = f.read()
+    with open(c.path("truncated.h5"), "wb") as f:
+        f.write(data[: len(data) // 2])
+    bad = c.run(2, *base, "io.restart=truncated.h5", deck=deck, expect=2)
+    if "io.restart" not in bad.stderr or "truncated.h5" not in bad.stderr:
+        fail(f"truncated checkpoint: message does not name io.restart and the file: {bad.stderr!r}")
+    print("a truncated checkpoint is refused with exit status 2")
+
+
 def determinism(c):
     c.run(2, "parallel.dp=2", "io.snapshot=a.h5", "io.snapshot_step=2")
     c.run(2, "parallel.dp=2", "io.snapshot=b.h5", "io.snapshot_step=2")
@@ -316,7 +371,7 @@ def main():
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
-                                      "sequence_parallel", "faults"])
+                                      "sequence_parallel", "faults", "checkpoint_restart"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")

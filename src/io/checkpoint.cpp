@@ -1,0 +1,483 @@
+// Restart checkpoints: parameters, AdamW moments, step counters and a
+// layout-independent CRC-32 per dataset (see checkpoint.hpp).
+//
+// Checksums. A dataset is stored whole in global row order, but each rank
+// holds only some rows of it (wpe) or all of it (replicated tensors). The
+// checksum is the CRC-32 of the stored little-endian bytes of the whole
+// dataset; ranks checksum the row blocks they hold and the blocks are
+// combined in global row order with crc32_combine, which gives exactly the
+// CRC of the concatenation. So neither writing nor reading ever moves a
+// dataset between ranks to checksum it.
+//   write: replicated tensors are checksummed by world rank 0 (their writer);
+//          wpe blocks are combined over each SP group, and the group of world
+//          rank 0 (DP replica 0, the writers) is the one broadcast.
+//   read:  every rank reads the replicated tensors whole and checks its own
+//          copy; wpe blocks are combined over each SP group (one replica of
+//          the sequence), so every rank's rows are checked.
+#include "io/checkpoint.hpp"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "io/hdf5_file.hpp"
+#include "io/parameter_io.hpp"
+
+namespace miniattn::io {
+
+std::uint32_t crc32_update(std::uint32_t crc, const void* data, std::uint64_t bytes) {
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong value = crc;
+  constexpr std::uint64_t kChunk = std::uint64_t{1} << 30;  // crc32() takes a uInt length
+  while (bytes > 0) {
+    const std::uint64_t n = std::min(bytes, kChunk);
+    value = ::crc32(value, p, static_cast<uInt>(n));
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+namespace {
+
+constexpr const char* kChecksumAttribute = "checksum";
+constexpr const char* kChecksumAlgorithm =
+    "crc32 (zlib) of the little-endian stored bytes of the whole dataset in row-major order";
+
+std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape) {
+  return std::vector<std::uint64_t>(shape.begin(), shape.end());
+}
+
+std::uint64_t row_width(const std::vector<index_t>& shape) {
+  std::uint64_t w = 1;
+  for (std::size_t i = 1; i < shape.size(); ++i) w *= static_cast<std::uint64_t>(shape[i]);
+  return w;
+}
+
+bool host_is_little_endian() {
+  const std::uint16_t one = 1;
+  unsigned char first = 0;
+  std::memcpy(&first, &one, 1);
+  return first == 1;
+}
+
+// CRC-32 of `count` values as stored in the file (IEEE little-endian).
+template <class S>
+std::uint32_t crc_of_values(std::uint32_t crc, const S* values, std::uint64_t count) {
+  if (host_is_little_endian()) return crc32_update(crc, values, count * sizeof(S));
+  unsigned char bytes[sizeof(S)];
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::memcpy(bytes, values + i, sizeof(S));
+    std::reverse(bytes, bytes + sizeof(S));
+    crc = crc32_update(crc, bytes, sizeof(S));
+  }
+  return crc;
+}
+
+std::string hex(std::uint64_t value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "0x%08llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+template <class T>
+const char* precision_name() {
+  return std::is_same_v<T, float> ? "fp32" : "fp64";
+}
+
+// Collective over comm: if any rank has an error, every rank throws an
+// InputError with the message of the lowest such rank.
+void agree(MPI_Comm comm, const std::string& local_error) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  const int mine = local_error.empty() ? size : rank;
+  int first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  int length = rank == first ? static_cast<int>(local_error.size()) : 0;
+  MPI_Bcast(&length, 1, MPI_INT, first, comm);
+  std::string message = rank == first ? local_error : std::string(static_cast<std::size_t>(length), '\0');
+  if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, first, comm);
+  throw InputError(message);
+}
+
+// One dataset of a checkpoint: group + "/" + parameter name.
+struct Dataset {
+  std::string name;
+  const ParameterInfo* parameter = nullptr;
+  std::size_t group = 0;  // index into the list of buffers
+  std::uint64_t rows = 0;
+  std::uint64_t width = 0;  // elements per row
+};
+
+std::vector<Dataset> list_datasets(const std::vector<std::string>& groups, const ParameterLayout& layout) {
+  std::vector<Dataset> result;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    for (const ParameterInfo& p : layout.parameters()) {
+      Dataset d;
+      d.name = groups[g] + "/" + p.name;
+      d.parameter = &p;
+      d.group = g;
+      d.rows = p.global_shape.empty() ? 1 : static_cast<std::uint64_t>(p.global_shape[0]);
+      d.width = row_width(p.global_shape);
+      result.push_back(d);
+    }
+  }
+  return result;
+}
+
+// A block of rows of one dataset held by this rank, with its CRC-32.
+struct Piece {
+  std::uint64_t dataset = 0;
+  std::uint64_t row_begin = 0;
+  std::uint64_t row_count = 0;
+  std::uint64_t crc = 0;
+};
+
+// Collective over comm: combines the pieces of all ranks, per dataset in
+// global row order, into the CRC of the whole dataset. The pieces of a dataset
+// must tile its rows exactly; otherwise `error` says which dataset does not.
+// Datasets without pieces are left as they are in `crcs`.
+void combine_pieces(MPI_Comm comm, const std::vector<Piece>& local, const std::vector<Dataset>& datasets,
+                    std::size_t element_bytes, const std::string& path, std::vector<std::uint32_t>& crcs,
+                    std::string& error) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  std::vector<std::uint64_t> send;
+  for (const Piece& p : local) send.insert(send.end(), {p.dataset, p.row_begin, p.row_count, p.crc});
+  const int count = static_cast<int>(send.size());
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<std::size_t>(r)] = total;
+    total += counts[static_cast<std::size_t>(r)];
+  }
+  std::vector<std::uint64_t> received(static_cast<std::size_t>(total));
+  MPI_Allgatherv(send.data(), count, MPI_UINT64_T, received.data(), counts.data(), displs.data(), MPI_UINT64_T,
+                 comm);
+
+  std::vector<Piece> all;
+  for (std::size_t i = 0; i + 3 < received.size(); i += 4) {
+    all.push_back(Piece{received[i], received[i + 1], received[i + 2], received[i + 3]});
+  }
+  std::sort(all.begin(), all.end(), [](const Piece& a, const Piece& b) {
+    return a.dataset != b.dataset ? a.dataset < b.dataset : a.row_begin < b.row_begin;
+  });
+  for (std::size_t i = 0; i < all.size();) {
+    const std::uint64_t id = all[i].dataset;
+    const Dataset& d = datasets[static_cast<std::size_t>(id)];
+    std::uint64_t next_row = 0;
+    std::uint32_t crc = 0;
+    for (; i < all.size() && all[i].dataset == id; ++i) {
+      const Piece& p = all[i];
+      if (p.row_count == 0) continue;
+      if (p.row_begin != next_row && error.empty()) {
+        error = path + ": dataset " + d.name + ": the ranks' rows do not tile it (row " + std::to_string(next_row) +
+                " is followed by row " + std::to_string(p.row_begin) + ")";
+      }
+      next_row = p.row_begin + p.row_count;
+      crc = static_cast<std::uint32_t>(::crc32_combine64(
+          crc, static_cast<uLong>(p.crc), static_cast<z_off64_t>(p.row_count * d.width * element_bytes)));
+    }
+    if (next_row != d.rows && error.empty()) {
+      error = path + ": dataset " + d.name + ": the ranks' rows cover [0, " + std::to_string(next_row) +
+              ") of " + std::to_string(d.rows);
+    }
+    crcs[static_cast<std::size_t>(id)] = crc;
+  }
+}
+
+// Host copies of one set of buffers (the buffers themselves on a host backend).
+template <class T>
+struct HostBuffers {
+  Kokkos::View<T*, Kokkos::LayoutRight, Kokkos::HostSpace> replicated;
+  Kokkos::View<T*, Kokkos::LayoutRight, Kokkos::HostSpace> sharded;
+};
+
+// ---------------------------------------------------------------------------
+// Writing
+
+// The checksum of every dataset as written by write_parameter_group, the same
+// value on every rank. Collective over grid.world.
+template <class T>
+std::vector<std::uint32_t> checksums_for_write(const std::string& path, const std::vector<Dataset>& datasets,
+                                               const std::vector<HostBuffers<T>>& host, const ProcessGrid& grid,
+                                               const std::vector<index_t>& positions,
+                                               const std::string& position_layout) {
+  std::vector<std::uint32_t> crcs(datasets.size(), 0);
+  std::vector<Piece> pieces;
+  const auto runs = position_runs(positions, position_layout);
+  for (std::size_t id = 0; id < datasets.size(); ++id) {
+    const Dataset& d = datasets[id];
+    const ParameterInfo& p = *d.parameter;
+    const HostBuffers<T>& h = host[d.group];
+    if (!p.sharded) {
+      if (grid.world_rank == 0) crcs[id] = crc_of_values(0, h.replicated.data() + p.offset, d.rows * d.width);
+      continue;
+    }
+    for (const PositionRun& run : runs) {
+      const T* data = h.sharded.data() + p.offset + static_cast<std::uint64_t>(run.local_begin) * d.width;
+      const auto count = static_cast<std::uint64_t>(run.count);
+      pieces.push_back(Piece{id, static_cast<std::uint64_t>(run.global_begin), count,
+                             crc_of_values(0, data, count * d.width)});
+    }
+  }
+  std::string error;
+  combine_pieces(grid.sp_comm, pieces, datasets, sizeof(T), path, crcs, error);
+  agree(grid.world, error);
+  // World rank 0 wrote the replicated tensors, and its SP group (DP replica 0) the wpe rows.
+  MPI_Bcast(crcs.data(), static_cast<int>(crcs.size()), MPI_UINT32_T, 0, grid.world);
+  return crcs;
+}
+
+// ---------------------------------------------------------------------------
+// Reading
+
+// Reads rows of a dataset stored as S into `destination` (T), and returns the
+// CRC-32 of the stored bytes. Collective over the file's communicator.
+template <class T, class S>
+std::uint32_t read_rows(const Hdf5File& file, const std::string& dataset, const RowBlock& block,
+                        std::uint64_t width, T* destination) {
+  const std::uint64_t n = block.row_count * width;
+  if constexpr (std::is_same_v<T, S>) {
+    file.read(dataset, dtype_of<S>(), block, destination);
+    return crc_of_values(0, destination, n);
+  } else {
+    std::vector<S> stored(static_cast<std::size_t>(n));
+    file.read(dataset, dtype_of<S>(), block, stored.data());
+    for (std::uint64_t i = 0; i < n; ++i) destination[i] = static_cast<T>(stored[i]);
+    return crc_of_values(0, stored.data(), n);
+  }
+}
+
+// Reads every dataset into the host buffers and returns the checksum of what
+// this rank's SP group read (replicated tensors: of what this rank read).
+template <class T, class S>
+std::vector<std::uint32_t> read_datasets(const Hdf5File& file, const std::vector<Dataset>& datasets,
+                                         const std::vector<HostBuffers<T>>& host, const ProcessGrid& grid,
+                                         const std::vector<index_t>& positions,
+                                         const std::string& position_layout, std::string& error) {
+  std::vector<std::uint32_t> crcs(datasets.size(), 0);
+  std::vector<Piece> pieces;
+  const auto runs = position_runs(positions, position_layout);
+  for (std::size_t id = 0; id < datasets.size(); ++id) {
+    const Dataset& d = datasets[id];
+    const ParameterInfo& p = *d.parameter;
+    const HostBuffers<T>& h = host[d.group];
+    RowBlock block;
+    block.global_shape = to_u64(p.global_shape);
+    if (!p.sharded) {
+      block.row_begin = 0;
+      block.row_count = d.rows;
+      crcs[id] = read_rows<T, S>(file, d.name, block, d.width, h.replicated.data() + p.offset);
+      continue;
+    }
+    for (const PositionRun& run : runs) {
+      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
+      block.row_count = static_cast<std::uint64_t>(run.count);
+      T* destination = h.sharded.data() + p.offset + static_cast<std::uint64_t>(run.local_begin) * d.width;
+      const std::uint32_t crc = read_rows<T, S>(file, d.name, block, d.width, destination);
+      pieces.push_back(Piece{id, block.row_begin, block.row_count, crc});
+    }
+  }
+  combine_pieces(grid.sp_comm, pieces, datasets, sizeof(S), file.path(), crcs, error);
+  return crcs;
+}
+
+// An error message from Hdf5File without its leading "<path>: ".
+std::string without_path(const std::string& path, const std::string& message) {
+  const std::string prefix = path + ": ";
+  return message.compare(0, prefix.size(), prefix) == 0 ? message.substr(prefix.size()) : message;
+}
+
+// An int attribute of "/" that every checkpoint has.
+std::int64_t required_int(const Hdf5File& file, const std::string& name) {
+  try {
+    return file.get_int_attribute("/", name);
+  } catch (const InputError& e) {
+    throw InputError(file.path() + ": not a miniattn checkpoint (" + without_path(file.path(), e.what()) + ")");
+  }
+}
+
+}  // namespace
+
+namespace {
+// Fault injection for the crash-safety test: MINIATTN_FAULT_KILL_IN_CHECKPOINT=S
+// makes rank 0 die by SIGKILL halfway through writing the checkpoint of step S.
+void kill_if_requested(std::int64_t step, int world_rank) {
+  const char* text = std::getenv("MINIATTN_FAULT_KILL_IN_CHECKPOINT");
+  if (text != nullptr && world_rank == 0 && std::atoll(text) == step) std::raise(SIGKILL);
+}
+}  // namespace
+
+template <class T>
+void write_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
+                      const ProcessGrid& grid, const std::vector<index_t>& positions, const ParameterBuffers<T>& params,
+                      const ParameterBuffers<T>* adam_m, const ParameterBuffers<T>* adam_v,
+                      const CheckpointState& state) {
+  std::vector<std::string> groups = {"/params"};
+  std::vector<const ParameterBuffers<T>*> buffers = {&params};
+  if (adam_m != nullptr) {
+    groups.push_back("/optim/m");
+    buffers.push_back(adam_m);
+  }
+  if (adam_v != nullptr) {
+    groups.push_back("/optim/v");
+    buffers.push_back(adam_v);
+  }
+  const std::vector<Dataset> datasets = list_datasets(groups, layout);
+
+  compat::fence("miniattn::write_checkpoint");
+  std::vector<HostBuffers<T>> host;
+  for (const ParameterBuffers<T>* b : buffers) {
+    host.push_back(HostBuffers<T>{Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b->replicated),
+                                  Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b->sharded)});
+  }
+  const std::vector<std::uint32_t> crcs =
+      checksums_for_write(path, datasets, host, grid, positions, config.parallel.layout);
+
+  Hdf5File file = Hdf5File::create(path, grid.world);
+  write_config_attributes(file, config, grid.world_size);
+  file.set_attribute("/", "precision", std::string(precision_name<T>()));  // the stored type, whatever the deck
+  file.set_attribute("/", "step", state.step);
+  file.set_attribute("/", "optimizer_steps", state.optimizer_steps);
+  file.set_attribute("/", "seed", static_cast<std::int64_t>(state.seed));
+  file.set_attribute("/", "optimizer", adam_m != nullptr ? std::string("adamw") : config.train.optimizer);
+  file.set_attribute("/", "checksum_algorithm", std::string(kChecksumAlgorithm));
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    write_parameter_group(file, groups[g], layout, grid, positions, config.parallel.layout, *buffers[g]);
+    kill_if_requested(state.step, grid.world_rank);
+  }
+  for (std::size_t id = 0; id < datasets.size(); ++id) {
+    file.set_attribute(datasets[id].name, kChecksumAttribute, static_cast<std::int64_t>(crcs[id]));
+  }
+  file.commit();  // flushes, closes, syncs and renames onto `path`
+}
+
+template <class T>
+CheckpointState read_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
+                                const ProcessGrid& grid, const std::vector<index_t>& positions,
+                                const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m,
+                                const ParameterBuffers<T>* adam_v) {
+  Hdf5File file = Hdf5File::open_read(path, grid.world);
+
+  // 1. Is it a checkpoint, of this model?
+  CheckpointState state;
+  state.step = required_int(file, "step");
+  state.optimizer_steps = required_int(file, "optimizer_steps");
+  state.seed = static_cast<std::uint64_t>(required_int(file, "seed"));
+  if (state.step < 0 || state.optimizer_steps < 0) {
+    throw InputError(path + ": checkpoint holds step " + std::to_string(state.step) + " and optimizer_steps " +
+                     std::to_string(state.optimizer_steps) + ", expected non-negative values");
+  }
+  const ModelConfig& m = config.model;
+  const struct {
+    const char* key;
+    std::int64_t deck;
+  } sizes[] = {{"vocab", m.vocab},   {"d_model", m.d_model}, {"heads", m.heads},
+               {"ffn", m.ffn_width()}, {"layers", m.layers},   {"seq_len", m.seq_len}};
+  for (const auto& s : sizes) {
+    const std::int64_t held = required_int(file, s.key);
+    if (held != s.deck) {
+      throw InputError(path + ": checkpoint holds model." + s.key + " " + std::to_string(held) + ", the deck says " +
+                       std::to_string(s.deck));
+    }
+  }
+  std::string precision;
+  try {
+    precision = file.get_string_attribute("/", "precision");
+  } catch (const InputError& e) {
+    throw InputError(path + ": not a miniattn checkpoint (" + without_path(path, e.what()) + ")");
+  }
+  if (precision != "fp32" && precision != "fp64") {
+    throw InputError(path + ": attribute precision on / is \"" + precision + "\", expected fp32 or fp64");
+  }
+
+  // 2. Every dataset we need is there, with its checksum.
+  std::vector<std::string> groups = {"/params"};
+  std::vector<const ParameterBuffers<T>*> buffers = {&params};
+  if (adam_m != nullptr) {
+    groups.push_back("/optim/m");
+    buffers.push_back(adam_m);
+  }
+  if (adam_v != nullptr) {
+    groups.push_back("/optim/v");
+    buffers.push_back(adam_v);
+  }
+  const std::vector<Dataset> datasets = list_datasets(groups, layout);
+  std::string error;
+  for (const Dataset& d : datasets) {
+    if (!file.has_dataset(d.name)) {
+      error = path + ": dataset " + d.name + " not found";
+      if (d.group > 0) {
+        error += ": the checkpoint holds no AdamW moments (written by an sgd run?) and train.optimizer is adamw";
+      }
+      break;
+    }
+  }
+  agree(grid.world, error);
+  std::vector<std::uint64_t> stored(datasets.size());
+  for (std::size_t id = 0; id < datasets.size(); ++id) {
+    std::int64_t value = 0;
+    try {
+      value = file.get_int_attribute(datasets[id].name, kChecksumAttribute);
+    } catch (const InputError& e) {
+      throw InputError(path + ": dataset " + datasets[id].name + " has no checksum: not a miniattn checkpoint (" +
+                       without_path(path, e.what()) + ")");
+    }
+    if (value < 0 || value > 0xffffffffLL) {
+      throw InputError(path + ": dataset " + datasets[id].name + ": attribute checksum " + std::to_string(value) +
+                       " is not a CRC-32");
+    }
+    stored[id] = static_cast<std::uint64_t>(value);
+  }
+
+  // 3. Read in the stored type, checksum, convert.
+  std::vector<HostBuffers<T>> host;
+  for (const ParameterBuffers<T>* b : buffers) {
+    host.push_back(HostBuffers<T>{Kokkos::create_mirror_view(Kokkos::HostSpace(), b->replicated),
+                                  Kokkos::create_mirror_view(Kokkos::HostSpace(), b->sharded)});
+  }
+  const std::vector<std::uint32_t> computed =
+      precision == "fp64"
+          ? read_datasets<T, double>(file, datasets, host, grid, positions, config.parallel.layout, error)
+          : read_datasets<T, float>(file, datasets, host, grid, positions, config.parallel.layout, error);
+  for (std::size_t id = 0; id < datasets.size() && error.empty(); ++id) {
+    if (computed[id] != stored[id]) {
+      error = path + ": dataset " + datasets[id].name + ": checksum mismatch (stored " + hex(stored[id]) +
+              ", computed " + hex(computed[id]) + ")";
+    }
+  }
+  agree(grid.world, error);
+
+  for (std::size_t g = 0; g < buffers.size(); ++g) {
+    Kokkos::deep_copy(buffers[g]->replicated, host[g].replicated);
+    Kokkos::deep_copy(buffers[g]->sharded, host[g].sharded);
+  }
+  compat::fence("miniattn::read_checkpoint");
+  return state;
+}
+
+#define MINIATTN_INSTANTIATE(T)                                                                                     \
+  template void write_checkpoint<T>(const std::string&, const Config&, const ParameterLayout&, const ProcessGrid&,   \
+                                    const std::vector<index_t>&, const ParameterBuffers<T>&,                        \
+                                    const ParameterBuffers<T>*, const ParameterBuffers<T>*, const CheckpointState&); \
+  template CheckpointState read_checkpoint<T>(const std::string&, const Config&, const ParameterLayout&,            \
+                                              const ProcessGrid&, const std::vector<index_t>&,                      \
+                                              const ParameterBuffers<T>&, const ParameterBuffers<T>*,               \
+                                              const ParameterBuffers<T>*);
+MINIATTN_INSTANTIATE(float)
+MINIATTN_INSTANTIATE(double)
+#undef MINIATTN_INSTANTIATE
+
+}  // namespace miniattn::io

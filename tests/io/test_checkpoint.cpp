@@ -1,0 +1,452 @@
+// Restart checkpoints: bitwise round trips (fp64, fp32, sgd), reading with
+// another rank layout and another precision, and clean errors on every rank
+// for corrupted, foreign, truncated and mismatched files.
+// Runs under mpiexec with 1, 2 and 3 ranks.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "comm/process_grid.hpp"
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "io/checkpoint.hpp"
+#include "io/hdf5_file.hpp"
+#include "io/parameter_io.hpp"
+#include "model/parameter_layout.hpp"
+#include "model/parameters.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using miniattn::Config;
+using miniattn::index_t;
+using miniattn::InputError;
+using miniattn::ParameterBuffers;
+using miniattn::ParameterInfo;
+using miniattn::ParameterLayout;
+using miniattn::Precision;
+using miniattn::ProcessGrid;
+using miniattn::io::CheckpointState;
+using miniattn::io::read_checkpoint;
+using miniattn::io::write_checkpoint;
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+int world_size() {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  return size;
+}
+
+void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+
+// A fresh directory made by rank 0, the same path on every rank, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    std::string path;
+    if (world_rank() == 0) {
+      const char* base = std::getenv("TMPDIR");
+      std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/miniattn_ckpt_XXXXXX";
+      std::vector<char> buffer(pattern.begin(), pattern.end());
+      buffer.push_back('\0');
+      if (mkdtemp(buffer.data()) != nullptr) path = buffer.data();
+    }
+    int length = static_cast<int>(path.size());
+    MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path.resize(static_cast<std::size_t>(length));
+    if (length > 0) MPI_Bcast(&path[0], length, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path_ = path;
+  }
+  ~TempDir() {
+    barrier();
+    if (world_rank() == 0 && !path_.empty()) {
+      std::error_code ignored;
+      fs::remove_all(path_, ignored);
+    }
+    barrier();
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  bool ok() const { return !path_.empty(); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+Config make_config(const std::string& layout, int dp, const std::string& optimizer = "adamw") {
+  Config c;
+  c.model.vocab = 11;
+  c.model.d_model = 8;
+  c.model.heads = 2;
+  c.model.ffn = 0;  // 32
+  c.model.layers = 1;  // every dataset costs collectives: keep 3 ranks on 2 cores quick
+  c.model.seq_len = 12;  // zigzag over up to 3 SP ranks: 6 chunks of 2
+  c.model.batch = 6;
+  c.parallel.layout = layout;
+  c.parallel.dp = dp;
+  c.train.optimizer = optimizer;
+  c.train.seed = 777;
+  return c;
+}
+
+// The grid, positions and parameter layout of one rank layout.
+struct RankSetup {
+  Config config;
+  ProcessGrid grid;
+  std::vector<index_t> positions;
+  ParameterLayout layout;
+
+  explicit RankSetup(const Config& c)
+      : config(c),
+        grid(ProcessGrid::create(MPI_COMM_WORLD, static_cast<int>(c.parallel.dp), 1)),
+        positions(miniattn::owned_positions(c.model.seq_len, grid.sp_size, grid.sp_rank, c.parallel.layout)),
+        layout(c.model, static_cast<index_t>(positions.size())) {}
+  ~RankSetup() { grid.free(); }
+  RankSetup(const RankSetup&) = delete;
+  RankSetup& operator=(const RankSetup&) = delete;
+};
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The value of global element i of parameter number `param` in buffer set
+// `salt`: finite, full mantissa, varied exponents and signs.
+double global_value(std::uint64_t salt, std::size_t param, std::uint64_t i) {
+  const std::uint64_t h = mix(mix(salt * 7919ULL + param) + i);
+  const double unit = static_cast<double>(h >> 11) * 0x1.0p-53 - 0.5;
+  return std::ldexp(unit, static_cast<int>(h % 21) - 10);
+}
+
+// Visits every local element of every parameter: (param index, local element
+// pointer offset in its buffer, global element index).
+void for_each_element(const RankSetup& s, const std::function<void(std::size_t, bool, index_t, std::uint64_t)>& f) {
+  const auto& params = s.layout.parameters();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const ParameterInfo& p = params[k];
+    if (!p.sharded) {
+      for (index_t i = 0; i < p.local_size; ++i) f(k, false, p.offset + i, static_cast<std::uint64_t>(i));
+      continue;
+    }
+    const index_t width = p.global_shape[1];
+    for (std::size_t r = 0; r < s.positions.size(); ++r) {
+      for (index_t j = 0; j < width; ++j) {
+        const index_t local = p.offset + static_cast<index_t>(r) * width + j;
+        f(k, true, local, static_cast<std::uint64_t>(s.positions[r] * width + j));
+      }
+    }
+  }
+}
+
+template <class T>
+ParameterBuffers<T> make_buffers(const RankSetup& s, std::uint64_t salt, const std::string& label) {
+  ParameterBuffers<T> b(s.layout, label);
+  auto rep = Kokkos::create_mirror_view(b.replicated);
+  auto sh = Kokkos::create_mirror_view(b.sharded);
+  for_each_element(s, [&](std::size_t k, bool sharded, index_t local, std::uint64_t global) {
+    const T v = static_cast<T>(global_value(salt, k, global));
+    (sharded ? sh : rep)(local) = v;
+  });
+  Kokkos::deep_copy(b.replicated, rep);
+  Kokkos::deep_copy(b.sharded, sh);
+  return b;
+}
+
+// Number of elements, over all ranks, that differ bitwise from the values of
+// `salt` stored as Stored and read as T.
+template <class Stored, class T>
+long long global_mismatches(const RankSetup& s, const ParameterBuffers<T>& b, std::uint64_t salt) {
+  auto rep = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.replicated);
+  auto sh = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b.sharded);
+  long long bad = 0;
+  for_each_element(s, [&](std::size_t k, bool sharded, index_t local, std::uint64_t global) {
+    const T expected = static_cast<T>(static_cast<Stored>(global_value(salt, k, global)));
+    const T got = (sharded ? sh : rep)(local);
+    if (std::memcmp(&expected, &got, sizeof(T)) != 0) ++bad;
+  });
+  long long total = 0;
+  MPI_Allreduce(&bad, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return total;
+}
+
+// Runs `body`, expecting an InputError on this rank whose message contains
+// every one of `parts`; the outcome must be the same on every rank.
+void expect_input_error(const std::function<void()>& body, const std::vector<std::string>& parts) {
+  std::string message;
+  bool threw = false;
+  try {
+    body();
+  } catch (const InputError& e) {
+    threw = true;
+    message = e.what();
+  }
+  EXPECT_TRUE(threw) << "rank " << world_rank() << ": no InputError";
+  for (const auto& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "rank " << world_rank() << ": message \"" << message
+                                                     << "\" lacks \"" << part << "\"";
+  }
+  int mine = threw ? 1 : 0, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(all, world_size());
+}
+
+// Writes a checkpoint of salts 1 (params), 2 (m), 3 (v) as W from `writer`,
+// reads it back as T with each of `readers` and checks every element bitwise
+// and the state.
+template <class W, class T>
+void round_trip(const Config& writer_config, const std::vector<Config>& readers, bool moments) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  CheckpointState state;
+  state.step = 17;
+  state.optimizer_steps = 16;
+  state.seed = 0xfedcba9876543210ULL;  // above INT64_MAX: stored as its bit pattern
+  {
+    RankSetup w(writer_config);
+    auto params = make_buffers<W>(w, 1, "p");
+    auto m = make_buffers<W>(w, 2, "m");
+    auto v = make_buffers<W>(w, 3, "v");
+    write_checkpoint<W>(path, w.config, w.layout, w.grid, w.positions, params, moments ? &m : nullptr,
+                        moments ? &v : nullptr, state);
+  }
+  if (world_rank() == 0) {
+    EXPECT_TRUE(fs::exists(path));
+    for (const auto& entry : fs::directory_iterator(dir.path())) {
+      EXPECT_EQ(entry.path().filename().string(), "ckpt.h5") << "left behind: " << entry.path();
+    }
+  }
+  for (const Config& reader_config : readers) {
+    SCOPED_TRACE("read with dp=" + std::to_string(reader_config.parallel.dp) + " " + reader_config.parallel.layout);
+    RankSetup r(reader_config);
+    ParameterBuffers<T> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+    params.fill(T(-1));
+    m.fill(T(-1));
+    v.fill(T(-1));
+    const CheckpointState got = read_checkpoint<T>(path, r.config, r.layout, r.grid, r.positions, params,
+                                                   moments ? &m : nullptr, moments ? &v : nullptr);
+    EXPECT_EQ(got.step, state.step);
+    EXPECT_EQ(got.optimizer_steps, state.optimizer_steps);
+    EXPECT_EQ(got.seed, state.seed);
+    EXPECT_EQ((global_mismatches<W, T>(r, params, 1)), 0);
+    if (moments) {
+      EXPECT_EQ((global_mismatches<W, T>(r, m, 2)), 0);
+      EXPECT_EQ((global_mismatches<W, T>(r, v, 3)), 0);
+    }
+  }
+}
+
+TEST(Checkpoint, RoundTripFp64) {
+  const Config c = make_config("contiguous", 1);
+  round_trip<double, double>(c, {c}, true);
+}
+
+TEST(Checkpoint, RoundTripFp32) {
+  Config c = make_config("zigzag", world_size());
+  c.model.precision = Precision::fp32;
+  round_trip<float, float>(c, {c}, true);
+}
+
+TEST(Checkpoint, RoundTripSgdWithoutMoments) {
+  const Config c = make_config("zigzag", 1, "sgd");
+  round_trip<double, double>(c, {c}, false);
+}
+
+// Written by one dp x sp / contiguous|zigzag layout, read by others (with one
+// rank, only the position layout changes).
+TEST(Checkpoint, ReadWithAnotherRankLayout) {
+  const int n = world_size();
+  round_trip<double, double>(make_config("zigzag", 1),
+                             {make_config("contiguous", n), make_config("contiguous", 1), make_config("zigzag", n)},
+                             true);
+  round_trip<double, double>(make_config("contiguous", n), {make_config("zigzag", 1)}, true);
+}
+
+TEST(Checkpoint, Fp64FileIntoFp32RunAndBack) {
+  const int n = world_size();
+  Config c64 = make_config("zigzag", 1);
+  Config c32 = make_config("contiguous", n);
+  c32.model.precision = Precision::fp32;
+  round_trip<double, float>(c64, {c32}, true);
+  round_trip<float, double>(c32, {c64}, true);
+}
+
+// Offset in the file of a contiguous dataset's data (rank 0, serial HDF5).
+std::uint64_t dataset_offset(const std::string& path, const std::string& dataset) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_GE(file, 0);
+  const hid_t d = H5Dopen2(file, dataset.c_str(), H5P_DEFAULT);
+  EXPECT_GE(d, 0);
+  const haddr_t offset = H5Dget_offset(d);
+  EXPECT_NE(offset, HADDR_UNDEF);
+  H5Dclose(d);
+  H5Fclose(file);
+  return static_cast<std::uint64_t>(offset);
+}
+
+void flip_byte(const std::string& path, std::uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good());
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x10);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+  ASSERT_TRUE(f.good());
+}
+
+// One byte flipped in a replicated tensor, in the sharded wpe (checksummed in
+// pieces) and in a moment, one at a time, read back by two rank layouts.
+TEST(Checkpoint, CorruptedByteIsAChecksumMismatchNamingTheDataset) {
+  const int n = world_size();
+  const Config c = make_config("zigzag", 1);
+  const Config reader = make_config("contiguous", n);
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  {
+    RankSetup w(c);
+    auto params = make_buffers<double>(w, 1, "p");
+    auto m = make_buffers<double>(w, 2, "m");
+    auto v = make_buffers<double>(w, 3, "v");
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, CheckpointState{});
+  }
+  const std::vector<std::string> datasets = {"/params/blocks.0.ffn.fc1.weight", "/params/wpe", "/optim/m/wte"};
+  for (std::size_t k = 0; k < datasets.size(); ++k) {
+    const std::string& dataset = datasets[k];
+    SCOPED_TRACE(dataset);
+    std::uint64_t offset = 0;
+    if (world_rank() == 0) {
+      offset = dataset_offset(path, dataset) + 8 * 13 + 3;
+      flip_byte(path, offset);
+    }
+    barrier();
+    RankSetup r(k % 2 == 0 ? reader : c);
+    ParameterBuffers<float> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+    expect_input_error([&] { read_checkpoint<float>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v); },
+                       {path, "dataset " + dataset + ": checksum mismatch (stored 0x", ", computed 0x"});
+    if (world_rank() == 0) flip_byte(path, offset);  // repaired for the next one
+    barrier();
+  }
+  // Repaired, the file reads again.
+  RankSetup r(reader);
+  ParameterBuffers<float> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+  read_checkpoint<float>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
+  EXPECT_EQ((global_mismatches<double, float>(r, m, 2)), 0);
+}
+
+TEST(Checkpoint, ModelSizeMismatch) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  const Config c = make_config("contiguous", 1);
+  {
+    RankSetup w(c);
+    auto params = make_buffers<double>(w, 1, "p");
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, {});
+  }
+  const auto expect_refused = [&](const Config& deck, const std::string& message) {
+    RankSetup r(deck);
+    ParameterBuffers<double> params(r.layout, "p");
+    expect_input_error(
+        [&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, nullptr, nullptr); },
+        {path + ": " + message});
+  };
+  Config other = c;
+  other.model.d_model = 16;
+  expect_refused(other, "checkpoint holds model.d_model 8, the deck says 16");
+  other = c;
+  other.model.ffn = 24;
+  expect_refused(other, "checkpoint holds model.ffn 32, the deck says 24");
+  other = c;
+  other.model.seq_len = 24;
+  expect_refused(other, "checkpoint holds model.seq_len 12, the deck says 24");
+  other = c;
+  other.model.vocab = 13;
+  expect_refused(other, "checkpoint holds model.vocab 11, the deck says 13");
+  // Sizes that do not change the parameters' shapes are still refused.
+  other = c;
+  other.model.heads = 4;
+  expect_refused(other, "checkpoint holds model.heads 2, the deck says 4");
+}
+
+TEST(Checkpoint, SgdCheckpointIntoAdamwRunNamesTheMissingMoments) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  const Config c = make_config("contiguous", 1, "sgd");
+  {
+    RankSetup w(c);
+    auto params = make_buffers<double>(w, 1, "p");
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, {});
+  }
+  RankSetup r(make_config("contiguous", 1, "adamw"));
+  ParameterBuffers<double> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+  expect_input_error([&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v); },
+                     {path + ": dataset /optim/m/wte not found", "adamw"});
+}
+
+TEST(Checkpoint, FileThatIsNotACheckpoint) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("weights.h5");
+  RankSetup s(make_config("contiguous", 1));
+  auto params = make_buffers<double>(s, 1, "p");
+  {
+    // Parameters and config, as an init file has them, but no step.
+    auto file = miniattn::io::Hdf5File::create(path, MPI_COMM_WORLD);
+    miniattn::io::write_config_attributes(file, s.config, world_size());
+    miniattn::io::write_parameter_group(file, "/params", s.layout, s.grid, s.positions, s.config.parallel.layout,
+                                        params);
+    file.commit();
+  }
+  expect_input_error(
+      [&] { read_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr); },
+      {path + ": not a miniattn checkpoint", "step"});
+}
+
+TEST(Checkpoint, TruncatedFile) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  RankSetup s(make_config("contiguous", 1));
+  auto params = make_buffers<double>(s, 1, "p");
+  write_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr, {});
+  if (world_rank() == 0) fs::resize_file(path, fs::file_size(path) / 2);
+  barrier();
+  expect_input_error(
+      [&] { read_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr); },
+      {path});
+}
+
+TEST(Checkpoint, CrcIsZlibCrc32) {
+  // The standard CRC-32 check value, fed in two pieces.
+  const char* text = "123456789";
+  const std::uint32_t crc = miniattn::io::crc32_update(miniattn::io::crc32_update(0, text, 4), text + 4, 5);
+  EXPECT_EQ(crc, 0xcbf43926u);
+}
+
+}  // namespace
