@@ -64,10 +64,13 @@ const std::vector<Field>& fields() {
       {"io", "checkpoint", MINIATTN_CONFIG_REF(io, checkpoint), {}},
       {"io", "checkpoint_every", MINIATTN_CONFIG_REF(io, checkpoint_every), {}},
       {"io", "restart", MINIATTN_CONFIG_REF(io, restart), {}},
-      {"run", "mode", MINIATTN_CONFIG_REF(run, mode), {"train", "bench", "predict"}},
+      {"run", "mode", MINIATTN_CONFIG_REF(run, mode), {"train", "bench", "predict", "calibrate"}},
       {"run", "log_every", MINIATTN_CONFIG_REF(run, log_every), {}},
       {"run", "result", MINIATTN_CONFIG_REF(run, result), {}},
       {"run", "memory_per_rank_gib", MINIATTN_CONFIG_REF(run, memory_per_rank_gib), {}},
+      {"run", "machine", MINIATTN_CONFIG_REF(run, machine), {}},
+      {"run", "predict_max_ranks", MINIATTN_CONFIG_REF(run, predict_max_ranks), {}},
+      {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens), {}},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block), {}},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block), {}},
   };
@@ -650,6 +653,13 @@ void validate_config(const Config& c, int world_size) {
     reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
                                           number_text(c.run.memory_per_rank_gib));
 
+  // The performance model's keys (run.machine itself is checked by the predict
+  // and calibrate modes, before any work; the list only matters to predict).
+  require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
+  if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
+    reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
+  if (c.run.mode == "predict") parse_predict_seq_lens(c.run.predict_seq_lens);
+
   // The process grid: world = dp x sp.
   const ParallelConfig& p = c.parallel;
   const std::int64_t world = world_size;
@@ -712,6 +722,26 @@ void validate_config(const Config& c, int world_size) {
     reject("io.checkpoint_every", "is " + std::to_string(io.checkpoint_every) +
                                       " but io.checkpoint is empty (give io.checkpoint a PATH.h5)");
   }
+  if (!io.restart.empty() && io.init != "random") {
+    reject("io.init", "cannot be combined with io.restart (a checkpoint already holds the parameters)");
+  }
+}
+
+std::vector<std::int64_t> parse_predict_seq_lens(const std::string& text) {
+  std::vector<std::int64_t> values;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    std::int64_t value = 0;
+    if (parse_integer_text(item, value) != NumberStatus::ok || value < 1 || value > (std::int64_t{1} << 31)) {
+      reject("run.predict_seq_lens", "expected comma-separated integers in [1, 2^31] (e.g. \"65536,262144\"), got '" +
+                                         text + "'");
+    }
+    values.push_back(value);
+  }
+  if (values.empty()) reject("run.predict_seq_lens", "expected at least one sequence length, got '" + text + "'");
+  return values;
 }
 
 std::string config_to_yaml(const Config& c) {

@@ -57,11 +57,18 @@ struct IoConfig {
 };
 
 struct RunConfig {
-  std::string mode = "train";  // train | bench | predict
+  std::string mode = "train";  // train | bench | predict | calibrate
   std::int64_t log_every = 10;
   std::string result;  // JSON file; empty: stdout line only
   // Memory one rank may use, GiB; 0: this node's available memory shared by its ranks.
   double memory_per_rank_gib = 0.0;
+  // Machine description YAML (src/perf/performance_model.hpp): read by run.mode
+  // predict (required), written by run.mode calibrate (required).
+  std::string machine;
+  // run.mode predict: rank counts 1, 2, 4, ... up to this one.
+  std::int64_t predict_max_ranks = 4096;
+  // run.mode predict: the sequence lengths of the table, comma-separated.
+  std::string predict_seq_lens = "65536,262144,1048576,4194304";
 };
 
 // Blocking of the attention kernel (queries x keys per tile).
@@ -108,6 +115,10 @@ Override split_override(const std::string& text);
 // The full resolved configuration as a YAML deck; parse_config_text() of it
 // gives back an equal Config (deck_path aside, which is written as a comment).
 std::string config_to_yaml(const Config& config);
+
+// run.predict_seq_lens as numbers: comma-separated integers >= 1 (spaces allowed).
+// Throws InputError "run.predict_seq_lens: ..." otherwise.
+std::vector<std::int64_t> parse_predict_seq_lens(const std::string& text);
 
 // Every field of every section compared, deck_path included.
 bool operator==(const Config& a, const Config& b);

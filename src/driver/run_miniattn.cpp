@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "core/error.hpp"
+#include "driver/predict_mode.hpp"
 #include "driver/training_run.hpp"
 
 namespace miniattn {
@@ -41,13 +42,21 @@ void require_writable_directory(const std::string& key, const std::string& path)
 }  // namespace
 
 int run_miniattn(const Config& config, MPI_Comm world) {
-  if (config.run.mode == "predict")
-    throw InputError("run.mode: 'predict' (the performance model) is not available in this version");
-  require_writable_directory("io.snapshot", config.io.snapshot);
+  const std::string& mode = config.run.mode;
+  const bool model_mode = mode == "predict" || mode == "calibrate";
+  if (model_mode && config.run.machine.empty())
+    throw InputError("run.machine: required for run.mode " + mode + " (the machine description YAML " +
+                     (mode == "predict" ? std::string("to read") : std::string("to write")) + ")");
+  if (mode == "calibrate") require_writable_directory("run.machine", config.run.machine);
+  if (!model_mode) require_writable_directory("io.snapshot", config.io.snapshot);
   require_writable_directory("run.result", config.run.result);
+  require_writable_directory("io.checkpoint", config.io.checkpoint);
 
-  const nlohmann::json result = config.model.precision == Precision::fp32 ? run_training<float>(config, world)
-                                                                           : run_training<double>(config, world);
+  const bool fp32 = config.model.precision == Precision::fp32;
+  nlohmann::json result;
+  if (mode == "predict") result = run_predict(config, world);
+  else if (mode == "calibrate") result = fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
+  else result = fp32 ? run_training<float>(config, world) : run_training<double>(config, world);
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   if (rank == 0) {

@@ -1,0 +1,33 @@
+#pragma once
+// run.mode predict and run.mode calibrate: the performance model
+// (src/perf/performance_model.hpp) against a machine description.
+//
+// predict: reads run.machine and prints, for rank counts 1, 2, 4, ... up to
+// run.predict_max_ranks and each of run.predict_seq_lens, every strategy's
+// predicted step seconds and memory per rank and the best strategy (fastest
+// that fits); the result JSON holds every prediction, plus
+// `prediction_for_deck`: the deck's own strategy and dp on the ranks it runs on.
+// No Kokkos work and no communication: one rank answers in well under a second.
+//
+// calibrate: measures this machine (GEMM, attention and elementwise rates with
+// the deck's model sizes and precision on every rank at once; MPI latency and
+// bandwidth between ranks 0 and 1 and, when there is one, a rank on another
+// node; how much of a posted transfer progresses during compute) and writes the
+// machine description to run.machine (temporary file + rename).
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.hpp"
+
+namespace miniattn {
+
+// Collective over `world` only in the sense that every rank computes the same
+// answer; throws InputError for a missing or malformed machine file.
+nlohmann::json run_predict(const Config& config, MPI_Comm world);
+
+// Collective over `world`.
+template <class T>
+nlohmann::json run_calibrate(const Config& config, MPI_Comm world);
+
+}  // namespace miniattn

@@ -1,0 +1,144 @@
+#pragma once
+// An alpha-beta performance model of one training step, per strategy (local,
+// ring, rsa, ulysses, hybrid), from a machine description (rates, bandwidths,
+// latencies, memory) and the deck's sizes. It reuses the analytic byte counts
+// (exchange_model), the memory planner (memory_plan) and the FLOP counts
+// (flop_count), so that prediction and measurement count the same things.
+//
+// One rank's step = compute + exchange - hidden:
+//  compute   dense GEMMs (forward 1x, backward 2x of the dense FLOPs) / gemm_flops
+//            + attention kernel work / attention (or rsa) FLOP/s, counted as the
+//              tiles the blockwise kernel really computes (causal: the tiles on
+//              and below the diagonal of each chunk pair), with the slowest
+//              rank of each ring step setting its pace
+//            + elementwise bytes (LayerNorm, GELU, head layouts, residual adds,
+//              cross-entropy, Ulysses packing, optimizer) / elementwise_bandwidth;
+//              (RSA's softmax over its n x N rows is part of its calibrated rate)
+//  exchange  per Comm label: messages * latency + bytes / bandwidth, the bytes
+//            from modelled_exchange_bytes; intra- or inter-node bandwidth by
+//            where the partners sit (consecutive world ranks share a node;
+//            Ulysses groups are consecutive SP ranks; a ring crosses nodes
+//            when its SP group spans more than one node); all-reduces as a ring
+//            (2 (p-1)/p bytes / bandwidth) with a tree's 2 log2(p) latencies
+//  hidden    the part of each ring step's posted K/V (RSA: K, V) transfer that
+//            runs during that step's block compute:
+//            min(compute, overlap_efficiency * transfer); the backward's
+//            travelling dK/dV are posted after the block compute and stay exposed.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+
+namespace miniattn {
+
+// The compute rates of one rank.
+struct RankRates {
+  double gemm_flops = 0;                // FLOP/s of the dense layers' GEMMs on one rank
+  double attention_flops_forward = 0;   // FLOP/s of the blockwise attention forward (full tiles)
+  double attention_flops_backward = 0;  // FLOP/s of its backward (FLOPs = 2.5 x forward)
+  double rsa_flops_forward = 0;         // RSA's score + softmax + apply kernels; 0: the attention rates
+  double rsa_flops_backward = 0;        // RSA's dense block backward; 0: attention_flops_backward
+  double elementwise_bandwidth = 0;     // bytes/s (read + written) of the elementwise kernels
+};
+
+// A machine, per rank (one rank = one GPU or one CPU core/socket, as run).
+// All rates are for one precision (`precision`, empty = not stated).
+//
+// Node sharing: the top-level rates are per rank with every rank of a node
+// busy (ranks share memory bandwidth, caches and clock headroom). `alone`
+// holds the rates of one rank with the rest of its node idle (0: the same).
+// A run with `active` ranks on a node gets, for every rate,
+//   min(alone, busy * ranks_per_node / active)
+// (the node's busy throughput shared by the active ranks, capped by what one
+// rank reaches alone): busy when the node is full, alone for one rank.
+struct MachineDescription {
+  std::string name;
+  std::string description;
+  std::string precision;                  // fp32 | fp64 | "" (any)
+  double gemm_flops = 0;                  // FLOP/s of the dense layers' GEMMs on one rank
+  double attention_flops_forward = 0;     // FLOP/s of the blockwise attention forward (full tiles)
+  double attention_flops_backward = 0;    // FLOP/s of its backward (FLOPs = 2.5 x forward)
+  double rsa_flops_forward = 0;           // RSA's score + softmax + apply kernels; 0: the attention rates
+  double rsa_flops_backward = 0;          // RSA's dense block backward; 0: attention_flops_backward
+  double elementwise_bandwidth = 0;       // bytes/s (read + written) of the elementwise kernels
+  double memory_bytes_per_rank = 0;       // bytes one rank may use
+  double bandwidth_intra = 0;             // bytes/s one rank sends to a partner on its node
+  double bandwidth_inter = 0;             // bytes/s one rank sends to a partner on another node
+  double latency_intra = 0;               // seconds per message on a node
+  double latency_inter = 0;               // seconds per message between nodes
+  std::int64_t ranks_per_node = 1;        // consecutive world ranks share a node
+  double overlap_efficiency = 1.0;        // fraction of a posted transfer that progresses during compute
+  RankRates alone;                        // one rank with its node otherwise idle; 0 entries: the busy rate
+
+  // The rates a rank gets when `active` ranks of its node run (see above).
+  MachineDescription shared_by(std::int64_t active) const;
+
+  double rsa_forward_rate() const { return rsa_flops_forward > 0 ? rsa_flops_forward : attention_flops_forward; }
+  double rsa_backward_rate() const { return rsa_flops_backward > 0 ? rsa_flops_backward : attention_flops_backward; }
+};
+
+// Reads a machine YAML file. Errors are InputError naming `key_name` (e.g.
+// "run.machine"), the file and the offending key.
+MachineDescription read_machine_file(const std::string& path, const std::string& key_name = "run.machine");
+MachineDescription parse_machine_text(const std::string& yaml_text, const std::string& where);
+// Checks every value (positive rates, 0 <= overlap <= 1, ...); throws InputError "where: key: reason".
+void validate_machine(const MachineDescription& machine, const std::string& where);
+// The YAML text of a machine description, every key with a comment line; `extra` is
+// appended as-is (e.g. a "calibration:" mapping with what was measured how).
+std::string machine_to_yaml(const MachineDescription& machine, const std::string& header_comment,
+                            const std::string& extra = "");
+
+// One decomposition of one model.
+struct StepConfig {
+  ModelConfig model;
+  std::string strategy = "local";
+  std::string layout = "contiguous";
+  std::string optimizer = "adamw";
+  int dp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
+  std::int64_t query_block = 64, key_block = 64;
+  std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
+  int world_size() const { return dp * sp; }
+};
+
+// "" when the decomposition can run, else why not (as the deck validator would say).
+std::string step_config_problem(const StepConfig& config);
+
+struct StepPrediction {
+  bool valid = true;
+  std::string problem;  // why not valid
+  double step_seconds = 0, compute_seconds = 0, exchange_seconds = 0, hidden_seconds = 0;
+  std::map<std::string, double> compute_parts;   // gemm, attention_forward, attention_backward, elementwise, optimizer
+  std::map<std::string, double> exchange_parts;  // seconds by Comm label, before hiding
+  std::map<std::string, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes)
+  std::map<std::string, std::size_t> memory_parts;
+  double memory_bytes_per_rank = 0;
+  bool fits = true;
+  double tokens_per_second = 0;
+};
+
+StepPrediction predict_step(const MachineDescription& machine, const StepConfig& config);
+
+// Replicated parameters (all but wpe) of the model, as ParameterLayout counts them.
+std::int64_t replicated_parameter_count(const ModelConfig& model);
+
+// Fraction of the c x c diagonal block of a causal attention that the blockwise
+// kernel computes with query_block x key_block tiles (tiles wholly above the
+// diagonal are skipped): (T+1)/(2T) for T equal tiles, 1/2 in the limit.
+double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block);
+
+// The strategies predicted for `ranks` ranks: each with its decomposition
+// (dp from the deck when it divides ranks and the batch, else 1; hybrid with
+// the deck's ulysses_degree when > 1, else the largest divisor of sp and heads
+// that fits in a node). Invalid ones come back with valid = false.
+struct StrategyChoice {
+  StepConfig config;
+  StepPrediction prediction;
+};
+std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine, const StepConfig& deck, int ranks);
+
+// Index in `choices` of the fastest valid strategy that fits, -1 if none.
+int best_strategy(const std::vector<StrategyChoice>& choices);
+
+}  // namespace miniattn

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""run.mode predict through the executable: the table and JSON for a machine
+file, the deck's own prediction, and clean errors (exit status 2, naming the
+key) for a missing run.machine, an unreadable file and a malformed one.
+
+usage: check_predict_mode.py MINIATTN MACHINE.yaml
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+DECK = """model:
+  vocab: 256
+  d_model: 256
+  heads: 4
+  layers: 2
+  seq_len: 4096
+  batch: 1
+  causal: true
+  precision: fp32
+parallel:
+  strategy: ring
+  layout: zigzag
+run:
+  mode: predict
+"""
+
+STRATEGIES = ["local", "ring", "rsa", "ulysses", "hybrid"]
+
+
+def run(exe, deck, sets):
+    args = [exe, deck] + [a for s in sets for a in ("--set", s)]
+    start = time.time()
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return proc, time.time() - start
+
+
+def check(condition, message):
+    if not condition:
+        print("FAIL:", message)
+        sys.exit(1)
+
+
+def main():
+    exe, machine = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        deck = os.path.join(tmp, "deck.yaml")
+        with open(deck, "w") as f:
+            f.write(DECK)
+        result_path = os.path.join(tmp, "predict.json")
+
+        # The full default table: 13 rank counts x 4 sequence lengths, in well under a second of work.
+        proc, seconds = run(exe, deck, [f"run.machine={machine}", f"run.result={result_path}"])
+        check(proc.returncode == 0, f"predict failed ({proc.returncode}): {proc.stderr}")
+        check(seconds < 10, f"predict took {seconds:.1f} s")
+        lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+        check(len(lines) == 1, "one RESULT line")
+        result = json.loads(lines[0][len("RESULT "):])
+        with open(result_path) as f:
+            check(json.load(f) == result, "run.result holds the RESULT line")
+        check(result["mode"] == "predict", "mode")
+        predictions = result["predictions"]
+        check(len(predictions) == 13 * 4, f"13 rank counts x 4 lengths, got {len(predictions)}")
+        check([p["ranks"] for p in predictions[:13]] == [2 ** k for k in range(13)], "ranks 1..4096")
+        check(sorted({p["seq_len"] for p in predictions}) == [65536, 262144, 1048576, 4194304], "seq_lens")
+        for p in predictions:
+            check(set(p["strategies"]) == set(STRATEGIES), "every strategy")
+            best = p["best"]
+            fitting = {name: s["step_seconds"] for name, s in p["strategies"].items() if s["valid"] and s["fits"]}
+            if fitting:
+                check(best == min(fitting, key=fitting.get), f"best is the fastest that fits: {p}")
+            else:
+                check(best is None, "no best when nothing fits")
+            ring = p["strategies"]["ring"]
+            check(ring["valid"], "ring is always possible here")
+            check(ring["step_seconds"] > 0 and ring["memory_bytes_per_rank"] > 0, "positive figures")
+            if p["ranks"] > 1:
+                check(not p["strategies"]["local"]["valid"], "local needs the batch split over ranks")
+            if p["ranks"] > 4:
+                check(not p["strategies"]["ulysses"]["valid"], "ulysses needs heads % sp == 0")
+        # Sequence parallelism pays: 4096 ranks run a 4M-token step faster than 4 ranks.
+        by = {(p["ranks"], p["seq_len"]): p for p in predictions}
+        check(by[(4096, 4194304)]["strategies"]["ring"]["step_seconds"]
+              < by[(4, 4194304)]["strategies"]["ring"]["step_seconds"] / 100, "ring scales")
+        # RSA's N x N / P rows do not fit at 4M tokens on 4 GPUs.
+        check(not by[(4, 4194304)]["strategies"]["rsa"]["fits"], "rsa runs out of memory")
+        own = result["prediction_for_deck"]
+        check(own["strategy"] == "ring" and own["ranks"] == 1 and own["seq_len"] == 4096, "the deck's own prediction")
+        check(own["valid"] and own["step_seconds"] > 0, "a valid own prediction")
+        check(set(own["compute"]) == {"gemm", "attention_forward", "attention_backward", "elementwise", "optimizer"},
+              "compute breakdown")
+
+        # Deterministic: the same prediction twice.
+        proc2, _ = run(exe, deck, [f"run.machine={machine}"])
+        again = json.loads([l for l in proc2.stdout.splitlines() if l.startswith("RESULT ")][0][len("RESULT "):])
+        check(again["predictions"] == predictions, "deterministic")
+
+        # One configuration: exactly one entry.
+        proc, _ = run(exe, deck, [f"run.machine={machine}", "run.predict_max_ranks=1", "run.predict_seq_lens=4096"])
+        check(proc.returncode == 0, proc.stderr)
+        one = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][0][7:])
+        check(len(one["predictions"]) == 1, "one entry")
+
+        # Errors: exit status 2, the key named.
+        def expect_error(sets, needle, deck_path=deck):
+            proc, _ = run(exe, deck_path, sets)
+            check(proc.returncode == 2, f"{sets}: exit status {proc.returncode}, stderr {proc.stderr}")
+            check(needle in proc.stderr, f"{sets}: '{needle}' not in '{proc.stderr}'")
+
+        expect_error([], "run.machine: required for run.mode predict")
+        expect_error(["run.machine=/nonexistent/m.yaml"], "run.machine: cannot read the machine file /nonexistent/m.yaml")
+        bad = os.path.join(tmp, "bad.yaml")
+        with open(machine) as f:
+            text = f.read()
+        with open(bad, "w") as f:
+            f.write(text.replace("gemm_flops:", "gemm_flop:"))
+        expect_error([f"run.machine={bad}"], "gemm_flop: unknown key")
+        with open(bad, "w") as f:
+            f.write("\n".join(l for l in text.splitlines() if not l.startswith("ranks_per_node")))
+        expect_error([f"run.machine={bad}"], f"run.machine: {bad}: ranks_per_node: missing")
+        expect_error([f"run.machine={machine}", "model.precision=fp64"], "precision: the rates are for fp32")
+        expect_error([f"run.machine={machine}", "run.predict_seq_lens=4096,x"], "run.predict_seq_lens: expected")
+        expect_error([f"run.machine={machine}", "run.predict_max_ranks=0"], "run.predict_max_ranks: must be >= 1")
+        expect_error(["run.mode=calibrate"], "run.machine: required for run.mode calibrate")
+    print("predict mode: OK")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,293 @@
+// The performance model (src/perf/performance_model.hpp) on hand-made machine
+// descriptions: each test changes one figure and checks the direction and, where
+// the model is exact, the size of the effect.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.hpp"
+#include "model/parameter_layout.hpp"
+#include "perf/exchange_model.hpp"
+#include "perf/performance_model.hpp"
+
+namespace miniattn {
+namespace {
+
+MachineDescription test_machine() {
+  MachineDescription m;
+  m.name = "test";
+  m.precision = "fp32";
+  m.gemm_flops = 1e13;
+  m.attention_flops_forward = 4e12;
+  m.attention_flops_backward = 3e12;
+  m.elementwise_bandwidth = 1e12;
+  m.memory_bytes_per_rank = 80e9;
+  m.bandwidth_intra = 100e9;
+  m.bandwidth_inter = 10e9;
+  m.latency_intra = 5e-6;
+  m.latency_inter = 10e-6;
+  m.ranks_per_node = 4;
+  m.overlap_efficiency = 1.0;
+  return m;
+}
+
+StepConfig config(const std::string& strategy, int sp, std::int64_t seq_len, int ulysses = 1) {
+  StepConfig c;
+  c.model.vocab = 256;
+  c.model.d_model = 256;
+  c.model.heads = 8;
+  c.model.layers = 2;
+  c.model.seq_len = seq_len;
+  c.model.batch = 1;
+  c.model.causal = true;
+  c.model.precision = Precision::fp32;
+  c.strategy = strategy;
+  c.layout = "zigzag";
+  c.sp = sp;
+  c.ulysses = strategy == "ulysses" ? sp : ulysses;
+  return c;
+}
+
+TEST(PerformanceModel, StepIsComputePlusExchangeMinusHidden) {
+  const StepPrediction p = predict_step(test_machine(), config("ring", 8, 1 << 16));
+  ASSERT_TRUE(p.valid) << p.problem;
+  double compute = 0, exchange = 0;
+  for (const auto& [name, s] : p.compute_parts) compute += s;
+  for (const auto& [name, s] : p.exchange_parts) exchange += s;
+  EXPECT_DOUBLE_EQ(p.compute_seconds, compute);
+  EXPECT_DOUBLE_EQ(p.exchange_seconds, exchange);
+  EXPECT_NEAR(p.step_seconds, compute + exchange - p.hidden_seconds, 1e-12 * p.step_seconds);
+  EXPECT_GE(p.hidden_seconds, 0.0);
+  EXPECT_NEAR(p.tokens_per_second, (1 << 16) / p.step_seconds, 1e-9 * p.tokens_per_second);
+}
+
+TEST(PerformanceModel, LocalAttentionTimeIsItsFlopsOverTheRate) {
+  // One rank, causal: 4 B N^2 D per layer times the computed tile fraction.
+  const MachineDescription m = test_machine();
+  StepConfig c = config("local", 1, 8192);
+  c.layout = "contiguous";
+  const StepPrediction p = predict_step(m, c);
+  const double N = 8192, D = 256, L = 2;
+  const double fraction = causal_diagonal_fraction(8192, 64, 64);
+  EXPECT_DOUBLE_EQ(fraction, 129.0 / 256.0);  // 128 tiles a side: (T+1)/(2T)
+  EXPECT_NEAR(p.compute_parts.at("attention_forward"), L * 4 * N * N * D * fraction / m.attention_flops_forward,
+              1e-9 * p.compute_parts.at("attention_forward"));
+  EXPECT_NEAR(p.compute_parts.at("attention_backward"),
+              L * 2.5 * 4 * N * N * D * fraction / m.attention_flops_backward,
+              1e-9 * p.compute_parts.at("attention_backward"));
+  EXPECT_TRUE(p.exchange_parts.empty());
+  EXPECT_EQ(p.hidden_seconds, 0.0);
+}
+
+TEST(PerformanceModel, DiagonalFractionOfUnevenTiles) {
+  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(64, 64, 64), 1.0);
+  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 64, 64), 0.75);
+  EXPECT_NEAR(causal_diagonal_fraction(1 << 20, 64, 64), 0.5, 1e-4);
+  // Query tiles of 32 against key tiles of 64 over 128 rows: rows 0-63 meet one
+  // key tile, rows 64-127 two: (64 * 64 + 64 * 128) / 128^2.
+  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 32, 64), (64.0 * 64 + 64.0 * 128) / (128.0 * 128));
+}
+
+TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
+  const MachineDescription m = test_machine();
+  StepConfig zigzag = config("ring", 4, 1 << 16), contiguous = zigzag;
+  contiguous.layout = "contiguous";
+  const StepPrediction z = predict_step(m, zigzag), c = predict_step(m, contiguous);
+  // Contiguous: the slowest rank of every later step meets a whole block, so
+  // the ring takes about twice as long as zigzag's balanced half blocks.
+  const double ratio = c.compute_parts.at("attention_forward") / z.compute_parts.at("attention_forward");
+  EXPECT_GT(ratio, 1.6);
+  EXPECT_LT(ratio, 2.0);
+}
+
+TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
+  MachineDescription m = test_machine();
+  const StepConfig c = config("ring", 16, 1 << 14);  // crosses nodes
+  const StepPrediction slow = predict_step(m, c);
+  m.bandwidth_inter *= 2;
+  const StepPrediction fast = predict_step(m, c);
+  EXPECT_LT(fast.exchange_seconds, slow.exchange_seconds);
+  // The bandwidth term halves; latencies stay.
+  const double latency_part = slow.exchange_seconds - 2 * (slow.exchange_seconds - fast.exchange_seconds);
+  EXPECT_GT(latency_part, 0.0);
+  EXPECT_LE(fast.step_seconds, slow.step_seconds);
+}
+
+TEST(PerformanceModel, RingInsideOneNodeUsesIntraNodeBandwidth) {
+  MachineDescription m = test_machine();
+  const StepConfig inside = config("ring", 4, 1 << 14), across = config("ring", 8, 1 << 14);
+  const StepPrediction a = predict_step(m, inside), b = predict_step(m, across);
+  m.bandwidth_inter /= 10;
+  EXPECT_DOUBLE_EQ(predict_step(m, inside).exchange_seconds, a.exchange_seconds);
+  EXPECT_GT(predict_step(m, across).exchange_seconds, b.exchange_seconds);
+}
+
+TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
+  MachineDescription m = test_machine();
+  // Long sequence, 4 ranks on one node: every step's block compute outlasts its K/V transfer.
+  const StepPrediction p = predict_step(m, config("ring", 4, 1 << 18));
+  const double posted = p.exchange_parts.at("ring.forward.kv") + p.exchange_parts.at("ring.backward.kv");
+  EXPECT_NEAR(p.hidden_seconds, posted, 1e-9 * posted);
+  // The travelling dK/dV are posted after the compute and stay exposed.
+  EXPECT_NEAR(p.step_seconds, p.compute_seconds + p.exchange_seconds - posted, 1e-9 * p.step_seconds);
+  // Without asynchronous progress nothing hides.
+  m.overlap_efficiency = 0;
+  EXPECT_EQ(predict_step(m, config("ring", 4, 1 << 18)).hidden_seconds, 0.0);
+  // When the transfer outlasts the compute, only the compute's length hides.
+  m = test_machine();
+  m.bandwidth_intra = 1e6;
+  const StepPrediction slow_link = predict_step(m, config("ring", 4, 1 << 12));
+  // Zigzag on 4 ranks: step 0 computes 1 + 2f chunk blocks, each later step 2;
+  // the last step posts nothing, so (1 + 2f + 2 + 2) of (1 + 2f + 3 x 2) hide.
+  const double f = causal_diagonal_fraction((1 << 12) / 8, 64, 64);
+  const double attention =
+      slow_link.compute_parts.at("attention_forward") + slow_link.compute_parts.at("attention_backward");
+  EXPECT_NEAR(slow_link.hidden_seconds, attention * (5 + 2 * f) / (7 + 2 * f), 1e-9 * attention);
+  EXPECT_LT(slow_link.hidden_seconds, 0.01 * slow_link.exchange_seconds);
+}
+
+TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
+  const MachineDescription m = test_machine();
+  const double base = predict_step(m, config("rsa", 4, 1 << 14)).memory_parts.at("attention");
+  const double twice_n = predict_step(m, config("rsa", 4, 1 << 15)).memory_parts.at("attention");
+  const double twice_p = predict_step(m, config("rsa", 8, 1 << 14)).memory_parts.at("attention");
+  EXPECT_NEAR(twice_n / base, 4.0, 0.05);
+  EXPECT_NEAR(twice_p / base, 0.5, 0.01);
+  // Ring attention's memory stays linear in N / P.
+  const double ring = predict_step(m, config("ring", 4, 1 << 14)).memory_bytes_per_rank;
+  const double ring_twice_n = predict_step(m, config("ring", 4, 1 << 15)).memory_bytes_per_rank;
+  EXPECT_LT(ring_twice_n / ring, 2.01);
+}
+
+TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
+  const StepConfig c = config("hybrid", 8, 1 << 14, 4);
+  const StepPrediction p = predict_step(test_machine(), c);
+  ExchangeModelInput in;
+  in.model = c.model;
+  in.strategy = "hybrid";
+  in.world_size = 8;
+  in.sp = 8;
+  in.ulysses = 4;
+  in.scalar_bytes = 4;
+  in.replicated_parameters = ParameterLayout(c.model, (1 << 14) / 8).replicated_size();
+  in.local_wpe_parameters = ParameterLayout(c.model, (1 << 14) / 8).sharded_size();
+  EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
+  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << label;
+}
+
+TEST(PerformanceModel, ReplicatedParametersMatchTheLayout) {
+  ModelConfig m;
+  m.vocab = 100;
+  m.d_model = 48;
+  m.heads = 6;
+  m.ffn = 80;
+  m.layers = 3;
+  EXPECT_EQ(replicated_parameter_count(m), ParameterLayout(m, 10).replicated_size());
+}
+
+TEST(PerformanceModel, BestStrategySwitchesWithTheMachine) {
+  MachineDescription m = test_machine();
+  StepConfig deck = config("ring", 1, 1 << 16);
+  // One rank: everything is local attention; local wins (ulysses adds layout copies).
+  auto choices = predict_strategies(m, deck, 1);
+  ASSERT_GE(best_strategy(choices), 0);
+  EXPECT_EQ(choices[static_cast<std::size_t>(best_strategy(choices))].config.strategy, "local");
+  // 16 ranks over 4 nodes, slow network, short sequence: hybrid keeps the
+  // all-to-all inside nodes and rings 4 x fewer hops across nodes than ring.
+  m.bandwidth_inter = 1e9;
+  deck.model.seq_len = 1 << 13;
+  choices = predict_strategies(m, deck, 16);
+  int best = best_strategy(choices);
+  ASSERT_GE(best, 0);
+  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, "hybrid");
+  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.ulysses, 4);
+  // Plenty of memory, free communication and slow blockwise kernels: RSA's dense kernels win.
+  m = test_machine();
+  m.attention_flops_forward = m.attention_flops_backward = 1e9;
+  m.rsa_flops_forward = m.rsa_flops_backward = 1e13;
+  m.memory_bytes_per_rank = 1e15;
+  choices = predict_strategies(m, deck, 4);
+  best = best_strategy(choices);
+  ASSERT_GE(best, 0);
+  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, "rsa");
+  // ... but not when its n x N rows do not fit.
+  m.memory_bytes_per_rank = 0.5e9;  // RSA needs 2 layers x 2048 x 8 x 8192 x 4 bytes = 1.07 GB
+  choices = predict_strategies(m, deck, 4);
+  best = best_strategy(choices);
+  ASSERT_GE(best, 0);
+  EXPECT_NE(choices[static_cast<std::size_t>(best)].config.strategy, "rsa");
+  EXPECT_FALSE(choices[2].prediction.fits);
+  // Nothing fits in a kilobyte.
+  m.memory_bytes_per_rank = 1e3;
+  EXPECT_EQ(best_strategy(predict_strategies(m, deck, 4)), -1);
+}
+
+TEST(PerformanceModel, ActiveRanksShareTheNode) {
+  MachineDescription m = test_machine();  // 4 ranks per node
+  m.alone.gemm_flops = 2.5 * m.gemm_flops;
+  m.alone.elementwise_bandwidth = 1.5 * m.elementwise_bandwidth;
+  // Full node: the busy rates; one rank: alone; two: the node's busy throughput
+  // halved, capped by the rate alone.
+  EXPECT_DOUBLE_EQ(m.shared_by(4).gemm_flops, m.gemm_flops);
+  EXPECT_DOUBLE_EQ(m.shared_by(1).gemm_flops, 2.5 * m.gemm_flops);
+  EXPECT_DOUBLE_EQ(m.shared_by(2).gemm_flops, 2.0 * m.gemm_flops);
+  EXPECT_DOUBLE_EQ(m.shared_by(2).elementwise_bandwidth, 1.5 * m.elementwise_bandwidth);
+  // Unset alone rates: the busy ones at any occupancy.
+  EXPECT_DOUBLE_EQ(m.shared_by(1).attention_flops_forward, m.attention_flops_forward);
+  // A 1-rank step uses the rates alone, an 8-rank one the busy rates.
+  StepConfig one = config("local", 1, 1 << 12);
+  const double busy_gemm = predict_step(test_machine(), one).compute_parts.at("gemm");
+  EXPECT_NEAR(predict_step(m, one).compute_parts.at("gemm"), busy_gemm / 2.5, 1e-12);
+  const StepConfig eight = config("ring", 8, 1 << 12);
+  EXPECT_DOUBLE_EQ(predict_step(m, eight).compute_parts.at("gemm"), predict_step(test_machine(), eight).compute_parts.at("gemm"));
+  // The machine file carries them.
+  const MachineDescription back = parse_machine_text(machine_to_yaml(m, "test"), "test.yaml");
+  EXPECT_NEAR(back.alone.gemm_flops, m.alone.gemm_flops, 1e-5 * m.alone.gemm_flops);
+  EXPECT_EQ(back.alone.attention_flops_forward, 0.0);
+}
+
+TEST(PerformanceModel, ImpossibleDecompositionsAreMarked) {
+  const MachineDescription m = test_machine();
+  EXPECT_FALSE(predict_step(m, config("ulysses", 16, 1 << 14)).valid);  // 8 heads
+  StepConfig local = config("local", 2, 1 << 14);
+  EXPECT_FALSE(predict_step(m, local).valid);
+  StepConfig odd = config("ring", 3, 1000);
+  EXPECT_FALSE(predict_step(m, odd).valid);
+  EXPECT_NE(predict_step(m, odd).problem.find("2 sp"), std::string::npos);
+}
+
+TEST(MachineFile, RoundTripAndErrors) {
+  const MachineDescription m = test_machine();
+  const std::string text = machine_to_yaml(m, "a test machine", "calibration:\n  note: 1\n");
+  const MachineDescription back = parse_machine_text(text, "test.yaml");
+  EXPECT_EQ(back.ranks_per_node, 4);
+  EXPECT_NEAR(back.gemm_flops, m.gemm_flops, 1e-5 * m.gemm_flops);
+  EXPECT_NEAR(back.latency_inter, m.latency_inter, 1e-5 * m.latency_inter);
+  EXPECT_EQ(back.precision, "fp32");
+
+  auto error_of = [](const std::string& yaml) {
+    try {
+      parse_machine_text(yaml, "run.machine: m.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string missing = text;
+  missing.erase(missing.find("gemm_flops:"), missing.find('\n', missing.find("gemm_flops:")) - missing.find("gemm_flops:"));
+  EXPECT_NE(error_of(missing).find("run.machine: m.yaml: gemm_flops: missing"), std::string::npos) << error_of(missing);
+  EXPECT_NE(error_of(text + "gemm_flop: 3\n").find("gemm_flop: unknown key"), std::string::npos);
+  std::string negative = text;
+  negative.replace(negative.find("bandwidth_inter: "), 17, "bandwidth_inter: -");
+  EXPECT_NE(error_of(negative).find("bandwidth_inter: must be > 0"), std::string::npos) << error_of(negative);
+  std::string word = text;
+  word.replace(word.find("latency_intra: "), 15, "latency_intra: fast");
+  EXPECT_NE(error_of(word).find("latency_intra: expected a number"), std::string::npos) << error_of(word);
+  EXPECT_NE(error_of("- 1\n- 2\n").find("a YAML mapping"), std::string::npos);
+  EXPECT_NE(error_of(text + "alone:\n  gemm: 3\n").find("alone.gemm: unknown key"), std::string::npos);
+  EXPECT_THROW(read_machine_file("/nonexistent/machine.yaml"), InputError);
+}
+
+}  // namespace
+}  // namespace miniattn

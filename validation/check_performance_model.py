@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Predicted against measured step time on this machine (issue #6 item 4).
+
+1. `run.mode: calibrate` on 2 ranks measures this machine and writes the
+   machine description (default inputs/machines/this_machine.yaml).
+2. For each case (local on 1 rank; ring (zigzag), rsa and ulysses on 2 ranks;
+   local with dp = 2 on 2 ranks; hybrid needs 4 ranks and is skipped) it runs
+   `run.mode: bench` and `run.mode: predict` of the same deck on the same ranks,
+   and compares the bench's median step time with the prediction for the
+   deck's own decomposition (`prediction_for_deck` of the predict result).
+3. Prints the table and exits 1 if any error exceeds --tolerance percent
+   (25, the issue's acceptance criterion).
+
+Timings on a shared machine are noisy: --repeats runs every bench (and the
+calibration) that many times and takes the medians. OPENBLAS_NUM_THREADS=1
+(one BLAS thread per rank, as the runs use one core per rank).
+
+usage: validation/check_performance_model.py [--exe build/src/miniattn] [--repeats 1]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DECK = """model:
+  vocab: {vocab}
+  d_model: {d_model}
+  heads: {heads}
+  layers: {layers}
+  seq_len: {seq_len}
+  batch: 1
+  causal: true
+  precision: fp32
+parallel:
+  strategy: ring
+  layout: zigzag
+train:
+  steps: {steps}
+run:
+  mode: bench
+"""
+
+# name, ranks, --set overrides
+CASES = [
+    ("local", 1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
+    ("ring zigzag", 2, ["parallel.strategy=ring", "parallel.layout=zigzag"]),
+    ("rsa", 2, ["parallel.strategy=rsa", "parallel.layout=contiguous"]),
+    ("ulysses", 2, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
+    ("local dp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.dp=2", "model.batch=2"]),
+]
+
+
+def result_of(args, ranks, mpiexec, env):
+    command = [mpiexec, "-n", str(ranks)] + args
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(command)}")
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exe", default=os.path.join(ROOT, "build", "src", "miniattn"))
+    parser.add_argument("--mpiexec", default="mpiexec")
+    parser.add_argument("--machine", default=os.path.join(ROOT, "inputs", "machines", "this_machine.yaml"),
+                        help="machine description to write (calibrate) and read (predict)")
+    parser.add_argument("--skip-calibrate", action="store_true", help="use an existing --machine file")
+    parser.add_argument("--seq-len", type=int, default=4096)
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=1, help="bench runs per case (median taken)")
+    parser.add_argument("--tolerance", type=float, default=25.0, help="largest acceptable error, percent")
+    parser.add_argument("--only", default="", help="comma-separated case names to run")
+    parser.add_argument("--json", default="", help="write the table as JSON here")
+    args = parser.parse_args()
+
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        deck = os.path.join(tmp, "deck.yaml")
+        with open(deck, "w") as f:
+            f.write(DECK.format(vocab=args.vocab, d_model=args.d_model, heads=args.heads, layers=args.layers,
+                                seq_len=args.seq_len, steps=args.steps))
+        base = [args.exe, deck]
+
+        if not args.skip_calibrate:
+            print(f"calibrating on 2 ranks -> {args.machine}", flush=True)
+            result_of(base + ["--set", "run.mode=calibrate", "--set", f"run.machine={args.machine}"], 2,
+                      args.mpiexec, env)
+
+        rows = []
+        only = [s.strip() for s in args.only.split(",") if s.strip()]
+        for name, ranks, sets in CASES:
+            if only and name not in only:
+                continue
+            overrides = [a for s in sets for a in ("--set", s)]
+            measured_runs, exchange_runs, attention_runs = [], [], []
+            for _ in range(args.repeats):
+                bench = result_of(base + overrides, ranks, args.mpiexec, env)
+                measured_runs.append(bench["step_seconds_median"])
+                exchange_runs.append(bench.get("exchange_seconds_per_step", 0.0))
+                phases = bench["phases"]
+                attention_runs.append({part: args.layers * phases.get("attention_" + part, {}).get("median_s", 0.0)
+                                       for part in ("forward", "backward")})
+            predict = result_of(base + overrides + ["--set", "run.mode=predict", "--set", f"run.machine={args.machine}",
+                                                    "--set", "run.predict_max_ranks=1",
+                                                    "--set", f"run.predict_seq_lens={args.seq_len}"],
+                                ranks, args.mpiexec, env)
+            p = predict["prediction_for_deck"]
+            measured = statistics.median(measured_runs)
+            error = 100.0 * (p["step_seconds"] - measured) / measured
+            rows.append({"case": name, "ranks": ranks, "predicted_s": p["step_seconds"], "measured_s": measured,
+                         "measured_runs_s": measured_runs, "error_percent": error,
+                         "predicted_compute_s": p["compute_seconds"], "predicted_exchange_s": p["exchange_seconds"],
+                         "predicted_hidden_s": p["hidden_seconds"],
+                         "measured_exchange_wait_s": statistics.median(exchange_runs),
+                         "predicted_attention_s": {part: p["compute"]["attention_" + part] for part in ("forward", "backward")},
+                         "measured_attention_s": {part: statistics.median(a[part] for a in attention_runs)
+                                                  for part in ("forward", "backward")},
+                         "predicted_parts": p["compute"]})
+            print(f"  {name:12s} ranks {ranks}: predicted {p['step_seconds']:.3f} s, measured {measured:.3f} s "
+                  f"({error:+.1f}%)", flush=True)
+
+    print()
+    print(f"Predicted vs measured step time (N={args.seq_len}, D={args.d_model}, H={args.heads}, L={args.layers}, "
+          f"V={args.vocab}, batch 1 per DP group, fp32, causal; median of {args.repeats} bench run(s) x "
+          f"{args.steps - 1} steps)")
+    print("(attention: forward + backward of all layers, in the step; exch.: exchanges, of which `hidden` overlap"
+          " compute; meas. wait: seconds inside Comm calls, load imbalance included)")
+    print(f"{'case':12s} {'ranks':>5s} {'predicted s':>12s} {'measured s':>11s} {'error':>8s}   "
+          f"{'pred. attn':>10s} {'meas. attn':>10s} {'pred. exch.':>11s} {'pred. hidden':>12s} {'meas. wait':>10s}")
+    worst = 0.0
+    for r in rows:
+        pa, ma = r["predicted_attention_s"], r["measured_attention_s"]
+        print(f"{r['case']:12s} {r['ranks']:5d} {r['predicted_s']:12.3f} {r['measured_s']:11.3f} "
+              f"{r['error_percent']:+7.1f}%   {pa['forward'] + pa['backward']:10.3f} {ma['forward'] + ma['backward']:10.3f} "
+              f"{r['predicted_exchange_s']:11.4f} {r['predicted_hidden_s']:12.4f} {r['measured_exchange_wait_s']:10.4f}")
+        worst = max(worst, abs(r["error_percent"]))
+    print("hybrid: skipped (needs 4 ranks; this check runs on 2)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+    if worst > args.tolerance:
+        print(f"FAIL: largest error {worst:.1f}% > {args.tolerance:.0f}%")
+        return 1
+    print(f"OK: largest error {worst:.1f}% <= {args.tolerance:.0f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
