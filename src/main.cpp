@@ -3,8 +3,10 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <thread>
 
 #include "core/command_line.hpp"
 #include "core/config.hpp"
@@ -33,11 +35,17 @@ int main(int argc, char** argv) {
       // files), so every rank leaves with the same status and rank 0 speaks.
       if (rank == 0) std::fprintf(stderr, "miniattn: error: %s\n", e.what());
       status = miniattn::kExitInputError;
+    } catch (const miniattn::CollectiveFailure& e) {
+      if (rank == 0) std::fprintf(stderr, "miniattn: error: %s\n", e.what());
+      status = miniattn::kExitRuntimeFailure;
     } catch (const std::exception& e) {
       // Anything else may have hit this rank alone: abort the whole job
       // rather than leave the other ranks waiting in a collective.
       std::fprintf(stderr, "miniattn: rank %d: fatal: %s\n", rank, e.what());
       std::fflush(stderr);
+      // MPI_Abort makes the launcher kill every process at once, and output it
+      // has not yet forwarded is lost with them: give it a moment to drain.
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
       MPI_Abort(MPI_COMM_WORLD, miniattn::kExitRuntimeFailure);
     }
   }

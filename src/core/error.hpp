@@ -16,6 +16,14 @@ class RuntimeFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failure every rank detects at the same point from the same (reduced)
+// values, such as a non-finite loss: rank 0 reports it and every rank leaves
+// through MPI_Finalize. No MPI_Abort, whose kill can swallow the message.
+class CollectiveFailure : public RuntimeFailure {
+ public:
+  using RuntimeFailure::RuntimeFailure;
+};
+
 constexpr int kExitInputError = 2;
 constexpr int kExitRuntimeFailure = 1;
 

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
+#include <utility>
 
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
@@ -92,14 +94,30 @@ void check_memory_plan(const Config& c, const MemoryPlan& plan, std::size_t avai
                    "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
 }
 
-// The first parameter, in model order, whose gradient holds a NaN or Inf.
+// The index, in model order, of the first parameter whose gradient holds a
+// NaN or Inf on this rank; -1 when none does.
 template <class T>
-std::string first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuffers<T>& grads) {
-  for (const ParameterInfo& p : layout.parameters()) {
+long first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuffers<T>& grads) {
+  const auto& params = layout.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const ParameterInfo& p = params[i];
     const auto g = Kokkos::subview(grads.buffer_of(p), Kokkos::make_pair(p.offset, p.offset + p.local_size));
-    if (kernels::count_nonfinite<T>(g) > 0) return p.name;
+    if (kernels::count_nonfinite<T>(g) > 0) return static_cast<long>(i);
   }
-  return "";
+  return -1;
+}
+
+// The smallest of each rank's ordinal (-1 meaning "none here") and the lowest
+// rank holding it, so every rank names the same place in its message.
+std::pair<long, int> earliest_on_any_rank(long ordinal, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  struct {
+    long value;
+    int rank;
+  } mine{ordinal < 0 ? std::numeric_limits<long>::max() : ordinal, rank}, first{};
+  MPI_Allreduce(&mine, &first, 1, MPI_LONG_INT, MPI_MINLOC, world);
+  return {first.value == std::numeric_limits<long>::max() ? -1 : first.value, first.rank};
 }
 
 // Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
@@ -254,10 +272,11 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
       loss = comm.allreduce_sum(loss_sum, grid.world, "loss") / tokens_per_step;
     }
     if (c.train.nan_check && !std::isfinite(loss)) {
-      const std::string where = model.first_nonfinite_activation();
-      throw RuntimeFailure("train.nan_check: the loss is " + std::to_string(loss) + " at step " +
-                           std::to_string(step) + "; first non-finite activation on this rank: " +
-                           (where.empty() ? "none (another rank's)" : where));
+      const auto [stage, on_rank] = earliest_on_any_rank(model.first_nonfinite_stage(), grid.world);
+      throw CollectiveFailure("train.nan_check: the loss is " + std::to_string(loss) + " at step " +
+                              std::to_string(step) + "; first non-finite activation: " +
+                              (stage < 0 ? std::string("none (the loss itself)")
+                                         : model.stage_name(stage) + " (rank " + std::to_string(on_rank) + ")"));
     }
     step_seconds += wall_seconds() - step_start;
     if (!c.io.snapshot.empty() && step == c.io.snapshot_step) {
@@ -279,10 +298,12 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
       const double sharded_sq = comm.allreduce_sum(sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
       last_grad_norm = std::sqrt(sum_of_squares<T>(grads.replicated) + sharded_sq);
       if (c.train.nan_check && !std::isfinite(last_grad_norm)) {
-        const std::string where = first_nonfinite_gradient(layout, grads);
-        throw RuntimeFailure("train.nan_check: the gradient norm is " + std::to_string(last_grad_norm) +
-                             " at step " + std::to_string(step) + "; first non-finite gradient: " +
-                             (where.empty() ? "wpe rows of another rank" : where));
+        const auto [index, on_rank] = earliest_on_any_rank(first_nonfinite_gradient(layout, grads), grid.world);
+        throw CollectiveFailure("train.nan_check: the gradient norm is " + std::to_string(last_grad_norm) +
+                                " at step " + std::to_string(step) + "; first non-finite gradient: " +
+                                (index < 0 ? std::string("none (the norm overflowed)")
+                                           : layout.parameters()[static_cast<std::size_t>(index)].name + " (rank " +
+                                                 std::to_string(on_rank) + ")"));
       }
       const double clip = c.train.grad_clip;
       const double grad_scale = (clip > 0 && last_grad_norm > clip) ? clip / last_grad_norm : 1.0;

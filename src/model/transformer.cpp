@@ -206,12 +206,18 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
 }
 
 template <class T>
-std::string Transformer<T>::first_nonfinite_activation() const {
-  if (kernels::count_nonfinite<T>(residual_[0]) > 0) return "embedding";
-  for (index_t l = 0; l < model_.layers; ++l)
-    if (kernels::count_nonfinite<T>(residual_[static_cast<std::size_t>(l + 1)]) > 0) return "blocks." + std::to_string(l);
-  if (kernels::count_nonfinite<T>(logits_) > 0) return "logits";
-  return "";
+index_t Transformer<T>::first_nonfinite_stage() const {
+  for (index_t stage = 0; stage <= model_.layers; ++stage)
+    if (kernels::count_nonfinite<T>(residual_[static_cast<std::size_t>(stage)]) > 0) return stage;
+  if (kernels::count_nonfinite<T>(logits_) > 0) return model_.layers + 1;
+  return -1;
+}
+
+template <class T>
+std::string Transformer<T>::stage_name(index_t stage) const {
+  if (stage == 0) return "embedding";
+  if (stage <= model_.layers) return "blocks." + std::to_string(stage - 1);
+  return "logits";
 }
 
 template <class T>

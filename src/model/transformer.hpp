@@ -47,9 +47,11 @@ class Transformer {
   View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
   const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
 
-  // After forward(): the first activation holding a NaN or Inf, in forward
-  // order ("embedding", "blocks.<l>", "logits"), or "" when all are finite.
-  std::string first_nonfinite_activation() const;
+  // After forward(): the position, in forward order, of the first activation
+  // holding a NaN or Inf (0 embedding, 1 + l block l, layers + 1 logits), or
+  // -1 when all are finite. An ordinal, so ranks can agree on the earliest.
+  index_t first_nonfinite_stage() const;
+  std::string stage_name(index_t stage) const;
 
   // With a timer, each layer's attention is timed as the phases
   // "attention_forward" / "attention_backward" (fenced: for bench runs).
