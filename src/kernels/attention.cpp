@@ -1,28 +1,49 @@
 // Blockwise (flash-style) attention kernels. See attention.hpp for the contract.
 //
-// Structure of both passes: one Kokkos team per (batch, head, tile). Tiles of
-// the other operand are staged, transposed, in team scratch so that the
-// innermost loops run over a contiguous index (key index j or head dimension
-// d) inside a ThreadVectorRange: on GPUs those are the vector lanes, on a host
-// backend (team size 1) they are plain unit-stride loops the compiler
-// vectorises. Phases that read values written by other threads of the team are
-// separated by team barriers; within a thread, a vector loop only reads the
-// elements its own lane wrote in an earlier vector loop of the same range.
+// One Kokkos team per (batch, head, tile). The operand a tile keeps meeting is
+// staged once per team in scratch, and every matrix product of a tile pair goes
+// through one register-blocked kernel (team_tile_product):
+//   C[rows x width] = A B, cut into R x W register tiles.
+// A thread of the team takes a strip of R rows (R pointers into A); a vector
+// lane takes W consecutive columns of B and accumulates the R x W block in
+// registers over the whole inner dimension, then hands it to an epilogue
+// (scale, mask, exp, rescale-and-add, atomic add, ...). The tiling is chosen by
+// execution space, the code is the same:
+//   host (one thread per team): a lane is a "pack" of SIMD registers: W = P
+//     vectors of the target's width (GCC/Clang vector extensions; 16 floats or
+//     8 doubles with AVX2), R = 6 rows: 12 accumulator registers, 2 for B, 1
+//     broadcast of A - the classic broadcast + FMA micro-kernel;
+//   GPU: R = W = 1 and a pack is one scalar: a lane owns one output element,
+//     lanes run along B's rows.
+// Row-wise passes (online softmax) use the same split: one pack of consecutive
+// queries per lane. Phases that read what other threads wrote are separated by
+// team barriers.
 //
-// Forward (per query tile, looping over key tiles):
-//   S = scale q k^T (masked to -inf), m_new = max(m, rowmax S),
-//   P = exp(S - m_new), l = l * exp(m - m_new) + rowsum P,
-//   acc = acc * exp(m - m_new) + P v.
-// Backward (per key tile, looping over query tiles; FlashAttention-2 order):
-//   P = exp(scale q k^T - lse), dP = dout v^T, dS = scale * P * (dP - delta),
-//   dv += P^T dout, dk += dS^T q, dq += dS k (atomic: several key tiles meet
-//   the same query rows).
+// Forward (per query tile, looping over key tiles). Q^T is staged once per
+// query tile, so no key tile is ever copied or transposed:
+//   S^T = scale K Q^T (masked to -inf)          [keys x queries]
+//   m_new = max(m, column max of S^T), P^T = exp(S^T - m_new),
+//   l = l alpha + column sum P^T, alpha = exp(m - m_new),
+//   O = O alpha + P V                           (O, m, l live in scratch)
+// Backward (per key tile, looping over query tiles; FlashAttention-2 order).
+// K^T and V^T are staged once per key tile:
+//   P = exp(scale Q K^T - lse), dS = scale P (dO V^T - delta),
+//   dq += dS K (atomic: several key tiles meet the same query rows),
+//   dv += P^T dO, dk += dS^T Q (accumulated in scratch, added at the end).
+//
+// On the host, exp is pack_exp (a branch-free polynomial on whole SIMD
+// registers; libm's expf/exp are scalar calls). The products reach the FMA
+// units when the target has them and the compiler may contract a * b + c
+// (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
 #include "kernels/attention.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
@@ -40,6 +61,154 @@ using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
 // Host backends run one thread per team (the league is the parallel loop) and
 // leave vectorisation to the compiler; GPU backends use vector lanes.
 constexpr bool kHostExecution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
+
+// Width of the SIMD registers the host compiler targets.
+#if defined(__AVX512F__)
+constexpr int kHostVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kHostVectorBytes = 32;
+#else
+constexpr int kHostVectorBytes = 16;  // SSE2, NEON
+#endif
+
+// GCC-style vector extensions (GCC, Clang and the compilers built on them) for
+// the host packs; elsewhere a pack is one scalar and the compiler may
+// vectorise what it can.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
+    !defined(__SYCL_DEVICE_ONLY__) && !defined(__NVCOMPILER)
+#define MINIATTN_HOST_SIMD 1
+#else
+#define MINIATTN_HOST_SIMD 0
+#endif
+
+#if MINIATTN_HOST_SIMD
+// Non-template typedefs: a vector_size attribute on a dependent type does not
+// survive as a template argument.
+typedef float host_float_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef double host_double_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef std::uint32_t host_uint32_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef std::uint64_t host_uint64_vector __attribute__((vector_size(kHostVectorBytes)));
+#endif
+
+// Pack<T>: the values of T one lane works on at once (type), the matching
+// unsigned-integer pack for bit manipulation (bits), and its length (lanes).
+template <class T>
+struct Pack;
+template <>
+struct Pack<float> {
+#if MINIATTN_HOST_SIMD
+  static constexpr int lanes = kHostExecution ? kHostVectorBytes / 4 : 1;
+  using type = std::conditional_t<kHostExecution, host_float_vector, float>;
+  using bits = std::conditional_t<kHostExecution, host_uint32_vector, std::uint32_t>;
+#else
+  static constexpr int lanes = 1;
+  using type = float;
+  using bits = std::uint32_t;
+#endif
+};
+template <>
+struct Pack<double> {
+#if MINIATTN_HOST_SIMD
+  static constexpr int lanes = kHostExecution ? kHostVectorBytes / 8 : 1;
+  using type = std::conditional_t<kHostExecution, host_double_vector, double>;
+  using bits = std::conditional_t<kHostExecution, host_uint64_vector, std::uint64_t>;
+#else
+  static constexpr int lanes = 1;
+  using type = double;
+  using bits = std::uint64_t;
+#endif
+};
+static_assert(sizeof(Pack<float>::type) == Pack<float>::lanes * sizeof(float), "float pack");
+static_assert(sizeof(Pack<double>::type) == Pack<double>::lanes * sizeof(double), "double pack");
+static_assert(sizeof(Pack<float>::bits) == sizeof(Pack<float>::type), "float bits pack");
+static_assert(sizeof(Pack<double>::bits) == sizeof(Pack<double>::type), "double bits pack");
+
+// Register tile of the products: R rows x P packs (W = P * lanes columns).
+// Host: 2R accumulator registers + P for B + 1 broadcast fit the 16 SIMD
+// registers of SSE2/AVX2.
+template <class T>
+struct Tiling {
+  static constexpr int R = kHostExecution ? 6 : 1;
+  static constexpr int P = kHostExecution ? 2 : 1;
+  static constexpr int lanes = Pack<T>::lanes;
+  static constexpr int W = P * lanes;
+  static constexpr int L = kHostExecution ? 1 : 32;  // vector lanes of the row-wise passes
+};
+
+// Full unrolling of the short fixed-length loops over a register tile: without
+// it GCC keeps the accumulators in memory.
+#if defined(__clang__)
+#define MINIATTN_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__CUDACC__) && !defined(__NVCOMPILER)
+#define MINIATTN_UNROLL _Pragma("GCC unroll 64")
+#else
+#define MINIATTN_UNROLL
+#endif
+
+// Element type of a pack (a scalar is a pack of one).
+template <class V, class = void>
+struct ElementOf {
+  using type = V;
+};
+template <class V>
+struct ElementOf<V, std::enable_if_t<!std::is_arithmetic<V>::value>> {
+  using type = std::decay_t<decltype(std::declval<V>()[0])>;
+};
+
+template <class V, class E, std::size_t... I>
+KOKKOS_FORCEINLINE_FUNCTION V pack_splat_impl(const E x, std::index_sequence<I...>) {
+  return V{((void)I, x)...};  // an initialiser list the compiler turns into one broadcast
+}
+
+// x in every lane.
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION V pack_splat(const typename ElementOf<V>::type x) {
+  if constexpr (std::is_arithmetic<V>::value) {
+    return x;
+  } else {
+    using E = typename ElementOf<V>::type;
+    return pack_splat_impl<V>(x, std::make_index_sequence<sizeof(V) / sizeof(E)>());
+  }
+}
+
+// Lane i of a pack.
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_lane(const V& v, int i) {
+  if constexpr (std::is_arithmetic<V>::value) {
+    (void)i;
+    return v;
+  } else {
+    return v[i];
+  }
+}
+
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION V pack_load(const T* p) {
+  if constexpr (std::is_same<V, T>::value) {
+    return *p;
+  } else {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+}
+
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION void pack_store(T* p, const V& v) {
+  if constexpr (std::is_same<V, T>::value) {
+    *p = v;
+  } else {
+    std::memcpy(p, &v, sizeof(V));
+  }
+}
+
+template <class To, class From>
+KOKKOS_FORCEINLINE_FUNCTION To pack_bit_cast(const From& x) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between packs of different sizes");
+  To y;
+  std::memcpy(&y, &x, sizeof(To));
+  return y;
+}
 
 // Picks scratch level 0 (fast, small) when the tiles fit, level 1 otherwise.
 TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_bytes, int& scratch_level) {
@@ -67,6 +236,7 @@ index_t clamp_block(index_t requested, index_t extent) {
 }
 
 index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
+index_t round_up(index_t a, index_t m) { return ceil_div(a, m) * m; }
 
 void require(bool condition, const char* what) {
   if (!condition) throw RuntimeFailure(std::string("attention: ") + what);
@@ -95,79 +265,155 @@ KOKKOS_INLINE_FUNCTION void team_position_range(const TeamMember& team, const in
       [&](const index_t r, index_t& value) { value = pos[r] > value ? pos[r] : value; }, Kokkos::Max<index_t>(highest));
 }
 
-// Vector-lane kernels of the hot loops. On GPUs they spread the index over the
-// vector lanes of the calling thread. On host backends (team size 1, vector
-// length 1) they are plain loops over restrict-qualified parameters: written
-// through a ThreadVectorRange lambda the host compiler loses the restrict
-// information and falls back to scalar code behind run-time alias checks.
-
-// y[i] += a0 x0[i] for i < n
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void vector_axpy(const TeamMember& team, index_t n, T* KOKKOS_RESTRICT y, T a0,
-                                             const T* KOKKOS_RESTRICT x0) {
-  if constexpr (kHostExecution) {
-    (void)team;
-    for (index_t i = 0; i < n; ++i) y[i] += a0 * x0[i];
-  } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const index_t i) { y[i] += a0 * x0[i]; });
-  }
-}
-
-// y[i] += a0 x0[i] + a1 x1[i] + a2 x2[i] + a3 x3[i]: four terms per sweep, a quarter of y's loads and stores.
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void vector_axpy4(const TeamMember& team, index_t n, T* KOKKOS_RESTRICT y, T a0,
-                                              const T* KOKKOS_RESTRICT x0, T a1, const T* KOKKOS_RESTRICT x1, T a2,
-                                              const T* KOKKOS_RESTRICT x2, T a3, const T* KOKKOS_RESTRICT x3) {
-  if constexpr (kHostExecution) {
-    (void)team;
-    for (index_t i = 0; i < n; ++i) y[i] += a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i];
-  } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n),
-                         [&](const index_t i) { y[i] += a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i]; });
-  }
-}
-
-// y[i] += sum_t a[t] x[t][i] and z[i] += sum_t b[t] w[t][i], t < 4, in one sweep.
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void vector_axpy4_pair(const TeamMember& team, index_t n, T* KOKKOS_RESTRICT y,
-                                                   const T (&a)[4], const T* KOKKOS_RESTRICT x0,
-                                                   const T* KOKKOS_RESTRICT x1, const T* KOKKOS_RESTRICT x2,
-                                                   const T* KOKKOS_RESTRICT x3, T* KOKKOS_RESTRICT z, const T (&b)[4],
-                                                   const T* KOKKOS_RESTRICT w0, const T* KOKKOS_RESTRICT w1,
-                                                   const T* KOKKOS_RESTRICT w2, const T* KOKKOS_RESTRICT w3) {
-  const T a0 = a[0], a1 = a[1], a2 = a[2], a3 = a[3];
-  const T b0 = b[0], b1 = b[1], b2 = b[2], b3 = b[3];
-  if constexpr (kHostExecution) {
-    (void)team;
-    for (index_t i = 0; i < n; ++i) {
-      y[i] += a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i];
-      z[i] += b0 * w0[i] + b1 * w1[i] + b2 * w2[i] + b3 * w3[i];
+// exp(x) on a whole pack without branches or calls. x = k ln2 + r with
+// |r| <= ln2/2 (ln2 split in two so that k ln2_hi is exact), exp(r) by its
+// Taylor polynomial (degree 7 for float: truncation 5e-9; 13 for double:
+// 4e-18, both below half an ulp), 2^k written into the exponent bits.
+// Arguments below log(smallest normal) give 0 (-inf included); arguments above
+// 88 (float) / 709 (double) are clamped there: the kernels only call it with
+// x <= 0 (up to rounding).
+template <class T, int N>
+struct InverseFactorials {  // 1/i!, i = 0 .. N, rounded once from double (factorials exact up to 18!)
+  T value[N + 1];
+  constexpr InverseFactorials() : value{} {
+    double factorial = 1.0;
+    for (int i = 0; i <= N; ++i) {
+      if (i > 1) factorial *= i;
+      value[i] = static_cast<T>(1.0 / factorial);
     }
+  }
+};
+
+template <class T>
+struct ExpConstants;
+template <>
+struct ExpConstants<float> {
+  static constexpr int degree = 7, mantissa_bits = 23, bias = 127;
+  static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+  static constexpr float lowest = -87.3365447f, highest = 88.0f;
+  static constexpr float round_magic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds x to an integer
+  static constexpr InverseFactorials<float, degree> coefficients{};
+};
+template <>
+struct ExpConstants<double> {
+  static constexpr int degree = 13, mantissa_bits = 52, bias = 1023;
+  static constexpr double ln2_hi = 6.93145751953125e-1, ln2_lo = 1.42860682030941723212e-6;
+  static constexpr double lowest = -708.396418532264, highest = 709.0;
+  static constexpr double round_magic = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr InverseFactorials<double, degree> coefficients{};
+};
+
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_exp(const typename Pack<T>::type x) {
+  using V = typename Pack<T>::type;
+  using B = typename Pack<T>::bits;
+  using C = ExpConstants<T>;
+  const V lowest = pack_splat<V>(C::lowest), highest = pack_splat<V>(C::highest);
+  const V magic = pack_splat<V>(C::round_magic);
+  const V lo = x < lowest ? lowest : x;
+  const V xc = lo > highest ? highest : lo;
+  const V t = xc * pack_splat<V>(T(1.442695040888963407359924681001892137L)) + magic;  // round(x log2 e) + magic
+  const V k = t - magic;
+  V r = xc - k * pack_splat<V>(C::ln2_hi);
+  r = r - k * pack_splat<V>(C::ln2_lo);
+  V p = pack_splat<V>(C::coefficients.value[C::degree]);
+  MINIATTN_UNROLL
+  for (int i = C::degree - 1; i >= 0; --i) p = p * r + pack_splat<V>(C::coefficients.value[i]);
+  // 2^k: t's low mantissa bits hold k (offset from the magic number's).
+  const B magic_bits = pack_bit_cast<B>(magic);
+  const B scale_bits = (pack_bit_cast<B>(t) - magic_bits + pack_splat<B>(C::bias)) << C::mantissa_bits;
+  const B kept_bits = x < lowest ? pack_splat<B>(0) : scale_bits;  // 2^k, or 0 below the range
+  return p * pack_bit_cast<V>(kept_bits);
+}
+
+// exp for the kernels: the pack version on the host, the backend's on GPUs.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type kernel_exp(const typename Pack<T>::type x) {
+  if constexpr (kHostExecution) {
+    return pack_exp<T>(x);
   } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const index_t i) {
-      y[i] += a0 * x0[i] + a1 * x1[i] + a2 * x2[i] + a3 * x3[i];
-      z[i] += b0 * w0[i] + b1 * w1[i] + b2 * w2[i] + b3 * w3[i];
-    });
+    return compat::exp(x);
   }
 }
 
-// y[i] += a0 x0[i] and z[i] += b0 w0[i]
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void vector_axpy_pair(const TeamMember& team, index_t n, T* KOKKOS_RESTRICT y, T a0,
-                                                  const T* KOKKOS_RESTRICT x0, T* KOKKOS_RESTRICT z, T b0,
-                                                  const T* KOKKOS_RESTRICT w0) {
-  if constexpr (kHostExecution) {
-    (void)team;
-    for (index_t i = 0; i < n; ++i) {
-      y[i] += a0 * x0[i];
-      z[i] += b0 * w0[i];
-    }
-  } else {
-    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, n), [&](const index_t i) {
-      y[i] += a0 * x0[i];
-      z[i] += b0 * w0[i];
-    });
+// acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],
+// B(t, c) = b[t * ldb + c]. kPartial: only the first `width` columns of B exist.
+template <int R, int P, bool kPartial, class T, class V>
+KOKKOS_FORCEINLINE_FUNCTION void register_tile(index_t depth, const T* const (&a)[R], index_t a_step,
+                                               const T* b, index_t ldb, index_t width, V (&acc)[R][P]) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  MINIATTN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    MINIATTN_UNROLL
+    for (int p = 0; p < P; ++p) acc[r][p] = pack_splat<V>(T(0));
   }
+  for (index_t t = 0; t < depth; ++t) {
+    const T* const b_row = b + t * ldb;
+    V bv[P];
+    if constexpr (kPartial) {
+      T padded[P * lanes];
+      for (int c = 0; c < P * lanes; ++c) padded[c] = c < width ? b_row[c] : T(0);
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) bv[p] = pack_load<V>(padded + p * lanes);
+    } else {
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) bv[p] = pack_load<V>(b_row + p * lanes);
+    }
+    MINIATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const V av = pack_splat<V>(a[r][t * a_step]);
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) acc[r][p] += av * bv[p];
+    }
+  }
+}
+
+// C[rows x width] = A B with A(r, t) = a0[r * a_rs + t * a_cs] and
+// B(t, c) = b0[t * ldb + c], t < depth, in R x W register tiles spread over the
+// team's threads (row strips) and vector lanes (column chunks). For each tile
+// calls epilogue(r0, nr, c0, nc, acc): rows r0 .. r0+nr-1, columns c0 .. c0+nc-1
+// (acc's other entries are not part of C). Rows past the end repeat the last
+// row of A; columns past `width` read nothing.
+template <class T, class Epilogue>
+KOKKOS_FORCEINLINE_FUNCTION void team_tile_product(const TeamMember& team, index_t rows, index_t width, index_t depth,
+                                                   const T* a0, index_t a_rs, index_t a_cs, const T* b0, index_t ldb,
+                                                   const Epilogue& epilogue) {
+  using V = typename Pack<T>::type;
+  constexpr int R = Tiling<T>::R, P = Tiling<T>::P, W = Tiling<T>::W;
+  const index_t strips = (rows + R - 1) / R;
+  const index_t chunks = (width + W - 1) / W;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, strips), [&](const index_t s) {
+    const index_t r0 = s * R;
+    const index_t nr = rows - r0 < R ? rows - r0 : R;
+    const T* a[R];
+    MINIATTN_UNROLL
+    for (int r = 0; r < R; ++r) a[r] = a0 + (r0 + (r < nr ? r : nr - 1)) * a_rs;
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, chunks), [&](const index_t c) {
+      const index_t c0 = c * W;
+      const index_t nc = width - c0 < W ? width - c0 : W;
+      V acc[R][P];
+      if (nc == W) {
+        register_tile<R, P, false>(depth, a, a_cs, b0 + c0, ldb, nc, acc);
+      } else {
+        register_tile<R, P, true>(depth, a, a_cs, b0 + c0, ldb, nc, acc);
+      }
+      epilogue(r0, nr, c0, nc, acc);
+    });
+  });
+}
+
+// Calls f(c0) for c0 = 0, W, 2W, ... < count: W consecutive items per vector
+// lane (host: one lane, W items in P packs; GPU: W = 1, L lanes).
+template <class T, class F>
+KOKKOS_FORCEINLINE_FUNCTION void team_lane_chunks(const TeamMember& team, index_t count, const F& f) {
+  constexpr int W = Tiling<T>::W, L = Tiling<T>::L;
+  const index_t groups = (count + W * L - 1) / (W * L);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const index_t g) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, L), [&](const index_t lane) {
+      const index_t c0 = (g * L + lane) * W;
+      if (c0 < count) f(c0);
+    });
+  });
 }
 
 }  // namespace
@@ -197,16 +443,21 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
           "q_pos / k_pos must have one entry per query / key row");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
+  using V = typename Pack<T>::type;
+  constexpr int R = Tiling<T>::R, P = Tiling<T>::P, W = Tiling<T>::W, lanes = Tiling<T>::lanes;
   const index_t qb = clamp_block(blocking.query_block, nq);
   const index_t kb = clamp_block(blocking.key_block, nk);
-  const index_t kt_ld = kb + (kHostExecution ? 0 : 1);  // pad on GPUs against bank conflicts
+  const index_t qb_ld = round_up(qb, W);  // columns of Q^T and S^T: whole register tiles
+  const index_t dh_ld = round_up(dh, W);  // columns of the O tile
   const index_t n_qtiles = ceil_div(nq, qb);
   const index_t n_ktiles = ceil_div(nk, kb);
   const T scale = T(1) / compat::sqrt(static_cast<T>(dh));
   const T neg_inf = -std::numeric_limits<T>::infinity();
-  const T lowest = std::numeric_limits<T>::lowest();
+  const index_t never_masked = std::numeric_limits<index_t>::max();
 
-  const std::size_t bytes = scratch_bytes_for<T>(dh * kt_ld) + scratch_bytes_for<T>(qb * kb) + scratch_bytes_for<T>(qb);
+  const std::size_t bytes = scratch_bytes_for<T>(dh * qb_ld) + scratch_bytes_for<T>(kb * qb_ld) +
+                            scratch_bytes_for<T>(qb * dh_ld) + 3 * scratch_bytes_for<T>(qb_ld) +
+                            scratch_bytes_for<index_t>(qb_ld);
   int level = 0;
   const TeamPolicy policy = make_team_policy(batch * heads * n_qtiles, bytes, level);
 
@@ -221,19 +472,46 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
         const index_t i0 = qt * qb;
         const index_t rows = (nq - i0) < qb ? (nq - i0) : qb;
 
-        ScratchView<T> kt_view(team.team_scratch(level), dh * kt_ld);
-        ScratchView<T> s_view(team.team_scratch(level), qb * kb);
-        ScratchView<T> alpha_view(team.team_scratch(level), qb);
-        T* const kt_tile = kt_view.data();   // [dh][kt_ld]: k tile transposed
-        T* const s_tile = s_view.data();     // [qb][kb]: scores, then probabilities
-        T* const alpha = alpha_view.data();  // [qb]: rescale factor exp(m_old - m_new)
+        ScratchView<T> qt_view(team.team_scratch(level), dh * qb_ld);
+        ScratchView<T> st_view(team.team_scratch(level), kb * qb_ld);
+        ScratchView<T> o_view(team.team_scratch(level), qb * dh_ld);
+        ScratchView<T> m_view(team.team_scratch(level), qb_ld);
+        ScratchView<T> l_view(team.team_scratch(level), qb_ld);
+        ScratchView<T> alpha_view(team.team_scratch(level), qb_ld);
+        ScratchView<index_t> qpos_view(team.team_scratch(level), qb_ld);
+        T* const q_t = qt_view.data();           // [dh][qb_ld]: q tile transposed, zero columns past `rows`
+        T* const s_t = st_view.data();           // [kb][qb_ld]: scores, then probabilities, transposed
+        T* const o_tile = o_view.data();         // [qb][dh_ld]: running output (unnormalised)
+        T* const m_run = m_view.data();          // [qb_ld]: running row maximum
+        T* const l_run = l_view.data();          // [qb_ld]: running row sum
+        T* const alpha = alpha_view.data();      // [qb_ld]: rescale factor exp(m_old - m_new)
+        index_t* const qpos = qpos_view.data();  // [qb_ld]: query positions, padding never masked
 
         const T* const q_tile = &q(b, h, i0, 0);
         const T* const k_all = &k(b, h, 0, 0);
         const T* const v_all = &v(b, h, 0, 0);
-        T* const o_tile = &out_acc(b, h, i0, 0);
+        T* const o_out = &out_acc(b, h, i0, 0);
         const index_t* const qp = q_pos.data() + i0;
         const index_t* const kp_all = k_pos.data();
+
+        // Stage Q^T, the running state and the positions.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](const index_t d) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, qb_ld), [&](const index_t r) {
+            q_t[d * qb_ld + r] = r < rows ? q_tile[r * q_ld + d] : T(0);
+          });
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
+            o_tile[r * dh_ld + d] = d < dh ? o_out[r * o_ld + d] : T(0);
+          });
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qb_ld), [&](const index_t r) {
+          Kokkos::single(Kokkos::PerThread(team), [&]() {
+            m_run[r] = r < rows ? row_max(b, h, i0 + r) : neg_inf;
+            l_run[r] = r < rows ? row_sum(b, h, i0 + r) : T(0);
+            qpos[r] = r < rows ? qp[r] : never_masked;
+          });
+        });
 
         index_t q_lo = 0, q_hi = 0;
         if (causal) team_position_range(team, qp, rows, q_lo, q_hi);
@@ -250,106 +528,101 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
             masked = k_hi > q_lo;       // some pair needs the mask
           }
 
-          team.team_barrier();  // the previous tile is done with kt_tile, s_tile, alpha
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t j) {
-            const T* const k_row = k_all + (j0 + j) * k_ld;
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
-                                 [&](const index_t d) { kt_tile[d * kt_ld + j] = k_row[d]; });
+          team.team_barrier();  // staging is done; the previous tile is done with s_t and alpha
+
+          // S^T = scale K Q^T: key rows of K straight from memory against the staged Q^T.
+          team_tile_product<T>(team, cols, qb_ld, dh, k_all + j0 * k_ld, k_ld, index_t(1), q_t, qb_ld,
+                               [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
+                                   const V(&acc)[R][P]) {
+                                 const V s = pack_splat<V>(scale);
+                                 MINIATTN_UNROLL
+                                 for (int r = 0; r < R; ++r) {
+                                   if (r >= nr) break;
+                                   T* const dst = s_t + (r0 + r) * qb_ld + c0;
+                                   MINIATTN_UNROLL
+                                   for (int p = 0; p < P; ++p) pack_store(dst + p * lanes, V(s * acc[r][p]));
+                                 }
+                               });
+          team.team_barrier();
+
+          // Online softmax down each query's column of S^T, W queries per lane.
+          team_lane_chunks<T>(team, rows, [&](const index_t c0) {
+            if (masked) {  // keys in a query's future get -inf (scalar: only tiles on the diagonal)
+              for (index_t j = 0; j < cols; ++j) {
+                const index_t kj = kp[j];
+                T* const s = s_t + j * qb_ld + c0;
+                for (int w = 0; w < W; ++w) {
+                  if (kj > qpos[c0 + w]) s[w] = neg_inf;
+                }
+              }
+            }
+            V mx[P];
+            MINIATTN_UNROLL
+            for (int p = 0; p < P; ++p) mx[p] = pack_splat<V>(neg_inf);
+            for (index_t j = 0; j < cols; ++j) {
+              const T* const s = s_t + j * qb_ld + c0;
+              MINIATTN_UNROLL
+              for (int p = 0; p < P; ++p) {
+                const V x = pack_load<V>(s + p * lanes);
+                mx[p] = x > mx[p] ? x : mx[p];
+              }
+            }
+            // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0:
+            // subtracting 0 instead of -inf keeps exp(-inf - 0) = 0 and avoids NaN.
+            V base[P], sum[P];
+            MINIATTN_UNROLL
+            for (int p = 0; p < P; ++p) {
+              const V m_old = pack_load<V>(m_run + c0 + p * lanes);
+              const V m_new = mx[p] > m_old ? mx[p] : m_old;
+              pack_store(m_run + c0 + p * lanes, m_new);
+              base[p] = m_new == pack_splat<V>(neg_inf) ? pack_splat<V>(T(0)) : m_new;
+              pack_store(alpha + c0 + p * lanes, kernel_exp<T>(m_old - base[p]));  // 0 when m_old = -inf
+              sum[p] = pack_splat<V>(T(0));
+            }
+            for (index_t j = 0; j < cols; ++j) {
+              T* const s = s_t + j * qb_ld + c0;
+              MINIATTN_UNROLL
+              for (int p = 0; p < P; ++p) {
+                const V e = kernel_exp<T>(pack_load<V>(s + p * lanes) - base[p]);  // exp(-inf) = 0 when masked
+                pack_store(s + p * lanes, e);
+                sum[p] += e;
+              }
+            }
+            MINIATTN_UNROLL
+            for (int p = 0; p < P; ++p) {
+              const V a = pack_load<V>(alpha + c0 + p * lanes);
+              pack_store(l_run + c0 + p * lanes, V(pack_load<V>(l_run + c0 + p * lanes) * a + sum[p]));
+            }
           });
           team.team_barrier();
 
-          // Scores, running max and sum for each query row of the tile.
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
-            T* const KOKKOS_RESTRICT s_row = s_tile + r * kb;
-            const T* const KOKKOS_RESTRICT q_row = q_tile + r * q_ld;
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) { s_row[j] = T(0); });
-            // Four head dimensions per sweep: a quarter of the loads and stores of s_row.
-            index_t d = 0;
-            for (; d + 4 <= dh; d += 4) {
-              const T q0 = q_row[d], q1 = q_row[d + 1], q2 = q_row[d + 2], q3 = q_row[d + 3];
-              const T* const KOKKOS_RESTRICT k0 = kt_tile + d * kt_ld;
-              const T* const KOKKOS_RESTRICT k1 = k0 + kt_ld;
-              const T* const KOKKOS_RESTRICT k2 = k1 + kt_ld;
-              const T* const KOKKOS_RESTRICT k3 = k2 + kt_ld;
-              vector_axpy4(team, cols, s_row, q0, k0, q1, k1, q2, k2, q3, k3);
-            }
-            for (; d < dh; ++d) vector_axpy(team, cols, s_row, q_row[d], kt_tile + d * kt_ld);
-            T tile_max = neg_inf;
-            if (masked) {
-              const index_t qi = qp[r];
-              Kokkos::parallel_reduce(
-                  Kokkos::ThreadVectorRange(team, cols),
-                  [&](const index_t j, T& value) {
-                    const T s = kp[j] > qi ? neg_inf : scale * s_row[j];
-                    s_row[j] = s;
-                    value = s > value ? s : value;
-                  },
-                  Kokkos::Max<T>(tile_max));
-            } else {
-              Kokkos::parallel_reduce(
-                  Kokkos::ThreadVectorRange(team, cols),
-                  [&](const index_t j, T& value) {
-                    const T s = scale * s_row[j];
-                    s_row[j] = s;
-                    value = s > value ? s : value;
-                  },
-                  Kokkos::Max<T>(tile_max));
-            }
-            // Kokkos's Max identity is the lowest finite value, not -inf: a row whose keys are
-            // all masked in this tile has no tile maximum.
-            if (!(tile_max > lowest)) tile_max = neg_inf;
-            const index_t i = i0 + r;
-            const T m_old = row_max(b, h, i);
-            const T m_new = tile_max > m_old ? tile_max : m_old;
-            if (m_new == neg_inf) {
-              // No unmasked key so far: keep m = -inf, l = 0, acc = 0.
-              Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) { s_row[j] = T(0); });
-              Kokkos::single(Kokkos::PerThread(team), [&]() { alpha[r] = T(1); });
-              return;
-            }
-            T tile_sum = T(0);
-            Kokkos::parallel_reduce(
-                Kokkos::ThreadVectorRange(team, cols),
-                [&](const index_t j, T& value) {
-                  const T p = compat::exp(s_row[j] - m_new);  // exp(-inf) = 0 for masked keys
-                  s_row[j] = p;
-                  value += p;
-                },
-                tile_sum);
-            const T a = compat::exp(m_old - m_new);  // 0 when m_old = -inf
-            Kokkos::single(Kokkos::PerThread(team), [&]() {
-              alpha[r] = a;
-              row_max(b, h, i) = m_new;
-              row_sum(b, h, i) = row_sum(b, h, i) * a + tile_sum;
-            });
-          });
-          team.team_barrier();
-
-          // acc = acc * alpha + P v
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
-            T* const KOKKOS_RESTRICT o_row = o_tile + r * o_ld;
-            const T* const KOKKOS_RESTRICT p_row = s_tile + r * kb;
-            const T a = alpha[r];
-            if (a != T(1)) {
-              Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) { o_row[d] *= a; });
-            }
-            // Four keys per sweep over the output row.
-            index_t j = 0;
-            for (; j + 4 <= cols; j += 4) {
-              const T p0 = p_row[j], p1 = p_row[j + 1], p2 = p_row[j + 2], p3 = p_row[j + 3];
-              if (p0 == T(0) && p1 == T(0) && p2 == T(0) && p3 == T(0)) continue;  // masked keys
-              const T* const KOKKOS_RESTRICT v0 = v_all + (j0 + j) * v_ld;
-              const T* const KOKKOS_RESTRICT v1 = v0 + v_ld;
-              const T* const KOKKOS_RESTRICT v2 = v1 + v_ld;
-              const T* const KOKKOS_RESTRICT v3 = v2 + v_ld;
-              vector_axpy4(team, dh, o_row, p0, v0, p1, v1, p2, v2, p3, v3);
-            }
-            for (; j < cols; ++j) {
-              const T p = p_row[j];
-              if (p != T(0)) vector_axpy(team, dh, o_row, p, v_all + (j0 + j) * v_ld);
-            }
-          });
+          // O = O alpha + P V.
+          team_tile_product<T>(team, rows, dh, cols, s_t, index_t(1), qb_ld, v_all + j0 * v_ld, v_ld,
+                               [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
+                                   const V(&acc)[R][P]) {
+                                 MINIATTN_UNROLL
+                                 for (int r = 0; r < R; ++r) {
+                                   if (r >= nr) break;
+                                   T* const o_row = o_tile + (r0 + r) * dh_ld + c0;
+                                   const V a = pack_splat<V>(alpha[r0 + r]);
+                                   MINIATTN_UNROLL
+                                   for (int p = 0; p < P; ++p) {
+                                     pack_store(o_row + p * lanes, V(pack_load<V>(o_row + p * lanes) * a + acc[r][p]));
+                                   }
+                                 }
+                               });
         }
+        team.team_barrier();
+
+        // Hand the running state back.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
+                               [&](const index_t d) { o_out[r * o_ld + d] = o_tile[r * dh_ld + d]; });
+          Kokkos::single(Kokkos::PerThread(team), [&]() {
+            row_max(b, h, i0 + r) = m_run[r];
+            row_sum(b, h, i0 + r) = l_run[r];
+          });
+        });
       });
 }
 
@@ -432,21 +705,26 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
           "q_pos / k_pos must have one entry per query / key row");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
+  using V = typename Pack<T>::type;
+  constexpr int R = Tiling<T>::R, P = Tiling<T>::P, W = Tiling<T>::W, lanes = Tiling<T>::lanes;
   const index_t qb = clamp_block(blocking.query_block, nq);
   const index_t kb = clamp_block(blocking.key_block, nk);
-  const index_t kt_ld = kb + (kHostExecution ? 0 : 1);
+  const index_t kb_ld = round_up(kb, W);  // columns of K^T, V^T, P and dS: whole register tiles
+  const index_t dh_ld = round_up(dh, W);  // columns of the dk / dv accumulators
   const index_t n_qtiles = ceil_div(nq, qb);
   const index_t n_ktiles = ceil_div(nk, kb);
   const T scale = T(1) / compat::sqrt(static_cast<T>(dh));
   const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T pos_inf = std::numeric_limits<T>::infinity();
+  const index_t always_masked = std::numeric_limits<index_t>::max();
 
-  const std::size_t bytes =
-      2 * scratch_bytes_for<T>(dh * kt_ld) + 2 * scratch_bytes_for<T>(qb * kb) + scratch_bytes_for<T>(qb * dh);
+  const std::size_t bytes = 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
+                            2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
   int level = 0;
   const TeamPolicy policy = make_team_policy(batch * heads * n_ktiles, bytes, level);
 
   const index_t q_ld = q.stride(2), k_ld = k.stride(2), v_ld = v.stride(2), g_ld = dout.stride(2);
-  const index_t dk_ld = dk.stride(2), dv_ld = dv.stride(2);
+  const index_t dq_ld = dq.stride(2), dk_ld = dk.stride(2), dv_ld = dv.stride(2);
 
   Kokkos::parallel_for(
       "miniattn::attention_backward_accumulate", policy, KOKKOS_LAMBDA(const TeamMember& team) {
@@ -457,36 +735,49 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
         const index_t j0 = kt * kb;
         const index_t cols = (nk - j0) < kb ? (nk - j0) : kb;
 
-        ScratchView<T> kt_view(team.team_scratch(level), dh * kt_ld);
-        ScratchView<T> vt_view(team.team_scratch(level), dh * kt_ld);
-        ScratchView<T> p_view(team.team_scratch(level), qb * kb);
-        ScratchView<T> ds_view(team.team_scratch(level), qb * kb);
-        ScratchView<T> dq_view(team.team_scratch(level), qb * dh);
-        T* const kt_tile = kt_view.data();  // [dh][kt_ld]: k tile transposed
-        T* const vt_tile = vt_view.data();  // [dh][kt_ld]: v tile transposed
-        T* const p_tile = p_view.data();    // [qb][kb]: probabilities
-        T* const ds_tile = ds_view.data();  // [qb][kb]: dP, then scale * dS
-        T* const dq_rows = dq_view.data();  // [qb][dh]: this tile's dq contribution
+        ScratchView<T> kt_view(team.team_scratch(level), dh * kb_ld);
+        ScratchView<T> vt_view(team.team_scratch(level), dh * kb_ld);
+        ScratchView<T> p_view(team.team_scratch(level), qb * kb_ld);
+        ScratchView<T> ds_view(team.team_scratch(level), qb * kb_ld);
+        ScratchView<T> dk_view(team.team_scratch(level), kb * dh_ld);
+        ScratchView<T> dv_view(team.team_scratch(level), kb * dh_ld);
+        ScratchView<index_t> kpos_view(team.team_scratch(level), kb_ld);
+        T* const k_t = kt_view.data();           // [dh][kb_ld]: k tile transposed, zero columns past `cols`
+        T* const v_t = vt_view.data();           // [dh][kb_ld]: v tile transposed
+        T* const p_tile = p_view.data();         // [qb][kb_ld]: probabilities
+        T* const ds_tile = ds_view.data();       // [qb][kb_ld]: scale * dS
+        T* const dk_acc = dk_view.data();        // [kb][dh_ld]: this tile's dk, summed over query tiles
+        T* const dv_acc = dv_view.data();        // [kb][dh_ld]
+        index_t* const kpos = kpos_view.data();  // [kb_ld]: key positions, padding always masked
 
         const T* const k_tile = &k(b, h, j0, 0);
         const T* const v_tile = &v(b, h, j0, 0);
         const T* const q_all = &q(b, h, 0, 0);
         const T* const g_all = &dout(b, h, 0, 0);
+        T* const dq_all = &dq(b, h, 0, 0);
         T* const dk_tile = &dk(b, h, j0, 0);
         T* const dv_tile = &dv(b, h, j0, 0);
         const index_t* const kp = k_pos.data() + j0;
 
-        index_t k_lo = 0, k_hi = 0;
-        if (causal) team_position_range(team, kp, cols, k_lo, k_hi);
-
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t j) {
-          const T* const k_row = k_tile + j * k_ld;
-          const T* const v_row = v_tile + j * v_ld;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) {
-            kt_tile[d * kt_ld + j] = k_row[d];
-            vt_tile[d * kt_ld + j] = v_row[d];
+        // Stage K^T, V^T and the key positions; clear the accumulators.
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, dh), [&](const index_t d) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, kb_ld), [&](const index_t j) {
+            k_t[d * kb_ld + j] = j < cols ? k_tile[j * k_ld + d] : T(0);
+            v_t[d * kb_ld + j] = j < cols ? v_tile[j * v_ld + d] : T(0);
           });
         });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t j) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
+            dk_acc[j * dh_ld + d] = T(0);
+            dv_acc[j * dh_ld + d] = T(0);
+          });
+        });
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kb_ld), [&](const index_t j) {
+          Kokkos::single(Kokkos::PerThread(team), [&]() { kpos[j] = j < cols ? kp[j] : always_masked; });
+        });
+
+        index_t k_lo = 0, k_hi = 0;
+        if (causal) team_position_range(team, kp, cols, k_lo, k_hi);
 
         for (index_t qt = 0; qt < n_qtiles; ++qt) {
           const index_t i0 = qt * qb;
@@ -502,119 +793,102 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
           const T* const q_tile = q_all + i0 * q_ld;
           const T* const g_tile = g_all + i0 * g_ld;
 
-          team.team_barrier();  // k/v tiles are loaded; the previous query tile is done with p/ds/dq
+          team.team_barrier();  // staging is done; the previous query tile is done with p and dS
 
-          // P and scale * dS for each query row.
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
-            T* const KOKKOS_RESTRICT p_row = p_tile + r * kb;
-            T* const KOKKOS_RESTRICT ds_row = ds_tile + r * kb;
-            const index_t i = i0 + r;
-            const T lse_i = lse(b, h, i);
-            if (lse_i == neg_inf) {  // the row saw no key: it has no probability mass anywhere
-              Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) {
-                p_row[j] = T(0);
-                ds_row[j] = T(0);
+          // P = exp(scale q k^T - lse), 0 where masked and in rows that saw no key.
+          team_tile_product<T>(
+              team, rows, kb_ld, dh, q_tile, q_ld, index_t(1), k_t, kb_ld,
+              [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
+                const V vscale = pack_splat<V>(scale);
+                MINIATTN_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  if (r >= nr) break;
+                  const T lse_i = lse(b, h, i0 + r0 + r);
+                  const V shift = pack_splat<V>(lse_i == neg_inf ? pos_inf : lse_i);  // exp(x - inf) = 0
+                  T* const p_row = p_tile + (r0 + r) * kb_ld + c0;
+                  MINIATTN_UNROLL
+                  for (int p = 0; p < P; ++p) {
+                    pack_store(p_row + p * lanes, kernel_exp<T>(vscale * acc[r][p] - shift));
+                  }
+                  if (masked) {  // keys in the query's future (scalar: only tiles on the diagonal)
+                    const index_t qi = qp[r0 + r];
+                    for (int w = 0; w < W; ++w) {
+                      if (kpos[c0 + w] > qi) p_row[w] = T(0);
+                    }
+                  }
+                }
               });
-              return;
-            }
-            const T delta_i = delta(b, h, i);
-            const T* const KOKKOS_RESTRICT q_row = q_tile + r * q_ld;
-            const T* const KOKKOS_RESTRICT g_row = g_tile + r * g_ld;
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) {
-              p_row[j] = T(0);
-              ds_row[j] = T(0);
-            });
-            index_t d = 0;
-            for (; d + 4 <= dh; d += 4) {
-              const T q0 = q_row[d], q1 = q_row[d + 1], q2 = q_row[d + 2], q3 = q_row[d + 3];
-              const T g0 = g_row[d], g1 = g_row[d + 1], g2 = g_row[d + 2], g3 = g_row[d + 3];
-              const T* const KOKKOS_RESTRICT k0 = kt_tile + d * kt_ld;
-              const T* const KOKKOS_RESTRICT k1 = k0 + kt_ld;
-              const T* const KOKKOS_RESTRICT k2 = k1 + kt_ld;
-              const T* const KOKKOS_RESTRICT k3 = k2 + kt_ld;
-              const T* const KOKKOS_RESTRICT v0 = vt_tile + d * kt_ld;
-              const T* const KOKKOS_RESTRICT v1 = v0 + kt_ld;
-              const T* const KOKKOS_RESTRICT v2 = v1 + kt_ld;
-              const T* const KOKKOS_RESTRICT v3 = v2 + kt_ld;
-              const T qs[4] = {q0, q1, q2, q3};
-              const T gs[4] = {g0, g1, g2, g3};
-              vector_axpy4_pair(team, cols, p_row, qs, k0, k1, k2, k3, ds_row, gs, v0, v1, v2, v3);
-            }
-            for (; d < dh; ++d) {
-              vector_axpy_pair(team, cols, p_row, q_row[d], kt_tile + d * kt_ld, ds_row, g_row[d], vt_tile + d * kt_ld);
-            }
-            if (masked) {
-              const index_t qi = qp[r];
-              Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) {
-                const T p = kp[j] > qi ? T(0) : compat::exp(scale * p_row[j] - lse_i);
-                p_row[j] = p;
-                ds_row[j] = scale * p * (ds_row[j] - delta_i);
-              });
-            } else {
-              Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, cols), [&](const index_t j) {
-                const T p = compat::exp(scale * p_row[j] - lse_i);
-                p_row[j] = p;
-                ds_row[j] = scale * p * (ds_row[j] - delta_i);
-              });
-            }
-          });
           team.team_barrier();
 
-          // dq += scale dS k  (other key tiles add to the same rows: atomic)
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
-            T* const KOKKOS_RESTRICT dq_row = dq_rows + r * dh;
-            const T* const KOKKOS_RESTRICT ds_row = ds_tile + r * kb;
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) { dq_row[d] = T(0); });
-            index_t j = 0;
-            for (; j + 4 <= cols; j += 4) {
-              const T s0 = ds_row[j], s1 = ds_row[j + 1], s2 = ds_row[j + 2], s3 = ds_row[j + 3];
-              if (s0 == T(0) && s1 == T(0) && s2 == T(0) && s3 == T(0)) continue;
-              const T* const KOKKOS_RESTRICT k0 = k_tile + j * k_ld;
-              const T* const KOKKOS_RESTRICT k1 = k0 + k_ld;
-              const T* const KOKKOS_RESTRICT k2 = k1 + k_ld;
-              const T* const KOKKOS_RESTRICT k3 = k2 + k_ld;
-              vector_axpy4(team, dh, dq_row, s0, k0, s1, k1, s2, k2, s3, k3);
-            }
-            for (; j < cols; ++j) {
-              const T ds = ds_row[j];
-              if (ds != T(0)) vector_axpy(team, dh, dq_row, ds, k_tile + j * k_ld);
-            }
-            const index_t i = i0 + r;
-            Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
-                                 [&](const index_t d) { Kokkos::atomic_add(&dq(b, h, i, d), dq_row[d]); });
-          });
+          // scale dS = scale P (dout v^T - delta).
+          team_tile_product<T>(
+              team, rows, kb_ld, dh, g_tile, g_ld, index_t(1), v_t, kb_ld,
+              [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
+                const V vscale = pack_splat<V>(scale);
+                MINIATTN_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  if (r >= nr) break;
+                  const V delta_i = pack_splat<V>(delta(b, h, i0 + r0 + r));
+                  const T* const p_row = p_tile + (r0 + r) * kb_ld + c0;
+                  T* const ds_row = ds_tile + (r0 + r) * kb_ld + c0;
+                  MINIATTN_UNROLL
+                  for (int p = 0; p < P; ++p) {
+                    const V pv = pack_load<V>(p_row + p * lanes);
+                    pack_store(ds_row + p * lanes, V(vscale * pv * (acc[r][p] - delta_i)));
+                  }
+                }
+              });
+          team.team_barrier();
 
-          // dv += P^T dout, dk += scale dS^T q  (this team owns these key rows)
-          Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t j) {
-            T* const KOKKOS_RESTRICT dk_row = dk_tile + j * dk_ld;
-            T* const KOKKOS_RESTRICT dv_row = dv_tile + j * dv_ld;
-            index_t r = 0;
-            for (; r + 4 <= rows; r += 4) {
-              const T p0 = p_tile[r * kb + j], p1 = p_tile[(r + 1) * kb + j];
-              const T p2 = p_tile[(r + 2) * kb + j], p3 = p_tile[(r + 3) * kb + j];
-              const T s0 = ds_tile[r * kb + j], s1 = ds_tile[(r + 1) * kb + j];
-              const T s2 = ds_tile[(r + 2) * kb + j], s3 = ds_tile[(r + 3) * kb + j];
-              if (p0 == T(0) && p1 == T(0) && p2 == T(0) && p3 == T(0)) continue;  // then dS is 0 too
-              const T* const KOKKOS_RESTRICT q0 = q_tile + r * q_ld;
-              const T* const KOKKOS_RESTRICT q1 = q0 + q_ld;
-              const T* const KOKKOS_RESTRICT q2 = q1 + q_ld;
-              const T* const KOKKOS_RESTRICT q3 = q2 + q_ld;
-              const T* const KOKKOS_RESTRICT g0 = g_tile + r * g_ld;
-              const T* const KOKKOS_RESTRICT g1 = g0 + g_ld;
-              const T* const KOKKOS_RESTRICT g2 = g1 + g_ld;
-              const T* const KOKKOS_RESTRICT g3 = g2 + g_ld;
-              const T ps[4] = {p0, p1, p2, p3};
-              const T ss[4] = {s0, s1, s2, s3};
-              vector_axpy4_pair(team, dh, dv_row, ps, g0, g1, g2, g3, dk_row, ss, q0, q1, q2, q3);
-            }
-            for (; r < rows; ++r) {
-              const T p = p_tile[r * kb + j];
-              const T ds = ds_tile[r * kb + j];
-              if (p == T(0)) continue;  // then dS is 0 too
-              vector_axpy_pair(team, dh, dv_row, p, g_tile + r * g_ld, dk_row, ds, q_tile + r * q_ld);
-            }
-          });
+          // dq += scale dS k (other key tiles add to the same rows: atomic).
+          team_tile_product<T>(
+              team, rows, dh, cols, ds_tile, kb_ld, index_t(1), k_tile, k_ld,
+              [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc, const V(&acc)[R][P]) {
+                MINIATTN_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  if (r >= nr) break;
+                  T* const dq_row = dq_all + (i0 + r0 + r) * dq_ld + c0;
+                  for (int w = 0; w < W; ++w) {
+                    if (w < nc) Kokkos::atomic_add(&dq_row[w], pack_lane(acc[r][w / lanes], w % lanes));
+                  }
+                }
+              });
+          // dv += P^T dout, dk += scale dS^T q (this team owns these key rows).
+          team_tile_product<T>(
+              team, cols, dh, rows, p_tile, index_t(1), kb_ld, g_tile, g_ld,
+              [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
+                MINIATTN_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  if (r >= nr) break;
+                  T* const dv_row = dv_acc + (r0 + r) * dh_ld + c0;
+                  MINIATTN_UNROLL
+                  for (int p = 0; p < P; ++p) {
+                    pack_store(dv_row + p * lanes, V(pack_load<V>(dv_row + p * lanes) + acc[r][p]));
+                  }
+                }
+              });
+          team_tile_product<T>(
+              team, cols, dh, rows, ds_tile, index_t(1), kb_ld, q_tile, q_ld,
+              [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
+                MINIATTN_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  if (r >= nr) break;
+                  T* const dk_row = dk_acc + (r0 + r) * dh_ld + c0;
+                  MINIATTN_UNROLL
+                  for (int p = 0; p < P; ++p) {
+                    pack_store(dk_row + p * lanes, V(pack_load<V>(dk_row + p * lanes) + acc[r][p]));
+                  }
+                }
+              });
         }
+        team.team_barrier();
+
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t j) {
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) {
+            dk_tile[j * dk_ld + d] += dk_acc[j * dh_ld + d];
+            dv_tile[j * dv_ld + d] += dv_acc[j * dh_ld + d];
+          });
+        });
       });
 }
 

@@ -1,13 +1,48 @@
-// Rough throughput of the blockwise attention kernels (prints only).
-// Usage: bench_attention [n] [Dh] [heads] [query_block] [key_block]
-// Forward FLOPs are counted as 4 n^2 Dh H (two matrix products); the causal
-// forward is reported against the same count divided by two; backward as 2.5x forward.
+// Throughput of the blockwise attention kernels against the machine's own GEMM
+// rate, measured in the same run (prints only; not a test).
+//
+// Usage: bench_attention [n] [Dh] [heads] [query_block] [key_block] [options]
+//   n            sequence length (default 8192); B = 1
+//   Dh, heads    head width (64) and heads (4)
+//   query_block, key_block   tile sizes (default: AttentionBlocking's defaults)
+//   --precision=fp32|fp64|both   (both)
+//   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
+//                At n >= 4096 the warm-up is skipped (the first run is timed
+//                too): one pass already takes seconds.
+//   --gemm=N     size of the reference GEMM, N x N x N (1024)
+//   --no-backward   forward only
+//   --clock=wall|cpu   time with the wall clock (default) or with the process's
+//                CPU time (CLOCK_PROCESS_CPUTIME_ID). On a machine shared with
+//                other jobs the CPU time leaves out the time slices other
+//                processes took, so rates are much steadier; it counts every
+//                thread of the process, so use it only for one-thread runs.
+//                With the wall clock the program ends with a note when a timed
+//                run took more than 1.15x its CPU time (a shared core).
+//
+// FLOP counts: forward 4 n^2 Dh H (the two matrix products); causal half of
+// that; backward 2.5x forward (five products). "fwd+bwd" is 3.5x the forward
+// count over the sum of the forward and backward (delta + accumulate) times.
+//
+// Reference rate: KokkosBlas::gemm on N x N LayoutRight views (reaches the
+// vendor BLAS), median of 7 repeats after 2 warm-ups. The comparison is meant
+// for ONE core: the attention kernels run on the default execution space (one
+// core with the Serial backend; the program warns when it has more), and the
+// BLAS is pinned to one thread: OpenBLAS reads OPENBLAS_NUM_THREADS when the
+// library is loaded, before main, so the program calls openblas_set_num_threads(1)
+// when the BLAS provides it and otherwise asks you to set OPENBLAS_NUM_THREADS=1
+// (or OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1) yourself.
+#include <KokkosBlas3_gemm.hpp>
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
+#include <dlfcn.h>
+#include <time.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
@@ -16,26 +51,82 @@ namespace {
 
 using miniattn::index_t;
 using miniattn::View1;
+using miniattn::View2;
 using miniattn::View3;
 using miniattn::View4;
 
+struct Options {
+  index_t n = 8192, dh = 64, heads = 4;
+  miniattn::kernels::AttentionBlocking blocking;
+  bool fp32 = true, fp64 = true, backward = true;
+  int reps = 2;
+  index_t gemm_n = 1024;
+};
+
+bool g_cpu_clock = false;
+double g_worst_wall_over_cpu = 1.0;  // how much of the wall time this process did not run
+
+double clock_seconds(clockid_t id) {
+  timespec ts{};
+  clock_gettime(id, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Pins a threaded BLAS to one thread. Returns a line saying what was done.
+std::string pin_blas_to_one_thread() {
+  setenv("OPENBLAS_NUM_THREADS", "1", 1);  // for any child process; this one has read it already
+  using SetThreads = void (*)(int);
+  for (const char* symbol : {"openblas_set_num_threads", "goto_set_num_threads"}) {
+    if (void* f = dlsym(RTLD_DEFAULT, symbol)) {
+      reinterpret_cast<SetThreads>(f)(1);
+      return std::string("BLAS threads: 1 (") + symbol + "(1))";
+    }
+  }
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  return std::string("BLAS threads: not set by the program (no openblas_set_num_threads); run with "
+                     "OPENBLAS_NUM_THREADS=1 / MKL_NUM_THREADS=1 / OMP_NUM_THREADS=1 for a one-core rate") +
+         (env ? std::string(" [OMP_NUM_THREADS=") + env + "]" : std::string());
+}
+
 template <class F>
-double best_seconds(int reps, F&& f) {
-  f();  // warm-up
-  Kokkos::fence();
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    Kokkos::Timer timer;
+std::vector<double> timings(int warmups, int reps, F&& f) {
+  for (int w = 0; w < warmups; ++w) {
     f();
     Kokkos::fence();
-    best = std::min(best, timer.seconds());
   }
-  return best;
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const double wall0 = clock_seconds(CLOCK_MONOTONIC), cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
+    f();
+    Kokkos::fence();
+    const double wall = clock_seconds(CLOCK_MONOTONIC) - wall0, cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    if (cpu > 0) g_worst_wall_over_cpu = std::max(g_worst_wall_over_cpu, wall / cpu);
+    t.push_back(g_cpu_clock ? cpu : wall);
+  }
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+double median(const std::vector<double>& t) {
+  const std::size_t m = t.size() / 2;
+  return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
+}
+
+// GFLOP/s of C = A B on gemm_n^3, median of 7 after 2 warm-ups; spread = max/min time.
+template <class T>
+double gemm_rate(index_t gemm_n, double& spread) {
+  View2<T> a("a", gemm_n, gemm_n), b("b", gemm_n, gemm_n), c("c", gemm_n, gemm_n);
+  Kokkos::Random_XorShift64_Pool<miniattn::ExecSpace> pool(99);
+  Kokkos::fill_random(a, pool, T(-1), T(1));
+  Kokkos::fill_random(b, pool, T(-1), T(1));
+  const auto t = timings(2, 7, [&] { KokkosBlas::gemm("N", "N", T(1), a, b, T(0), c); });
+  spread = t.back() / t.front();
+  return 2.0 * double(gemm_n) * double(gemm_n) * double(gemm_n) / median(t) * 1e-9;
 }
 
 template <class T>
-void run(index_t n, index_t dh, index_t heads, miniattn::kernels::AttentionBlocking blocking) {
-  const index_t batch = 1;
+void run_attention(const Options& o, double gemm_gflops) {
+  const index_t batch = 1, n = o.n, dh = o.dh, heads = o.heads;
   View4<T> q("q", batch, heads, n, dh), k("k", batch, heads, n, dh), v("v", batch, heads, n, dh);
   View4<T> out("out", batch, heads, n, dh), dout("dout", batch, heads, n, dh);
   View4<T> dq("dq", batch, heads, n, dh), dk("dk", batch, heads, n, dh), dv("dv", batch, heads, n, dh);
@@ -48,37 +139,105 @@ void run(index_t n, index_t dh, index_t heads, miniattn::kernels::AttentionBlock
   Kokkos::fill_random(dout, pool, T(-1), T(1));
   Kokkos::parallel_for(
       "positions", Kokkos::RangePolicy<miniattn::ExecSpace>(0, n), KOKKOS_LAMBDA(const int i) { pos(i) = i; });
+  Kokkos::fence();
 
+  const char* prec = sizeof(T) == 4 ? "fp32" : "fp64";
+  const int warmups = n >= 4096 ? 0 : 1;
   const double flops = 4.0 * double(n) * double(n) * double(dh) * double(heads) * double(batch);
   for (bool causal : {false, true}) {
-    const double t_fwd = best_seconds(
-        3, [&] { miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, blocking, out, lse, row_sum); });
-    miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-    const double t_bwd = best_seconds(2, [&] {
-      miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, blocking, dq, dk,
-                                                          dv);
-    });
     const double useful = causal ? flops / 2 : flops;
-    std::printf(
-        "%s %-10s B=1 H=%ld n=%ld Dh=%ld blocks=%ldx%ld  forward %.3f s  %.2f GFLOP/s   backward %.3f s  %.2f "
-        "GFLOP/s\n",
-        sizeof(T) == 4 ? "fp32" : "fp64", causal ? "causal" : "non-causal", long(heads), long(n), long(dh),
-        long(blocking.query_block), long(blocking.key_block), t_fwd, useful / t_fwd * 1e-9, t_bwd,
-        2.5 * useful / t_bwd * 1e-9);
+    const auto tf = timings(warmups, o.reps, [&] {
+      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, o.blocking, out, lse, row_sum);
+    });
+    const double fwd = useful / tf.front() * 1e-9;
+    std::printf("%s %-10s forward        %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
+                causal ? "causal" : "non-causal", tf.front(), fwd, 100.0 * fwd / gemm_gflops,
+                sizeof(T) == 4 ? "S" : "D", tf.back() / tf.front());
+    if (!o.backward) continue;
+    const auto tb = timings(warmups, o.reps, [&] {
+      miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
+      miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, o.blocking, dq,
+                                                          dk, dv);
+    });
+    const double bwd = 2.5 * useful / tb.front() * 1e-9;
+    const double both = 3.5 * useful / (tf.front() + tb.front()) * 1e-9;
+    std::printf("%s %-10s backward       %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
+                causal ? "causal" : "non-causal", tb.front(), bwd, 100.0 * bwd / gemm_gflops,
+                sizeof(T) == 4 ? "S" : "D", tb.back() / tb.front());
+    std::printf("%s %-10s forward+backward %6.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM\n", prec,
+                causal ? "causal" : "non-causal", tf.front() + tb.front(), both, 100.0 * both / gemm_gflops,
+                sizeof(T) == 4 ? "S" : "D");
   }
+}
+
+bool starts_with(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
+
+Options parse(int argc, char** argv) {
+  Options o;
+  int positional = 0;
+  for (int i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (starts_with(a, "--kokkos")) continue;
+    if (starts_with(a, "--precision=")) {
+      const std::string p = a + 12;
+      o.fp32 = p == "fp32" || p == "both";
+      o.fp64 = p == "fp64" || p == "both";
+    } else if (starts_with(a, "--reps=")) {
+      o.reps = std::max(1, std::atoi(a + 7));
+    } else if (starts_with(a, "--gemm=")) {
+      o.gemm_n = std::max(1L, std::atol(a + 7));
+    } else if (starts_with(a, "--clock=")) {
+      g_cpu_clock = std::strcmp(a + 8, "cpu") == 0;
+      if (!g_cpu_clock && std::strcmp(a + 8, "wall") != 0) {
+        std::fprintf(stderr, "bench_attention: --clock=wall or --clock=cpu\n");
+        std::exit(2);
+      }
+    } else if (std::strcmp(a, "--no-backward") == 0) {
+      o.backward = false;
+    } else if (a[0] != '-') {
+      const index_t value = std::atol(a);
+      switch (positional++) {
+        case 0: o.n = value; break;
+        case 1: o.dh = value; break;
+        case 2: o.heads = value; break;
+        case 3: o.blocking.query_block = value; break;
+        case 4: o.blocking.key_block = value; break;
+        default: break;
+      }
+    } else {
+      std::fprintf(stderr, "bench_attention: unknown option %s\n", a);
+      std::exit(2);
+    }
+  }
+  return o;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const std::string blas_line = pin_blas_to_one_thread();
   Kokkos::ScopeGuard kokkos(argc, argv);
-  const index_t n = argc > 1 ? std::atol(argv[1]) : 4096;
-  const index_t dh = argc > 2 ? std::atol(argv[2]) : 64;
-  const index_t heads = argc > 3 ? std::atol(argv[3]) : 4;
-  miniattn::kernels::AttentionBlocking blocking;
-  if (argc > 4) blocking.query_block = std::atol(argv[4]);
-  if (argc > 5) blocking.key_block = std::atol(argv[5]);
-  std::printf("execution space: %s\n", miniattn::ExecSpace::name());
-  run<float>(n, dh, heads, blocking);
+  std::printf("execution space: %s, concurrency %d\n", miniattn::ExecSpace::name(),
+              int(miniattn::ExecSpace::concurrency()));
+  if (miniattn::ExecSpace::concurrency() > 1)
+    std::printf("warning: the kernels run on %d threads; the GEMM reference is one thread\n",
+                int(miniattn::ExecSpace::concurrency()));
+  std::printf("%s\n", blas_line.c_str());
+  std::printf("problem: B=1 H=%ld n=%ld Dh=%ld blocks=%ldx%ld, best of %d, %s time\n", long(o.heads), long(o.n),
+              long(o.dh), long(o.blocking.query_block), long(o.blocking.key_block), o.reps,
+              g_cpu_clock ? "CPU" : "wall-clock");
+  double s_spread = 0, d_spread = 0;
+  const double sgemm = o.fp32 ? gemm_rate<float>(o.gemm_n, s_spread) : 0.0;
+  const double dgemm = o.fp64 ? gemm_rate<double>(o.gemm_n, d_spread) : 0.0;
+  if (o.fp32) std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7, spread %.2f)\n", long(o.gemm_n), sgemm, s_spread);
+  if (o.fp64) std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7, spread %.2f)\n", long(o.gemm_n), dgemm, d_spread);
+  if (o.fp32) run_attention<float>(o, sgemm);
+  if (o.fp64) run_attention<double>(o, dgemm);
+  if (!g_cpu_clock && g_worst_wall_over_cpu > 1.15)
+    std::printf("note: some timed runs took up to %.1fx more wall-clock than CPU time: the core is shared with other "
+                "work and wall-clock rates (and their ratios to the GEMM rate) are unreliable; --clock=cpu counts "
+                "only the time this process ran\n",
+                g_worst_wall_over_cpu);
   return 0;
 }
