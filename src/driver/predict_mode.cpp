@@ -104,7 +104,9 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   int rank = 0, world_size = 1;
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &world_size);
-  const MachineDescription machine = read_machine_file(c.run.machine, "run.machine");
+  MachineDescription machine = read_machine_file(c.run.machine, "run.machine");
+  // The deck may ask "what if each rank had this much memory" of any machine.
+  if (c.run.memory_per_rank_gib > 0) machine.memory_bytes_per_rank = c.run.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0;
   const std::string precision = to_string(c.model.precision);
   if (!machine.precision.empty() && machine.precision != precision)
     throw InputError("run.machine: " + c.run.machine + ": precision: the rates are for " + machine.precision +
@@ -150,6 +152,28 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
     }
   }
 
+  // How long a sequence each strategy can train before its planned memory per
+  // rank runs out: the question a long-sequence user asks first.
+  if (rank == 0) {
+    std::printf("miniattn: longest seq_len whose planned memory fits in %s per rank (multiples of 2 sp)\n",
+                format_bytes(machine.memory_bytes_per_rank).c_str());
+    std::printf("%7s", "ranks");
+    for (const std::string& name : names) std::printf(" | %12s", name.c_str());
+    std::printf("\n");
+  }
+  nlohmann::json longest = nlohmann::json::array();
+  for (std::int64_t ranks = 1; ranks <= c.run.predict_max_ranks; ranks *= 2) {
+    nlohmann::json strategies = nlohmann::json::object();
+    if (rank == 0) std::printf("%7lld", static_cast<long long>(ranks));
+    for (const StrategyChoice& choice : predict_strategies(machine, deck, static_cast<int>(ranks))) {
+      const std::int64_t n = longest_fitting_seq_len(machine, choice.config);
+      strategies[choice.config.strategy] = n;
+      if (rank == 0) std::printf(" | %12lld", static_cast<long long>(n));
+    }
+    if (rank == 0) std::printf("\n");
+    longest.push_back({{"ranks", ranks}, {"strategies", strategies}});
+  }
+
   // The deck's own decomposition on the ranks of this run.
   StepConfig own = deck;
   own.sp = world_size / own.dp;
@@ -172,6 +196,7 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   result["machine_file"] = c.run.machine;
   result["machine"] = machine_json(machine);
   result["predictions"] = predictions;
+  result["longest_seq_len"] = longest;
   result["prediction_for_deck"] = full_json(own, own_prediction);
   return result;
 }

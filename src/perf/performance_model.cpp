@@ -620,4 +620,20 @@ int best_strategy(const std::vector<StrategyChoice>& choices) {
   return best;
 }
 
+std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConfig config) {
+  const std::int64_t granule = 2 * std::max<std::int64_t>(config.sp, 1);
+  const auto fits = [&](std::int64_t units) {
+    config.model.seq_len = units * granule;
+    const StepPrediction p = predict_step(machine, config);
+    return p.valid && p.fits;
+  };
+  std::int64_t good = 0, bad = ((std::int64_t{1} << 31) / granule) + 1;  // fits(good) or good == 0; !fits(bad)
+  if (fits(bad - 1)) return (bad - 1) * granule;
+  while (bad - good > 1) {
+    const std::int64_t mid = good + (bad - good) / 2;
+    (fits(mid) ? good : bad) = mid;
+  }
+  return good * granule;
+}
+
 }  // namespace miniattn

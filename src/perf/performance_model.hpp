@@ -141,4 +141,10 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
 // Index in `choices` of the fastest valid strategy that fits, -1 if none.
 int best_strategy(const std::vector<StrategyChoice>& choices);
 
+// The longest seq_len (a multiple of 2 sp, so that every layout splits it, at
+// most 2^31) with which `config` is valid and its planned memory fits in the
+// machine's memory per rank; 0 when not even the shortest fits. The planned
+// memory grows with seq_len, so a bisection finds it.
+std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConfig config);
+
 }  // namespace miniattn

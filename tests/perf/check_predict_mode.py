@@ -87,6 +87,24 @@ def main():
               < by[(4, 4194304)]["strategies"]["ring"]["step_seconds"] / 100, "ring scales")
         # RSA's N x N / P rows do not fit at 4M tokens on 4 GPUs.
         check(not by[(4, 4194304)]["strategies"]["rsa"]["fits"], "rsa runs out of memory")
+        # The longest fitting sequence agrees with every fits / does-not-fit cell of the table.
+        longest = {e["ranks"]: e["strategies"] for e in result["longest_seq_len"]}
+        check(sorted(longest) == [2 ** k for k in range(13)], "longest seq_len for ranks 1..4096")
+        for p in predictions:
+            for name, s in p["strategies"].items():
+                if s["valid"]:
+                    n = longest[p["ranks"]][name]
+                    check(s["fits"] == (p["seq_len"] <= n), f"{name} on {p['ranks']} ranks: N={p['seq_len']} "
+                          f"fits={s['fits']} but the longest that fits is {n}")
+        check(longest[4096]["ring"] > longest[4]["ring"] * 100, "ring's longest sequence grows with the ranks")
+        # run.memory_per_rank_gib replaces the machine's memory: half the memory, a shorter longest sequence.
+        proc_half, _ = run(exe, deck, [f"run.machine={machine}", "run.predict_max_ranks=2",
+                                       "run.predict_seq_lens=4096", "run.memory_per_rank_gib=0.5"])
+        check(proc_half.returncode == 0, proc_half.stderr)
+        half = json.loads([l for l in proc_half.stdout.splitlines() if l.startswith("RESULT ")][0][7:])
+        check(half["machine"]["memory_bytes_per_rank"] == 0.5 * 2 ** 30, "run.memory_per_rank_gib overrides")
+        check(0 < half["longest_seq_len"][1]["strategies"]["ring"] < longest[2]["ring"], "less memory, shorter")
+
         own = result["prediction_for_deck"]
         check(own["strategy"] == "ring" and own["ranks"] == 1 and own["seq_len"] == 4096, "the deck's own prediction")
         check(own["valid"] and own["step_seconds"] > 0, "a valid own prediction")

@@ -289,5 +289,27 @@ TEST(MachineFile, RoundTripAndErrors) {
   EXPECT_THROW(read_machine_file("/nonexistent/machine.yaml"), InputError);
 }
 
+
+TEST(PerformanceModel, LongestFittingSequenceIsTheEdgeOfTheMemoryPlan) {
+  MachineDescription m = test_machine();
+  m.memory_bytes_per_rank = 2e9;
+  for (const std::string strategy : {"ring", "rsa", "ulysses"}) {
+    const StepConfig c = config(strategy, 4, 1 << 12);
+    const std::int64_t n = longest_fitting_seq_len(m, c);
+    ASSERT_GT(n, 0) << strategy;
+    EXPECT_EQ(n % 8, 0) << strategy;  // a multiple of 2 sp
+    StepConfig at = c, beyond = c;
+    at.model.seq_len = n;
+    beyond.model.seq_len = n + 8;
+    EXPECT_TRUE(predict_step(m, at).fits) << strategy;
+    EXPECT_FALSE(predict_step(m, beyond).fits) << strategy;
+  }
+  // RSA keeps n x N scores: it runs out long before ring does.
+  EXPECT_LT(longest_fitting_seq_len(m, config("rsa", 4, 1 << 12)) * 4,
+            longest_fitting_seq_len(m, config("ring", 4, 1 << 12)));
+  m.memory_bytes_per_rank = 1e3;  // not even the parameters fit
+  EXPECT_EQ(longest_fitting_seq_len(m, config("ring", 4, 1 << 12)), 0);
+}
+
 }  // namespace
 }  // namespace miniattn
