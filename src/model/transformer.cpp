@@ -1,5 +1,7 @@
 #include "model/transformer.hpp"
 
+#include <algorithm>
+
 #include "core/kokkos_compat.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/elementwise.hpp"
@@ -60,37 +62,38 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   for (index_t l = 0; l < model.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     BlockActivations<T> a;
-    a.ln1_out = View2<T>(p + "ln1_out", R, D);
     a.after_attention = View2<T>(p + "after_attention", R, D);
-    a.ln2_out = View2<T>(p + "ln2_out", R, D);
-    a.attention_merged = View2<T>(p + "attention_merged", R, D);
-    a.fc1_out = View2<T>(p + "fc1_out", R, F);
     a.ln1_mean = View1<T>(p + "ln1_mean", R);
     a.ln1_rstd = View1<T>(p + "ln1_rstd", R);
     a.ln2_mean = View1<T>(p + "ln2_mean", R);
     a.ln2_rstd = View1<T>(p + "ln2_rstd", R);
-    a.q = View4<T>(p + "q", B, H, n, Dh);
-    a.k = View4<T>(p + "k", B, H, n, Dh);
-    a.v = View4<T>(p + "v", B, H, n, Dh);
     a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
     a.lse = View3<T>(p + "lse", B, H, n);
     blocks_.push_back(a);
   }
-  final_ln_out_ = View2<T>("ln_f_out", R, D);
   final_mean_ = View1<T>("ln_f_mean", R);
   final_rstd_ = View1<T>("ln_f_rstd", R);
   logits_ = View2<T>("logits", R, V);
 
   qkv_ = View2<T>("qkv", R, 3 * D);
-  projection_out_ = View2<T>("projection_out", R, D);
+  normed_ = View2<T>("normed", R, D);
+  arena_ = View1<T>("block_arena", R * std::max(3 * D, F));
+  q_ = View4<T>(arena_.data(), B, H, n, Dh);
+  k_ = View4<T>(arena_.data() + R * D, B, H, n, Dh);
+  v_ = View4<T>(arena_.data() + 2 * R * D, B, H, n, Dh);
+  fc1_out_ = View2<T>(arena_.data(), R, F);
   d_residual_ = View2<T>("d_residual", R, D);
   d_normed_ = View2<T>("d_normed", R, D);
-  d_merged_ = View2<T>("d_merged", R, D);
   d_hidden_ = View2<T>("d_hidden", R, F);
   d_q_ = View4<T>("d_q", B, H, n, Dh);
   d_k_ = View4<T>("d_k", B, H, n, Dh);
   d_v_ = View4<T>("d_v", B, H, n, Dh);
   d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
+}
+
+template <class T>
+View2<T> Transformer<T>::merged_rows() const {
+  return View2<T>(qkv_.data(), rows_, model_.d_model);
 }
 
 template <class T>
@@ -101,29 +104,30 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
   const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
   const View2<T>& x_out = residual_[static_cast<std::size_t>(l + 1)];
 
-  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, a.ln1_out, a.ln1_mean, a.ln1_rstd);
-  kernels::linear_forward<T>(a.ln1_out, w.qkv_weight, w.qkv_bias, qkv_);
-  kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
+  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
+  kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
+  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
   if (timer_) {
     auto timed = timer_->measure("attention_forward");
-    attention.forward(a.q, a.k, a.v, a.attention_out, a.lse);
+    attention.forward(q_, k_, v_, a.attention_out, a.lse);
   } else {
     compat::ProfilingRegion region("miniattn::attention_forward");
-    attention.forward(a.q, a.k, a.v, a.attention_out, a.lse);
+    attention.forward(q_, k_, v_, a.attention_out, a.lse);
   }
-  kernels::merge_heads<T>(a.attention_out, a.attention_merged);
-  kernels::linear_forward<T>(a.attention_merged, w.proj_weight, w.proj_bias, projection_out_);
+  const View2<T> merged = merged_rows();  // qkv_ is consumed: its rows hold the merged heads
+  kernels::merge_heads<T>(a.attention_out, merged);
+  kernels::linear_forward<T>(merged, w.proj_weight, w.proj_bias, normed_);
   Kokkos::deep_copy(a.after_attention, x_in);
-  kernels::add_inplace<T>(a.after_attention, projection_out_);
+  kernels::add_inplace<T>(a.after_attention, normed_);
 
-  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, a.ln2_out, a.ln2_mean, a.ln2_rstd);
-  kernels::linear_forward<T>(a.ln2_out, w.fc1_weight, w.fc1_bias, a.fc1_out);
+  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
+  kernels::linear_forward<T>(normed_, w.fc1_weight, w.fc1_bias, fc1_out_);
   const View2<T>& gelu_out = d_hidden_;  // a workspace: backward recomputes it
-  kernels::gelu_forward<T>(a.fc1_out, gelu_out);
-  kernels::linear_forward<T>(gelu_out, w.fc2_weight, w.fc2_bias, projection_out_);
+  kernels::gelu_forward<T>(fc1_out_, gelu_out);
+  kernels::linear_forward<T>(gelu_out, w.fc2_weight, w.fc2_bias, normed_);
   Kokkos::deep_copy(x_out, a.after_attention);
-  kernels::add_inplace<T>(x_out, projection_out_);
+  kernels::add_inplace<T>(x_out, normed_);
 }
 
 template <class T>
@@ -136,9 +140,9 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<co
   kernels::embedding_forward<T>(inputs, wpe_row_, wte, wpe, residual_[0]);
   for (index_t l = 0; l < model_.layers; ++l) block_forward(params, l);
   kernels::layer_norm_forward<T>(residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
-                                 vector_at(params.replicated, layout_.ln_f_bias(), D), final_ln_out_, final_mean_,
+                                 vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
-  kernels::linear_forward<T>(final_ln_out_, wte, View1<const T>(), logits_);
+  kernels::linear_forward<T>(normed_, wte, View1<const T>(), logits_);
   return kernels::cross_entropy_loss_sum<T>(logits_, targets);
 }
 
@@ -153,30 +157,40 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
 
   // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
-  // gelu(fc1_out) is recomputed into d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
-  kernels::gelu_forward<T>(a.fc1_out, d_hidden_);
+  // ln2's output (normed_) and fc1's output are recomputed, bitwise as in the
+  // forward pass; gelu(fc1_out) goes into d_hidden_ for dW2, then d_hidden_
+  // becomes dL/d(gelu out).
+  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
+  kernels::linear_forward<T>(normed_, w.fc1_weight, w.fc1_bias, fc1_out_);
+  kernels::gelu_forward<T>(fc1_out_, d_hidden_);
   kernels::linear_backward<T>(d_residual_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight, g.fc2_bias);
   kernels::gemm<T>('N', 'N', T(1), d_residual_, w.fc2_weight, T(0), d_hidden_);
-  kernels::gelu_backward<T>(a.fc1_out, d_hidden_, d_hidden_);
-  kernels::linear_backward<T>(d_hidden_, a.ln2_out, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias);
+  kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
+  kernels::linear_backward<T>(d_hidden_, normed_, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias);
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
                                   g.ln2_weight, g.ln2_bias);
 
   // Attention half: after_attention = x_in + proj(attention(qkv(ln1(x_in)))).
-  kernels::linear_backward<T>(d_residual_, a.attention_merged, w.proj_weight, d_merged_, g.proj_weight,
-                              g.proj_bias);
-  kernels::split_heads<T>(d_merged_, d_attention_out_);
+  // The merged attention output goes into normed_ (free), its gradient into
+  // qkv_'s first rows (free until q, k, v are recomputed into the arena).
+  const View2<T> d_merged = merged_rows();
+  kernels::merge_heads<T>(a.attention_out, normed_);
+  kernels::linear_backward<T>(d_residual_, normed_, w.proj_weight, d_merged, g.proj_weight, g.proj_bias);
+  kernels::split_heads<T>(d_merged, d_attention_out_);
+  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
+  kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
+  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
   if (timer_) {
     auto timed = timer_->measure("attention_backward");
-    attention.backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+    attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   } else {
     compat::ProfilingRegion region("miniattn::attention_backward");
-    attention.backward(a.q, a.k, a.v, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+    attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   }
-  const View2<T>& d_qkv = qkv_;  // the forward's qkv workspace is free during backward
+  const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
-  kernels::linear_backward<T>(d_qkv, a.ln1_out, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias);
+  kernels::linear_backward<T>(d_qkv, normed_, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias);
   kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
                                   g.ln1_bias);
 }
@@ -191,11 +205,14 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   const auto d_wte = matrix_at(grads.replicated, layout_.wte(), V, D);
 
   // Head: logits = ln_f(x) wte^T, tied with the token embedding.
+  // ln_f's output is recomputed into normed_ (bitwise as in forward).
+  const auto ln_f_weight = vector_at(params.replicated, layout_.ln_f_weight(), D);
+  const auto ln_f_bias = vector_at(params.replicated, layout_.ln_f_bias(), D);
+  kernels::layer_norm_forward<T>(residual_.back(), ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
   kernels::cross_entropy_backward<T>(logits_, targets, loss_scale, logits_);
-  kernels::linear_backward<T>(logits_, final_ln_out_, wte, d_normed_, d_wte, View1<T>());
+  kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>());
   Kokkos::deep_copy(d_residual_, T(0));
-  kernels::layer_norm_backward<T>(d_normed_, residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
-                                  final_mean_, final_rstd_, d_residual_,
+  kernels::layer_norm_backward<T>(d_normed_, residual_.back(), ln_f_weight, final_mean_, final_rstd_, d_residual_,
                                   vector_at(grads.replicated, layout_.ln_f_weight(), D),
                                   vector_at(grads.replicated, layout_.ln_f_bias(), D));
 
@@ -225,16 +242,13 @@ std::size_t Transformer<T>::allocated_bytes() const {
   std::size_t bytes = wpe_row_.span() * sizeof(index_t);
   for (const auto& r : residual_) bytes += r.span() * sizeof(T);
   for (const auto& a : blocks_) {
-    for (const auto* v : {&a.ln1_out, &a.after_attention, &a.ln2_out, &a.attention_merged, &a.fc1_out})
-      bytes += v->span() * sizeof(T);
+    bytes += a.after_attention.span() * sizeof(T);
     for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
-    for (const auto* v : {&a.q, &a.k, &a.v, &a.attention_out}) bytes += v->span() * sizeof(T);
-    bytes += a.lse.span() * sizeof(T);
+    bytes += (a.attention_out.span() + a.lse.span()) * sizeof(T);
   }
-  for (const auto* v : {&final_ln_out_, &logits_, &qkv_, &projection_out_, &d_residual_, &d_normed_, &d_merged_,
-                        &d_hidden_})
-    bytes += v->span() * sizeof(T);
-  bytes += (final_mean_.span() + final_rstd_.span()) * sizeof(T);
+  // q_, k_, v_ and fc1_out_ are views into arena_: not counted again.
+  for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);
+  bytes += (arena_.span() + final_mean_.span() + final_rstd_.span()) * sizeof(T);
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
   for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
   return bytes;

@@ -1,5 +1,6 @@
 #include "perf/memory_plan.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -30,10 +31,14 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.optimizer == "adamw") plan.parts["optimizer"] = 2 * parameters * s;
   plan.parts["tokens+positions"] = 2 * R * ib + n * ib + n * ib + G * U * n * ib;
 
-  // Transformer: saved activations per block, residual stream, head, workspaces.
-  const std::size_t per_block = (8 * R * D + R * F + 4 * R + R * H) * s;
-  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (R * D + 2 * R + R * V) * s;
-  plan.parts["workspaces"] = (3 * R * D + R * D + 3 * R * D + R * F + 4 * R * D) * s;
+  // Transformer (src/model/transformer.hpp): saved per block (after_attention,
+  // attention output, LayerNorm statistics, log-sum-exp), the residual stream,
+  // the head (ln_f statistics, logits), and workspaces shared by all blocks
+  // (qkv, normed, the q/k/v-or-fc1 arena, d_residual, d_normed, d_hidden,
+  // dq/dk/dv/d_attention_out).
+  const std::size_t per_block = (2 * R * D + 4 * R + R * H) * s;
+  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (2 * R + R * V) * s;
+  plan.parts["workspaces"] = (3 * R * D + R * D + R * std::max(3 * D, F) + 2 * R * D + R * F + 4 * R * D) * s;
 
   // Attention strategies, one per layer, plus the ring workspace they share.
   std::size_t attention = 0;

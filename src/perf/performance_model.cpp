@@ -431,16 +431,21 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   const FlopCount all = training_step_flops(m);
   const AttentionFlops attention_all = attention_flops(m);
   const double dense_flops = (all.total() - attention_all.forward - attention_all.backward) / world;
-  out.compute_parts["gemm"] = dense_flops / machine.gemm_flops;
+  // The backward pass recomputes each block's QKV and fc1 projections
+  // (src/model/transformer.cpp): work the model's FLOP count leaves out.
+  const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F);
+  out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 
   // Elementwise bytes per step (read + written), kernel by kernel, in units of
   // R D, R F and R V scalars: forward block 29 RD + 3 RF (LayerNorms 2 x 3,
   // bias rows 3 + 1 + 1 RD + 1 RF, q/k/v split 6, head merge 2, two residual
   // copies 2 x 2 and adds 2 x 3, GELU 2 RF); backward block 26 RD + 4 RF (bias
   // gradients 1 + 1 + 3 RD + 1 RF, LayerNorms 2 x 5, head split 2 and qkv merge
-  // 6, attention delta 2 + dq zero 1, GELU 3 RF); once: embedding 3 + 3,
-  // final LayerNorm 3 + 5, gradient zero 1 RD, cross-entropy 2 + 3 RV.
-  double elementwise = L * (55 * R * D + 7 * R * F) + 15 * R * D + 5 * R * V;
+  // 6, attention delta 2 + dq zero 1, GELU 3 RF) plus its recomputations
+  // (LayerNorms 2 x 3, qkv and fc1 bias rows 3 RD + 1 RF, q/k/v split 6, head
+  // merge 2); once: embedding 3 + 3, final LayerNorm 3 + 5 and its
+  // recomputation 3, gradient zero 1 RD, cross-entropy 2 + 3 RV.
+  double elementwise = L * (72 * R * D + 8 * R * F) + 18 * R * D + 5 * R * V;
   if (c.strategy == "ulysses" || c.strategy == "hybrid") elementwise += L * 32 * R * D;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
   // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written).
