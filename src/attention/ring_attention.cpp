@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "attention/ring_backward_pass.hpp"
+
 namespace miniattn {
 
 template <class T>
@@ -72,48 +74,15 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, workspace_->delta);
   Kokkos::deep_copy(dq, T(0));
-  if (size_ == 1) {
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
-    kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, workspace_->delta, positions_of(0), positions_of(0), causal_,
-                                              blocking_, dq, dk, dv);
-    return;
-  }
-  // Block b starts on rank b with zero accumulators, visits every rank, each
-  // adding its queries' contribution, and comes home after `size_` hops.
-  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
-  View4<const T> k_current = k, v_current = v;
-  View4<T> dk_current = workspace_->dk[1], dv_current = workspace_->dv[1];
-  Kokkos::deep_copy(dk_current, T(0));
-  Kokkos::deep_copy(dv_current, T(0));
-  for (int step = 0; step < size_; ++step) {
-    const int slot = step % 2;
-    PendingExchange kv_pending, grad_pending;
-    if (step + 1 < size_) {
-      comm_.post_shift(k_current.data(), workspace_->k[slot].data(), k_current.span(), next, prev, ring_,
-                       "ring.backward.kv", kv_pending);
-      comm_.post_shift(v_current.data(), workspace_->v[slot].data(), v_current.span(), next, prev, ring_,
-                       "ring.backward.kv", kv_pending);
-    }
-    const int source = (rank_ - step + size_) % size_;
-    kernels::attention_backward_accumulate<T>(q, k_current, v_current, dout, lse, workspace_->delta, positions_of(rank_),
-                                              positions_of(source), causal_, blocking_, dq, dk_current, dv_current);
-    // The accumulators move on (on the last step: home to their block's owner).
-    const View4<T>& dk_next = step + 1 < size_ ? workspace_->dk[slot] : dk;
-    const View4<T>& dv_next = step + 1 < size_ ? workspace_->dv[slot] : dv;
-    comm_.post_shift(dk_current.data(), dk_next.data(), dk_current.span(), next, prev, ring_, "ring.backward.dkdv",
-                     grad_pending);
-    comm_.post_shift(dv_current.data(), dv_next.data(), dv_current.span(), next, prev, ring_, "ring.backward.dkdv",
-                     grad_pending);
-    comm_.wait(kv_pending);
-    comm_.wait(grad_pending);
-    k_current = workspace_->k[slot];
-    v_current = workspace_->v[slot];
-    dk_current = dk_next;
-    dv_current = dv_next;
-  }
+  const RingBackwardBuffers<T> buffers{workspace_->k, workspace_->v, workspace_->dk, workspace_->dv};
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, k, v, dk, dv, buffers, "ring.backward",
+                        [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
+                            const View4<T>& dk_block, const View4<T>& dv_block) {
+                          kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse, workspace_->delta,
+                                                                    positions_of(rank_), positions_of(source), causal_,
+                                                                    blocking_, dq, dk_block, dv_block);
+                        });
 }
-
 
 template struct RingWorkspace<float>;
 template struct RingWorkspace<double>;

@@ -1,5 +1,6 @@
 #include "attention/ring_self_attention.hpp"
 
+#include "attention/ring_backward_pass.hpp"
 #include "kernels/attention.hpp"
 
 namespace miniattn {
@@ -69,38 +70,13 @@ void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T
                                     const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, delta_);
   Kokkos::deep_copy(dq, T(0));
-  const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
-  View4<const T> k_current = k, v_current = v;
-  View4<T> dk_current = size_ > 1 ? dk_buffer_[1] : dk, dv_current = size_ > 1 ? dv_buffer_[1] : dv;
-  Kokkos::deep_copy(dk_current, T(0));
-  Kokkos::deep_copy(dv_current, T(0));
-  for (int step = 0; step < size_; ++step) {
-    const int slot = step % 2;
-    PendingExchange kv_pending, grad_pending;
-    if (step + 1 < size_) {
-      comm_.post_shift(k_current.data(), buffer_[slot].data(), k_current.span(), next, prev, ring_,
-                       "rsa.backward.kv", kv_pending);
-      comm_.post_shift(v_current.data(), second_buffer_[slot].data(), v_current.span(), next, prev, ring_,
-                       "rsa.backward.kv", kv_pending);
-    }
-    const int source = (rank_ - step + size_) % size_;
-    kernels::dense_block_backward<T>(probabilities_of(source), q, k_current, v_current, dout, delta_, dq, dk_current,
-                                     dv_current);
-    if (size_ > 1) {  // the accumulators move on (on the last step: home to their block's owner)
-      const View4<T>& dk_next = step + 1 < size_ ? dk_buffer_[slot] : dk;
-      const View4<T>& dv_next = step + 1 < size_ ? dv_buffer_[slot] : dv;
-      comm_.post_shift(dk_current.data(), dk_next.data(), dk_current.span(), next, prev, ring_,
-                       "rsa.backward.dkdv", grad_pending);
-      comm_.post_shift(dv_current.data(), dv_next.data(), dv_current.span(), next, prev, ring_,
-                       "rsa.backward.dkdv", grad_pending);
-      dk_current = dk_next;
-      dv_current = dv_next;
-    }
-    comm_.wait(kv_pending);
-    comm_.wait(grad_pending);
-    k_current = buffer_[slot];
-    v_current = second_buffer_[slot];
-  }
+  const RingBackwardBuffers<T> buffers{buffer_, second_buffer_, dk_buffer_, dv_buffer_};
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, k, v, dk, dv, buffers, "rsa.backward",
+                        [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
+                            const View4<T>& dk_block, const View4<T>& dv_block) {
+                          kernels::dense_block_backward<T>(probabilities_of(source), q, k_block, v_block, dout, delta_,
+                                                           dq, dk_block, dv_block);
+                        });
 }
 
 template <class T>
