@@ -32,26 +32,20 @@ void check_same_4d(const char* where, const A& a, const B& b) {
   }
 }
 
-}  // namespace
-
-// Element (b, h, i, e) of a head-major view is element (b*n + i, part*D + h*Dh + e)
-// of the token-major one. Loops run over the flat index of the head-major view,
-// so consecutive threads touch consecutive e (contiguous on both sides).
-
-template <class T>
-void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T>& k, const View4<T>& v) {
-  check_same_4d("split_qkv_heads", q, k);
-  check_same_4d("split_qkv_heads", q, v);
-  check_head_shapes("split_qkv_heads", q, qkv, 3);
-  const index_t nh = static_cast<index_t>(q.extent(1));
-  const index_t n = static_cast<index_t>(q.extent(2));
-  const index_t dh = static_cast<index_t>(q.extent(3));
-  const index_t d = nh * dh;
-  const index_t total = static_cast<index_t>(q.extent(0)) * nh * n * dh;
+// Element (b, h, i, e) of a head-major [B, H, n, Dh] view is element
+// (b*n + i, part*D + h*Dh + e) of the token-major one. f(b, h, i, e, row, col)
+// runs for every element, col without the part offset; the loop runs over the
+// flat head-major index, so consecutive threads touch consecutive e
+// (contiguous on both sides).
+template <class V4, class F>
+void for_each_head_element(const char* label, const V4& heads, const F& f) {
+  const index_t nh = static_cast<index_t>(heads.extent(1));
+  const index_t n = static_cast<index_t>(heads.extent(2));
+  const index_t dh = static_cast<index_t>(heads.extent(3));
+  const index_t total = static_cast<index_t>(heads.extent(0)) * nh * n * dh;
   if (total == 0) return;
   Kokkos::parallel_for(
-      "miniattn::split_qkv_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
-      KOKKOS_LAMBDA(const index_t flat) {
+      label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total), KOKKOS_LAMBDA(const index_t flat) {
         index_t rest = flat;
         const index_t e = rest % dh;
         rest /= dh;
@@ -59,8 +53,21 @@ void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T
         rest /= n;
         const index_t h = rest % nh;
         const index_t b = rest / nh;
-        const index_t row = b * n + i;
-        const index_t col = h * dh + e;
+        f(b, h, i, e, b * n + i, h * dh + e);
+      });
+}
+
+}  // namespace
+
+template <class T>
+void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T>& k, const View4<T>& v) {
+  check_same_4d("split_qkv_heads", q, k);
+  check_same_4d("split_qkv_heads", q, v);
+  check_head_shapes("split_qkv_heads", q, qkv, 3);
+  const index_t d = static_cast<index_t>(q.extent(1) * q.extent(3));
+  for_each_head_element(
+      "miniattn::split_qkv_heads", q,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
         q(b, h, i, e) = qkv(row, col);
         k(b, h, i, e) = qkv(row, d + col);
         v(b, h, i, e) = qkv(row, 2 * d + col);
@@ -73,24 +80,10 @@ void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const V
   check_same_4d("merge_qkv_heads", dq, dk);
   check_same_4d("merge_qkv_heads", dq, dv);
   check_head_shapes("merge_qkv_heads", dq, dqkv, 3);
-  const index_t nh = static_cast<index_t>(dq.extent(1));
-  const index_t n = static_cast<index_t>(dq.extent(2));
-  const index_t dh = static_cast<index_t>(dq.extent(3));
-  const index_t d = nh * dh;
-  const index_t total = static_cast<index_t>(dq.extent(0)) * nh * n * dh;
-  if (total == 0) return;
-  Kokkos::parallel_for(
-      "miniattn::merge_qkv_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
-      KOKKOS_LAMBDA(const index_t flat) {
-        index_t rest = flat;
-        const index_t e = rest % dh;
-        rest /= dh;
-        const index_t i = rest % n;
-        rest /= n;
-        const index_t h = rest % nh;
-        const index_t b = rest / nh;
-        const index_t row = b * n + i;
-        const index_t col = h * dh + e;
+  const index_t d = static_cast<index_t>(dq.extent(1) * dq.extent(3));
+  for_each_head_element(
+      "miniattn::merge_qkv_heads", dq,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
         dqkv(row, col) = dq(b, h, i, e);
         dqkv(row, d + col) = dk(b, h, i, e);
         dqkv(row, 2 * d + col) = dv(b, h, i, e);
@@ -100,44 +93,20 @@ void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const V
 template <class T>
 void split_heads(const View2<const T>& x, const View4<T>& xh) {
   check_head_shapes("split_heads", xh, x, 1);
-  const index_t nh = static_cast<index_t>(xh.extent(1));
-  const index_t n = static_cast<index_t>(xh.extent(2));
-  const index_t dh = static_cast<index_t>(xh.extent(3));
-  const index_t total = static_cast<index_t>(xh.extent(0)) * nh * n * dh;
-  if (total == 0) return;
-  Kokkos::parallel_for(
-      "miniattn::split_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
-      KOKKOS_LAMBDA(const index_t flat) {
-        index_t rest = flat;
-        const index_t e = rest % dh;
-        rest /= dh;
-        const index_t i = rest % n;
-        rest /= n;
-        const index_t h = rest % nh;
-        const index_t b = rest / nh;
-        xh(b, h, i, e) = x(b * n + i, h * dh + e);
+  for_each_head_element(
+      "miniattn::split_heads", xh,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
+        xh(b, h, i, e) = x(row, col);
       });
 }
 
 template <class T>
 void merge_heads(const View4<const T>& xh, const View2<T>& x) {
   check_head_shapes("merge_heads", xh, x, 1);
-  const index_t nh = static_cast<index_t>(xh.extent(1));
-  const index_t n = static_cast<index_t>(xh.extent(2));
-  const index_t dh = static_cast<index_t>(xh.extent(3));
-  const index_t total = static_cast<index_t>(xh.extent(0)) * nh * n * dh;
-  if (total == 0) return;
-  Kokkos::parallel_for(
-      "miniattn::merge_heads", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total),
-      KOKKOS_LAMBDA(const index_t flat) {
-        index_t rest = flat;
-        const index_t e = rest % dh;
-        rest /= dh;
-        const index_t i = rest % n;
-        rest /= n;
-        const index_t h = rest % nh;
-        const index_t b = rest / nh;
-        x(b * n + i, h * dh + e) = xh(b, h, i, e);
+  for_each_head_element(
+      "miniattn::merge_heads", xh,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
+        x(row, col) = xh(b, h, i, e);
       });
 }
 
