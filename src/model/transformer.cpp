@@ -1,6 +1,7 @@
 #include "model/transformer.hpp"
 
 #include <algorithm>
+#include <string>
 
 #include "core/kokkos_compat.hpp"
 #include "kernels/cross_entropy.hpp"
@@ -36,6 +37,19 @@ struct BlockTensors {
         fc1_weight(matrix_at(buf, o.fc1_weight, F, D)),
         fc2_weight(matrix_at(buf, o.fc2_weight, D, F)) {}
 };
+
+// Attention runs as a phase of the timer (fenced, for bench runs) when there
+// is one, else inside a profiling region of the same name.
+template <class Run>
+void attention_phase(PhaseTimer* timer, const std::string& phase, const Run& run) {
+  if (timer) {
+    auto timed = timer->measure(phase);
+    run();
+  } else {
+    compat::ProfilingRegion region("miniattn::" + phase);
+    run();
+  }
+}
 
 }  // namespace
 
@@ -108,13 +122,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
   kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
-  if (timer_) {
-    auto timed = timer_->measure("attention_forward");
-    attention.forward(q_, k_, v_, a.attention_out, a.lse);
-  } else {
-    compat::ProfilingRegion region("miniattn::attention_forward");
-    attention.forward(q_, k_, v_, a.attention_out, a.lse);
-  }
+  attention_phase(timer_, "attention_forward", [&] { attention.forward(q_, k_, v_, a.attention_out, a.lse); });
   const View2<T> merged = merged_rows();  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, w.proj_bias, normed_);
@@ -181,13 +189,9 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
-  if (timer_) {
-    auto timed = timer_->measure("attention_backward");
+  attention_phase(timer_, "attention_backward", [&] {
     attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
-  } else {
-    compat::ProfilingRegion region("miniattn::attention_backward");
-    attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
-  }
+  });
   const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
   kernels::linear_backward<T>(d_qkv, normed_, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias);
