@@ -14,6 +14,8 @@ non-zero with a message when the check fails:
   faults             a NaN stops the run naming step and layer; a failure on one rank of
                      four ends every rank within seconds
   determinism        two identical runs give bitwise-identical snapshots
+  bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
+                     reference, the NaN guard's cost, ring overlap and the memory plan
   sequence_parallel  a strategy on R ranks (dp x sp) equals the 1-rank run: loss curve,
                      parameters and gradients within 1e-10, causal and not, both layouts
 
@@ -366,12 +368,52 @@ def determinism(c):
     print(f"two identical runs differ by {worst:.1e}")
 
 
+def bench_report(c):
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    base = ["run.mode=bench", "parallel.strategy=ring", "parallel.layout=zigzag", "train.steps=4"]
+    proc = c.run(2, *base, deck=deck)
+    r = c.result(proc)
+    if any(line.startswith("step ") for line in proc.stdout.splitlines()):
+        fail(f"bench mode printed progress lines:\n{proc.stdout}")
+    b = r["bench"]
+    if not b["gemm_gflops_per_rank"] > 0:
+        fail(f"no GEMM reference rate: {b}")
+    for phase in ("step", "forward", "backward", "attention_forward", "attention_backward"):
+        p = b[phase]
+        if not (p["seconds"] > 0 and p["gflops_per_rank"] > 0 and p["fraction_of_gemm"] > 0):
+            fail(f"bench {phase}: {p}")
+    if not b["forward"]["seconds"] + b["backward"]["seconds"] <= b["step"]["seconds"] * 1.5:
+        fail(f"forward + backward longer than the step: {b}")
+    if b["step"]["seconds"] != r["step_seconds_median"]:
+        fail("bench step is not the median step")
+    if b["figure_of_merit_tokens_per_second_per_rank"] != r["tokens_per_second_per_rank"]:
+        fail("figure of merit is not tokens/s per rank")
+    guard = b["nan_check"]
+    if not (0 < guard["seconds_per_step"] < b["step"]["seconds"] and 0 < guard["fraction_of_step"] < 1):
+        fail(f"NaN guard cost: {guard}")
+    overlap = b.get("ring_overlap")
+    if overlap is None or not 0.0 <= overlap["hidden_fraction"] <= 1.0:
+        fail(f"ring overlap: {overlap}")
+    memory = r["memory"]
+    if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"]:
+        fail(f"memory plan {memory}")
+    if not r["peak_memory_bytes_per_rank"]["min"] >= memory["allocated_bytes_per_rank"]:
+        fail(f"peak resident {r['peak_memory_bytes_per_rank']} below the allocated {memory}")
+    off = c.result(c.run(2, *base, "train.nan_check=false", deck=deck))["bench"]["nan_check"]
+    if off["seconds_per_step"] != 0:
+        fail(f"NaN guard off but timed: {off}")
+    print(f"bench: step {b['step']['seconds']:.4f} s, GEMM {b['gemm_gflops_per_rank']:.1f} GFLOP/s, "
+          f"NaN guard {guard['fraction_of_step']:.1e} of a step, ring hidden {overlap['hidden_fraction']:.2f}")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
-                                      "sequence_parallel", "faults", "checkpoint_restart"])
+                                      "sequence_parallel", "faults", "checkpoint_restart", "bench_report"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")
