@@ -31,12 +31,21 @@ function(_miniattn_clean_includes out_var)
   set(${out_var} "${kept}" PARENT_SCOPE)
 endfunction()
 
-find_path(MINIATTN_KOKKOS_INCLUDE_DIR Kokkos_Core.hpp
-  HINTS ${Kokkos_INCLUDE_DIRS} ${KokkosKernels_INCLUDE_DIRS}
-  PATH_SUFFIXES trilinos kokkos)
-find_path(MINIATTN_KOKKOSKERNELS_INCLUDE_DIR KokkosBlas3_gemm.hpp
-  HINTS ${KokkosKernels_INCLUDE_DIRS} ${Kokkos_INCLUDE_DIRS} ${MINIATTN_KOKKOS_INCLUDE_DIR}
-  PATH_SUFFIXES trilinos kokkos-kernels)
+# Only the Trilinos packaging needs its header directory added by hand. A plain
+# 4.x install's targets are right as they are, and searching anyway would find
+# Debian's 3.4 headers first on a machine that has both (mixed headers, link errors).
+set(MINIATTN_KOKKOS_INCLUDE_DIR "")
+set(MINIATTN_KOKKOSKERNELS_INCLUDE_DIR "")
+if(TARGET trilinos_kokkoscore OR TARGET trilinos_kokkoskernels)
+  find_path(MINIATTN_TRILINOS_KOKKOS_INCLUDE_DIR Kokkos_Core.hpp
+    HINTS ${Kokkos_INCLUDE_DIRS} ${KokkosKernels_INCLUDE_DIRS}
+    PATH_SUFFIXES trilinos kokkos)
+  find_path(MINIATTN_TRILINOS_KOKKOSKERNELS_INCLUDE_DIR KokkosBlas3_gemm.hpp
+    HINTS ${KokkosKernels_INCLUDE_DIRS} ${Kokkos_INCLUDE_DIRS} ${MINIATTN_TRILINOS_KOKKOS_INCLUDE_DIR}
+    PATH_SUFFIXES trilinos kokkos-kernels)
+  set(MINIATTN_KOKKOS_INCLUDE_DIR "${MINIATTN_TRILINOS_KOKKOS_INCLUDE_DIR}")
+  set(MINIATTN_KOKKOSKERNELS_INCLUDE_DIR "${MINIATTN_TRILINOS_KOKKOSKERNELS_INCLUDE_DIR}")
+endif()
 
 foreach(tgt Kokkos::kokkos Kokkos::kokkoscore trilinos_kokkoscore trilinos_kokkoskernels Kokkos::kokkoskernels)
   if(TARGET ${tgt})
