@@ -51,6 +51,13 @@ void attention_phase(PhaseTimer* timer, const std::string& phase, const Run& run
   }
 }
 
+// v(i) = i. A free function because CUDA forbids device lambdas in constructors.
+void fill_with_index(const View1<index_t>& v) {
+  Kokkos::parallel_for(
+      "miniattn::Transformer::wpe_row", Kokkos::RangePolicy<ExecSpace>(0, static_cast<index_t>(v.extent(0))),
+      KOKKOS_LAMBDA(const index_t i) { v(i) = i; });
+}
+
 }  // namespace
 
 template <class T>
@@ -66,10 +73,7 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   const index_t B = local_batch, n = local_positions, R = rows_;
 
   wpe_row_ = View1<index_t>("wpe_row", n);
-  auto wpe_row = wpe_row_;
-  Kokkos::parallel_for(
-      "miniattn::Transformer::wpe_row", Kokkos::RangePolicy<ExecSpace>(0, n),
-      KOKKOS_LAMBDA(const index_t i) { wpe_row(i) = i; });
+  fill_with_index(wpe_row_);
 
   for (index_t l = 0; l <= model.layers; ++l)
     residual_.push_back(View2<T>("residual." + std::to_string(l), R, D));
