@@ -51,16 +51,6 @@ constexpr const char* kChecksumAttribute = "checksum";
 constexpr const char* kChecksumAlgorithm =
     "crc32 (zlib) of the little-endian stored bytes of the whole dataset in row-major order";
 
-std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape) {
-  return std::vector<std::uint64_t>(shape.begin(), shape.end());
-}
-
-std::uint64_t row_width(const std::vector<index_t>& shape) {
-  std::uint64_t w = 1;
-  for (std::size_t i = 1; i < shape.size(); ++i) w *= static_cast<std::uint64_t>(shape[i]);
-  return w;
-}
-
 bool host_is_little_endian() {
   const std::uint16_t one = 1;
   unsigned char first = 0;
@@ -90,24 +80,6 @@ std::string hex(std::uint64_t value) {
 template <class T>
 const char* precision_name() {
   return std::is_same_v<T, float> ? "fp32" : "fp64";
-}
-
-// Collective over comm: if any rank has an error, every rank throws an
-// InputError with the message of the lowest such rank.
-void agree(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = local_error.empty() ? size : rank;
-  int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == size) return;
-  int length = rank == first ? static_cast<int>(local_error.size()) : 0;
-  MPI_Bcast(&length, 1, MPI_INT, first, comm);
-  std::string message = rank == first ? local_error : std::string(static_cast<std::size_t>(length), '\0');
-  if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, first, comm);
-  throw InputError(message);
 }
 
 // One dataset of a checkpoint: group + "/" + parameter name.

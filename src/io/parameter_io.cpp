@@ -6,8 +6,6 @@
 
 namespace miniattn::io {
 
-namespace {
-
 std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape) {
   return std::vector<std::uint64_t>(shape.begin(), shape.end());
 }
@@ -17,8 +15,6 @@ std::uint64_t row_width(const std::vector<index_t>& shape) {
   for (std::size_t i = 1; i < shape.size(); ++i) w *= static_cast<std::uint64_t>(shape[i]);
   return w;
 }
-
-}  // namespace
 
 std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout) {
   const std::size_t runs = layout == "zigzag" ? 2 : 1;

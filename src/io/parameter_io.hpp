@@ -3,6 +3,7 @@
 // Global arrays are stored whole in global position order whatever the rank
 // layout: replicated tensors are written by world rank 0, wpe rows and token
 // rows by the ranks that own them (one replica per DP group).
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct PositionRun {
   index_t count = 0;
 };
 std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout);
+
+// A parameter's shape as HDF5 dimensions, and the values per row (dimension 0).
+std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape);
+std::uint64_t row_width(const std::vector<index_t>& shape);
 
 // Reads every parameter by name from /params of an HDF5 file (float32 or
 // float64). Missing datasets and shape mismatches are InputErrors naming the
