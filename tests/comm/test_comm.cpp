@@ -15,21 +15,13 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
+#include "mpi_test_util.hpp"
 
 namespace miniattn {
 namespace {
 
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-
-int size_of(MPI_Comm comm) {
-  int s = 0;
-  MPI_Comm_size(comm, &s);
-  return s;
-}
+using mpitest::rank_of;
+using mpitest::size_of;
 
 template <class T>
 View1<T> to_view(const std::vector<T>& values, const std::string& label) {

@@ -21,6 +21,7 @@
 
 #include "comm/comm.hpp"
 #include "core/types.hpp"
+#include "mpi_test_util.hpp"
 
 #if defined(MINIATTN_HAVE_NCCL) || defined(MINIATTN_NCCL_CHECK_BUILD)
 #define MINIATTN_TEST_NCCL 1
@@ -32,17 +33,8 @@
 namespace miniattn {
 namespace {
 
-int rank_of(MPI_Comm comm) {
-  int r = 0;
-  MPI_Comm_rank(comm, &r);
-  return r;
-}
-
-int size_of(MPI_Comm comm) {
-  int s = 0;
-  MPI_Comm_size(comm, &s);
-  return s;
-}
+using mpitest::rank_of;
+using mpitest::size_of;
 
 #if defined(MINIATTN_TEST_NCCL)
 

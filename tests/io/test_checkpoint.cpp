@@ -25,6 +25,7 @@
 #include "io/parameter_io.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
+#include "mpi_test_util.hpp"
 
 namespace {
 
@@ -41,19 +42,9 @@ using miniattn::io::CheckpointState;
 using miniattn::io::read_checkpoint;
 using miniattn::io::write_checkpoint;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+using miniattn::mpitest::barrier;
+using miniattn::mpitest::world_rank;
+using miniattn::mpitest::world_size;
 
 // A fresh directory made by rank 0, the same path on every rank, removed at the end.
 class TempDir {

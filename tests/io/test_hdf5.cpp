@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "io/hdf5_file.hpp"
+#include "mpi_test_util.hpp"
 
 namespace {
 
@@ -30,19 +31,9 @@ using miniattn::io::dtype_of;
 using miniattn::io::Hdf5File;
 using miniattn::io::RowBlock;
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-void barrier() { MPI_Barrier(MPI_COMM_WORLD); }
+using miniattn::mpitest::barrier;
+using miniattn::mpitest::world_rank;
+using miniattn::mpitest::world_size;
 
 // Rows of a dataset split among ranks in proportion to per-rank weights.
 RowBlock split_rows(const std::vector<std::uint64_t>& shape, const std::vector<std::uint64_t>& weights) {
