@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
@@ -290,6 +291,24 @@ void kill_if_requested(std::int64_t step, int world_rank) {
   const char* text = std::getenv("MINIATTN_FAULT_KILL_IN_CHECKPOINT");
   if (text != nullptr && world_rank == 0 && std::atoll(text) == step) std::raise(SIGKILL);
 }
+
+// The groups of a checkpoint and the buffers they hold: /params, then the
+// AdamW moments when given (the same list for writing and for reading).
+template <class T>
+std::pair<std::vector<std::string>, std::vector<const ParameterBuffers<T>*>> checkpoint_groups(
+    const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m, const ParameterBuffers<T>* adam_v) {
+  std::pair<std::vector<std::string>, std::vector<const ParameterBuffers<T>*>> out{{"/params"}, {&params}};
+  if (adam_m != nullptr) {
+    out.first.push_back("/optim/m");
+    out.second.push_back(adam_m);
+  }
+  if (adam_v != nullptr) {
+    out.first.push_back("/optim/v");
+    out.second.push_back(adam_v);
+  }
+  return out;
+}
+
 }  // namespace
 
 template <class T>
@@ -297,16 +316,7 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
                       const ProcessGrid& grid, const std::vector<index_t>& positions, const ParameterBuffers<T>& params,
                       const ParameterBuffers<T>* adam_m, const ParameterBuffers<T>* adam_v,
                       const CheckpointState& state) {
-  std::vector<std::string> groups = {"/params"};
-  std::vector<const ParameterBuffers<T>*> buffers = {&params};
-  if (adam_m != nullptr) {
-    groups.push_back("/optim/m");
-    buffers.push_back(adam_m);
-  }
-  if (adam_v != nullptr) {
-    groups.push_back("/optim/v");
-    buffers.push_back(adam_v);
-  }
+  const auto [groups, buffers] = checkpoint_groups(params, adam_m, adam_v);
   const std::vector<Dataset> datasets = list_datasets(groups, layout);
 
   compat::fence("miniattn::write_checkpoint");
@@ -376,16 +386,7 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
   }
 
   // 2. Every dataset we need is there, with its checksum.
-  std::vector<std::string> groups = {"/params"};
-  std::vector<const ParameterBuffers<T>*> buffers = {&params};
-  if (adam_m != nullptr) {
-    groups.push_back("/optim/m");
-    buffers.push_back(adam_m);
-  }
-  if (adam_v != nullptr) {
-    groups.push_back("/optim/v");
-    buffers.push_back(adam_v);
-  }
+  const auto [groups, buffers] = checkpoint_groups(params, adam_m, adam_v);
   const std::vector<Dataset> datasets = list_datasets(groups, layout);
   std::string error;
   for (const Dataset& d : datasets) {
