@@ -23,6 +23,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/head_layout.hpp"
 #include "kernels/layer_norm.hpp"
+#include "kernels/reduction.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
@@ -192,6 +193,7 @@ double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Com
   View4<T> q("calibrate.q", 1, H, rows, Dh), k("calibrate.k", 1, H, rows, Dh), v("calibrate.v", 1, H, rows, Dh);
   View1<T> gamma("calibrate.gamma", D), beta("calibrate.beta", D), dgamma("calibrate.dgamma", D),
       dbeta("calibrate.dbeta", D), mean("calibrate.mean", rows), rstd("calibrate.rstd", rows);
+  View2<T> partials("calibrate.partials", kernels::column_sum_chunks(rows), D);
   for (const auto& view : {x, dy, qkv, h}) fill_view(view, 1.0);
   Kokkos::deep_copy(gamma, T(1));
   const double t = time_median(world, 5, [&] {
@@ -205,10 +207,10 @@ double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Com
     Kokkos::deep_copy(z, dx);
     kernels::add_inplace<T>(z, y);
     kernels::gelu_backward<T>(h, g, g);
-    kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+    kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, partials);
     kernels::split_heads<T>(dx, q);
     kernels::merge_qkv_heads<T>(q, k, v, qkv);
-    kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
+    kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, partials);
   });
   const double bytes = 42.0 * double(rows) * double(D) + 5.0 * double(rows) * double(F);
   return bytes * sizeof(T) / t;

@@ -18,6 +18,7 @@
 #include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
 #include "kernels/elementwise.hpp"
+#include "kernels/ordered_sum.hpp"
 #include "model/optimizer.hpp"
 #include "model/parameters.hpp"
 #include "model/synthetic_task.hpp"
@@ -192,6 +193,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const View1<index_t> positions_device = to_device(positions, "positions");
   ParameterBuffers<T> params(layout, "params"), grads(layout, "grads");
   Optimizer<T> optimizer(c.train, layout);
+  const kernels::OrderedSum gradient_sum(std::max(layout.replicated_size(), layout.sharded_size()));
   const bool adamw = c.train.optimizer == "adamw";
   const ParameterBuffers<T>* adam_m = adamw ? &optimizer.first_moment() : nullptr;
   const ParameterBuffers<T>* adam_v = adamw ? &optimizer.second_moment() : nullptr;
@@ -235,7 +237,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const std::size_t parameter_copies = c.train.optimizer == "adamw" ? 4 : 2;
   const std::size_t allocated =
       parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) + model.allocated_bytes() +
-      shared_attention_bytes +
+      shared_attention_bytes + gradient_sum.allocated_bytes() +
       (inputs.span() + targets.span() + positions_device.span() + attention_positions.span()) * sizeof(index_t);
 
   const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
@@ -263,7 +265,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     }
     {
       auto t = timer.measure("backward");
-      model.backward(params, grads, inputs, targets, loss_scale);
+      model.backward(params, grads, targets, loss_scale);
     }
     double loss = 0.0;
     {
@@ -300,8 +302,9 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     const double optimizer_start = wall_seconds();
     {
       auto t = timer.measure("optimizer");
-      const double sharded_sq = comm.allreduce_sum(sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
-      last_grad_norm = std::sqrt(sum_of_squares<T>(grads.replicated) + sharded_sq);
+      const double sharded_sq =
+          comm.allreduce_sum(gradient_sum.sum_of_squares<T>(grads.sharded), grid.sp_comm, "grad_norm");
+      last_grad_norm = std::sqrt(gradient_sum.sum_of_squares<T>(grads.replicated) + sharded_sq);
       if (c.train.nan_check) nan_check_scope.emplace(timer, "nan_check");
       if (c.train.nan_check && !std::isfinite(last_grad_norm)) {
         const auto [index, on_rank] = earliest_on_any_rank(first_nonfinite_gradient(layout, grads), grid.world);

@@ -4,13 +4,16 @@
 
 namespace miniattn::kernels {
 
-// Sum over rows of -log softmax(logits[r])[targets[r]], accumulated in double.
+// Per row: lse[r] = log sum_j exp(logits[r, j]), loss[r] = lse[r] - logits[r, targets[r]]
+// (in double). Throws std::invalid_argument for a target outside [0, vocab).
 template <class T>
-double cross_entropy_loss_sum(const View2<const T>& logits, const View1<const index_t>& targets);
+void cross_entropy_forward(const View2<const T>& logits, const View1<const index_t>& targets, const View1<T>& lse,
+                           const View1<double>& loss);
 
-// dlogits[r] = scale * (softmax(logits[r]) - onehot(targets[r]))  (overwritten; may alias logits).
+// dlogits[r] = scale * (softmax(logits[r]) - onehot(targets[r])) from the forward's lse
+// (overwritten; may alias logits).
 template <class T>
-void cross_entropy_backward(const View2<const T>& logits, const View1<const index_t>& targets, T scale,
-                            const View2<T>& dlogits);
+void cross_entropy_backward(const View2<const T>& logits, const View1<const index_t>& targets,
+                            const View1<const T>& lse, T scale, const View2<T>& dlogits);
 
 }  // namespace miniattn::kernels

@@ -2,6 +2,10 @@
 
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/simd_pack.hpp"
 
 namespace miniattn::kernels {
 
@@ -24,7 +28,7 @@ index_t count_out_of_range(const View1<const index_t>& idx, index_t limit) {
 
 void check_shapes(const char* where, index_t rows, index_t d, const View1<const index_t>& tokens,
                   const View1<const index_t>& wpe_row, index_t vocab, index_t wte_d, index_t wpe_rows,
-                  index_t wpe_d, bool check_indices) {
+                  index_t wpe_d) {
   std::ostringstream os;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
   if (static_cast<index_t>(tokens.extent(0)) != rows) {
@@ -33,9 +37,9 @@ void check_shapes(const char* where, index_t rows, index_t d, const View1<const 
     os << "rows (" << rows << ") is not a multiple of the local positions (" << n << ")";
   } else if (wte_d != d || wpe_d != d) {
     os << "wte, wpe_local and x must have the same width";
-  } else if (check_indices && count_out_of_range(tokens, vocab) != 0) {
+  } else if (count_out_of_range(tokens, vocab) != 0) {
     os << "a token is outside [0, " << vocab << ")";
-  } else if (check_indices && count_out_of_range(wpe_row, wpe_rows) != 0) {
+  } else if (count_out_of_range(wpe_row, wpe_rows) != 0) {
     os << "a wpe_row entry is outside [0, " << wpe_rows << ")";
   } else {
     return;
@@ -52,40 +56,80 @@ void embedding_forward(const View1<const index_t>& tokens, const View1<const ind
   const index_t d = static_cast<index_t>(x.extent(1));
   embedding_detail::check_shapes("embedding_forward", rows, d, tokens, wpe_row, static_cast<index_t>(wte.extent(0)),
                                  static_cast<index_t>(wte.extent(1)), static_cast<index_t>(wpe_local.extent(0)),
-                                 static_cast<index_t>(wpe_local.extent(1)), /*check_indices=*/true);
+                                 static_cast<index_t>(wpe_local.extent(1)));
   if (rows == 0 || d == 0) return;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
-  Kokkos::parallel_for(
-      "miniattn::embedding_forward", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * d),
-      KOKKOS_LAMBDA(const index_t i) {
-        const index_t r = i / d;
-        const index_t c = i - r * d;
-        x(r, c) = wte(tokens(r), c) + wpe_local(wpe_row(r % n), c);
-      });
+  using V = typename simd::Pack<T>::type;
+  simd::row_packs<T>("miniattn::embedding_forward", rows, d,
+                     KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
+                       const V sum = simd::pack_load_n<V>(&wte(tokens(r), c0), width) +
+                                     simd::pack_load_n<V>(&wpe_local(wpe_row(r % n), c0), width);
+                       simd::pack_store_n(&x(r, c0), sum, width);
+                     });
 }
 
-// Scatter-add: several rows may share a token (and every sample shares the
-// position rows), so both updates are atomic.
+TokenRows::TokenRows(index_t vocab, index_t row_count)
+    : offsets("token_rows.offsets", vocab + 1),
+      rows("token_rows.rows", row_count),
+      host_tokens("token_rows.host_tokens", row_count),
+      host_offsets(Kokkos::create_mirror_view(offsets)),
+      host_rows(Kokkos::create_mirror_view(rows)) {}
+
+void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped) {
+  const index_t row_count = static_cast<index_t>(tokens.extent(0));
+  const index_t vocab = static_cast<index_t>(grouped.offsets.extent(0)) - 1;
+  if (static_cast<index_t>(grouped.rows.extent(0)) != row_count || vocab < 0)
+    throw std::invalid_argument("kernels::group_rows_by_token: TokenRows is sized for " +
+                                std::to_string(grouped.rows.extent(0)) + " rows, tokens has " +
+                                std::to_string(row_count));
+  Kokkos::deep_copy(grouped.host_tokens, tokens);
+  const auto& token = grouped.host_tokens;
+  const auto& offsets = grouped.host_offsets;
+  for (index_t v = 0; v <= vocab; ++v) offsets(v) = 0;
+  for (index_t r = 0; r < row_count; ++r) {
+    if (token(r) < 0 || token(r) >= vocab)
+      throw std::invalid_argument("kernels::group_rows_by_token: token " + std::to_string(token(r)) + " of row " +
+                                  std::to_string(r) + " is outside [0, " + std::to_string(vocab) + ")");
+    offsets(token(r) + 1) += 1;
+  }
+  for (index_t v = 0; v < vocab; ++v) offsets(v + 1) += offsets(v);
+  std::vector<index_t> next(offsets.data(), offsets.data() + vocab);
+  for (index_t r = 0; r < row_count; ++r) grouped.host_rows(next[static_cast<std::size_t>(token(r))]++) = r;
+  Kokkos::deep_copy(grouped.offsets, offsets);
+  Kokkos::deep_copy(grouped.rows, grouped.host_rows);
+}
+
 template <class T>
-void embedding_backward(const View2<const T>& dx, const View1<const index_t>& tokens,
-                        const View1<const index_t>& wpe_row, const View2<T>& dwte, const View2<T>& dwpe_local) {
+void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
+                        const View2<T>& dwte, const View2<T>& dwpe_local) {
   const index_t rows = static_cast<index_t>(dx.extent(0));
   const index_t d = static_cast<index_t>(dx.extent(1));
-  embedding_detail::check_shapes("embedding_backward", rows, d, tokens, wpe_row,
-                                 static_cast<index_t>(dwte.extent(0)), static_cast<index_t>(dwte.extent(1)),
-                                 static_cast<index_t>(dwpe_local.extent(0)), static_cast<index_t>(dwpe_local.extent(1)),
-                                 /*check_indices=*/false);  // the forward pass checked the same indices
-  if (rows == 0 || d == 0) return;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
-  Kokkos::parallel_for(
-      "miniattn::embedding_backward", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * d),
-      KOKKOS_LAMBDA(const index_t i) {
-        const index_t r = i / d;
-        const index_t c = i - r * d;
-        const T g = dx(r, c);
-        Kokkos::atomic_add(&dwte(tokens(r), c), g);
-        Kokkos::atomic_add(&dwpe_local(wpe_row(r % n), c), g);
-      });
+  const index_t vocab = static_cast<index_t>(dwte.extent(0));
+  if (static_cast<index_t>(token_rows.rows.extent(0)) != rows ||
+      static_cast<index_t>(token_rows.offsets.extent(0)) != vocab + 1 || (n == 0 ? rows != 0 : rows % n != 0) ||
+      dwte.extent(1) != dx.extent(1) || dwpe_local.extent(1) != dx.extent(1))
+    throw std::invalid_argument("kernels::embedding_backward: dx [R, D], token_rows (vocab + 1 offsets, R rows), "
+                                "dwte [vocab, D] and dwpe_local [., D] disagree, or R is not a multiple of n");
+  if (rows == 0 || d == 0) return;
+  using V = typename simd::Pack<T>::type;
+  const View1<const index_t> offsets = token_rows.offsets, grouped = token_rows.rows;
+  simd::row_packs<T>("miniattn::embedding_backward_wte", vocab, d,
+                     KOKKOS_LAMBDA(const index_t v, const index_t c0, const int width) {
+                       const index_t begin = offsets(v), end = offsets(v + 1);
+                       if (begin == end) return;
+                       V sum = simd::pack_load_n<V>(&dx(grouped(begin), c0), width);
+                       for (index_t i = begin + 1; i < end; ++i) sum += simd::pack_load_n<V>(&dx(grouped(i), c0), width);
+                       simd::pack_store_n(&dwte(v, c0), V(simd::pack_load_n<V>(&dwte(v, c0), width) + sum), width);
+                     });
+  const index_t samples = rows / n;
+  simd::row_packs<T>("miniattn::embedding_backward_wpe", n, d,
+                     KOKKOS_LAMBDA(const index_t i, const index_t c0, const int width) {
+                       V sum = simd::pack_load_n<V>(&dx(i, c0), width);
+                       for (index_t s = 1; s < samples; ++s) sum += simd::pack_load_n<V>(&dx(s * n + i, c0), width);
+                       T* const target = &dwpe_local(wpe_row(i), c0);
+                       simd::pack_store_n(target, V(simd::pack_load_n<V>(target, width) + sum), width);
+                     });
 }
 
 template void embedding_forward<float>(const View1<const index_t>&, const View1<const index_t>&,
@@ -93,9 +137,9 @@ template void embedding_forward<float>(const View1<const index_t>&, const View1<
 template void embedding_forward<double>(const View1<const index_t>&, const View1<const index_t>&,
                                         const View2<const double>&, const View2<const double>&,
                                         const View2<double>&);
-template void embedding_backward<float>(const View2<const float>&, const View1<const index_t>&,
-                                        const View1<const index_t>&, const View2<float>&, const View2<float>&);
-template void embedding_backward<double>(const View2<const double>&, const View1<const index_t>&,
-                                         const View1<const index_t>&, const View2<double>&, const View2<double>&);
+template void embedding_backward<float>(const View2<const float>&, const TokenRows&, const View1<const index_t>&,
+                                        const View2<float>&, const View2<float>&);
+template void embedding_backward<double>(const View2<const double>&, const TokenRows&, const View1<const index_t>&,
+                                         const View2<double>&, const View2<double>&);
 
 }  // namespace miniattn::kernels

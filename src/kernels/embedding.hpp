@@ -12,9 +12,29 @@ template <class T>
 void embedding_forward(const View1<const index_t>& tokens, const View1<const index_t>& wpe_row,
                        const View2<const T>& wte, const View2<const T>& wpe_local, const View2<T>& x);
 
-// dwte[tokens[r]] += dx[r], dwpe_local[wpe_row[r % n]] += dx[r].
+// The rows of each token, in increasing row order: the order in which
+// embedding_backward sums them, so that the wte gradient has the same bits on
+// any number of threads (no atomics). Built on the host (a counting sort).
+struct TokenRows {
+  View1<index_t> offsets;  // [vocab + 1]: token v's rows are rows(offsets(v) .. offsets(v + 1) - 1)
+  View1<index_t> rows;     // [R]
+  // Host copies (the same Views on host backends) for the counting sort.
+  View1<index_t>::HostMirror host_tokens, host_offsets, host_rows;
+  TokenRows() = default;
+  TokenRows(index_t vocab, index_t row_count);
+  // offsets, rows and host_tokens (the other mirrors are the same Views on host backends).
+  std::size_t allocated_bytes() const { return (offsets.span() + rows.span() + host_tokens.span()) * sizeof(index_t); }
+};
+
+// Fills `grouped` from tokens [R]; throws std::invalid_argument for a token
+// outside [0, vocab) or a size mismatch.
+void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped);
+
+// dwte[v] += sum of dx[r] over the rows of token v (in row order);
+// dwpe_local[wpe_row[i]] += sum over samples s of dx[s * n + i] (in sample order).
+// wpe_row must not repeat a row (each local position has its own).
 template <class T>
-void embedding_backward(const View2<const T>& dx, const View1<const index_t>& tokens,
-                        const View1<const index_t>& wpe_row, const View2<T>& dwte, const View2<T>& dwpe_local);
+void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
+                        const View2<T>& dwte, const View2<T>& dwpe_local);
 
 }  // namespace miniattn::kernels

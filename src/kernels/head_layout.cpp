@@ -3,6 +3,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/simd_pack.hpp"
+
 namespace miniattn::kernels {
 
 namespace {
@@ -32,29 +34,29 @@ void check_same_4d(const char* where, const A& a, const B& b) {
   }
 }
 
-// Element (b, h, i, e) of a head-major [B, H, n, Dh] view is element
-// (b*n + i, part*D + h*Dh + e) of the token-major one. f(b, h, i, e, row, col)
-// runs for every element, col without the part offset; the loop runs over the
-// flat head-major index, so consecutive threads touch consecutive e
-// (contiguous on both sides).
-template <class V4, class F>
-void for_each_head_element(const char* label, const V4& heads, const F& f) {
+// Row (b, h, i) of a head-major [B, H, n, Dh] view is row b*n + i, columns
+// part*D + h*Dh .. + Dh - 1, of the token-major one. f(b, h, i, e0, width, row,
+// col) runs for each pack of `width` elements e0 .. e0 + width - 1 of each row,
+// col without the part offset: contiguous on both sides.
+template <class T, class V4, class F>
+void for_each_head_row_pack(const char* label, const V4& heads, const F& f) {
   const index_t nh = static_cast<index_t>(heads.extent(1));
   const index_t n = static_cast<index_t>(heads.extent(2));
   const index_t dh = static_cast<index_t>(heads.extent(3));
-  const index_t total = static_cast<index_t>(heads.extent(0)) * nh * n * dh;
-  if (total == 0) return;
-  Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, total), KOKKOS_LAMBDA(const index_t flat) {
-        index_t rest = flat;
-        const index_t e = rest % dh;
-        rest /= dh;
-        const index_t i = rest % n;
-        rest /= n;
-        const index_t h = rest % nh;
-        const index_t b = rest / nh;
-        f(b, h, i, e, b * n + i, h * dh + e);
-      });
+  simd::row_packs<T>(label, static_cast<index_t>(heads.extent(0)) * nh * n, dh,
+                     KOKKOS_LAMBDA(const index_t r, const index_t e0, const int width) {
+                       const index_t i = r % n;
+                       const index_t bh = r / n;
+                       const index_t h = bh % nh, b = bh / nh;
+                       f(b, h, i, e0, width, b * n + i, h * dh + e0);
+                     });
+}
+
+// *dst = *src for one pack of `width` elements.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
+  using V = typename simd::Pack<T>::type;
+  simd::pack_store_n(dst, simd::pack_load_n<V>(src, width), width);
 }
 
 }  // namespace
@@ -65,12 +67,12 @@ void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T
   check_same_4d("split_qkv_heads", q, v);
   check_head_shapes("split_qkv_heads", q, qkv, 3);
   const index_t d = static_cast<index_t>(q.extent(1) * q.extent(3));
-  for_each_head_element(
+  for_each_head_row_pack<T>(
       "miniattn::split_qkv_heads", q,
-      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
-        q(b, h, i, e) = qkv(row, col);
-        k(b, h, i, e) = qkv(row, d + col);
-        v(b, h, i, e) = qkv(row, 2 * d + col);
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&q(b, h, i, e), &qkv(row, col), width);
+        copy_pack(&k(b, h, i, e), &qkv(row, d + col), width);
+        copy_pack(&v(b, h, i, e), &qkv(row, 2 * d + col), width);
       });
 }
 
@@ -81,32 +83,32 @@ void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const V
   check_same_4d("merge_qkv_heads", dq, dv);
   check_head_shapes("merge_qkv_heads", dq, dqkv, 3);
   const index_t d = static_cast<index_t>(dq.extent(1) * dq.extent(3));
-  for_each_head_element(
+  for_each_head_row_pack<T>(
       "miniattn::merge_qkv_heads", dq,
-      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
-        dqkv(row, col) = dq(b, h, i, e);
-        dqkv(row, d + col) = dk(b, h, i, e);
-        dqkv(row, 2 * d + col) = dv(b, h, i, e);
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&dqkv(row, col), &dq(b, h, i, e), width);
+        copy_pack(&dqkv(row, d + col), &dk(b, h, i, e), width);
+        copy_pack(&dqkv(row, 2 * d + col), &dv(b, h, i, e), width);
       });
 }
 
 template <class T>
 void split_heads(const View2<const T>& x, const View4<T>& xh) {
   check_head_shapes("split_heads", xh, x, 1);
-  for_each_head_element(
+  for_each_head_row_pack<T>(
       "miniattn::split_heads", xh,
-      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
-        xh(b, h, i, e) = x(row, col);
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&xh(b, h, i, e), &x(row, col), width);
       });
 }
 
 template <class T>
 void merge_heads(const View4<const T>& xh, const View2<T>& x) {
   check_head_shapes("merge_heads", xh, x, 1);
-  for_each_head_element(
+  for_each_head_row_pack<T>(
       "miniattn::merge_heads", xh,
-      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, index_t row, index_t col) {
-        x(row, col) = xh(b, h, i, e);
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&x(row, col), &xh(b, h, i, e), width);
       });
 }
 

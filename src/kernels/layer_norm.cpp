@@ -1,11 +1,14 @@
 #include "kernels/layer_norm.hpp"
 
-#include "core/kokkos_compat.hpp"
-
 #include <sstream>
 #include <stdexcept>
 
+#include "core/kokkos_compat.hpp"
+#include "kernels/reduction.hpp"
+
 namespace miniattn::kernels {
+
+using namespace simd;
 
 namespace {
 
@@ -19,8 +22,8 @@ void require_shape(bool ok, const char* where, const char* what) {
 
 }  // namespace
 
-// One team per row: the team reduces the row's mean, then its (biased)
-// variance about that mean (two passes: no cancellation), then writes y.
+// One team per row: the row's mean, then its (biased) variance about that mean
+// (two passes: no cancellation), then y.
 template <class T>
 void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, const View1<const T>& beta,
                         const View2<T>& y, const View1<T>& mean, const View1<T>& rstd) {
@@ -35,29 +38,26 @@ void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, co
                 "layer_norm_forward", "mean and rstd must be [rows]");
   if (rows == 0) return;
 
+  using V = typename Pack<T>::type;
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const T eps = static_cast<T>(kLayerNormEps);
   const T inv_d = T(1) / static_cast<T>(d);
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = typename Policy::member_type;
   Kokkos::parallel_for(
-      "miniattn::layer_norm_forward", Policy(static_cast<int>(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
+      "miniattn::layer_norm_forward", row_team_policy(rows), KOKKOS_LAMBDA(const Member& team) {
         const index_t r = team.league_rank();
-        T sum = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](const index_t j, T& acc) { acc += x(r, j); }, sum);
-        const T mu = sum * inv_d;
-        T sq = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
-            [&](const index_t j, T& acc) {
-              const T c = x(r, j) - mu;
-              acc += c * c;
-            },
-            sq);
-        const T rs = T(1) / compat::sqrt(sq * inv_d + eps);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d),
-                             [&](const index_t j) { y(r, j) = (x(r, j) - mu) * rs * gamma(j) + beta(j); });
+        const T* const xr = &x(r, 0);
+        const T mu = inv_d * team_vector_sum<T>(team, d, [&](index_t c0, int w) { return pack_load_n<V>(xr + c0, w); });
+        const V vmu = pack_splat<V>(mu);
+        const T var = inv_d * team_vector_sum<T>(team, d, [&](index_t c0, int w) {
+                        const V c = pack_load_n<V>(xr + c0, w) - vmu;
+                        return V(c * c);
+                      });
+        const T rs = T(1) / compat::sqrt(var + eps);
+        const V vrs = pack_splat<V>(rs);
+        team_vector_for<T>(team, d, [&](index_t c0, int w) {
+          const V xhat = (pack_load_n<V>(xr + c0, w) - vmu) * vrs;
+          pack_store_n(&y(r, c0), V(xhat * pack_load_n<V>(&gamma(c0), w) + pack_load_n<V>(&beta(c0), w)), w);
+        });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
           mean(r) = mu;
           rstd(r) = rs;
@@ -71,7 +71,7 @@ void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, co
 template <class T>
 void layer_norm_backward(const View2<const T>& dy, const View2<const T>& x, const View1<const T>& gamma,
                          const View1<const T>& mean, const View1<const T>& rstd, const View2<T>& dx,
-                         const View1<T>& dgamma, const View1<T>& dbeta) {
+                         const View1<T>& dgamma, const View1<T>& dbeta, const View2<T>& partials) {
   const index_t rows = static_cast<index_t>(x.extent(0));
   const index_t d = static_cast<index_t>(x.extent(1));
   require_shape(dy.extent(0) == x.extent(0) && dy.extent(1) == x.extent(1), "layer_norm_backward",
@@ -85,49 +85,41 @@ void layer_norm_backward(const View2<const T>& dy, const View2<const T>& x, cons
                 "layer_norm_backward", "mean and rstd must be [rows]");
   if (rows == 0 || d == 0) return;
 
-  using Policy = Kokkos::TeamPolicy<ExecSpace>;
-  using Member = typename Policy::member_type;
+  using V = typename Pack<T>::type;
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const T inv_d = T(1) / static_cast<T>(d);
-
-  // dx: one team per row.
   Kokkos::parallel_for(
-      "miniattn::layer_norm_backward_dx", Policy(static_cast<int>(rows), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
+      "miniattn::layer_norm_backward_dx", row_team_policy(rows), KOKKOS_LAMBDA(const Member& team) {
         const index_t r = team.league_rank();
-        const T mu = mean(r);
-        const T rs = rstd(r);
-        T sum_g = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d), [&](const index_t j, T& acc) { acc += dy(r, j) * gamma(j); }, sum_g);
-        T sum_gx = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, d),
-            [&](const index_t j, T& acc) { acc += dy(r, j) * gamma(j) * (x(r, j) - mu) * rs; }, sum_gx);
-        const T mean_g = sum_g * inv_d;
-        const T mean_gx = sum_gx * inv_d;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, d), [&](const index_t j) {
-          const T xhat = (x(r, j) - mu) * rs;
-          dx(r, j) += rs * (dy(r, j) * gamma(j) - mean_g - xhat * mean_gx);
+        const T* const xr = &x(r, 0);
+        const T* const dyr = &dy(r, 0);
+        const V vmu = pack_splat<V>(mean(r)), vrs = pack_splat<V>(rstd(r));
+        const T mean_g = inv_d * team_vector_sum<T>(team, d, [&](index_t c0, int w) {
+                           return V(pack_load_n<V>(dyr + c0, w) * pack_load_n<V>(&gamma(c0), w));
+                         });
+        const T mean_gx = inv_d * team_vector_sum<T>(team, d, [&](index_t c0, int w) {
+                            const V xhat = (pack_load_n<V>(xr + c0, w) - vmu) * vrs;
+                            return V(pack_load_n<V>(dyr + c0, w) * pack_load_n<V>(&gamma(c0), w) * xhat);
+                          });
+        const V vmean_g = pack_splat<V>(mean_g), vmean_gx = pack_splat<V>(mean_gx);
+        team_vector_for<T>(team, d, [&](index_t c0, int w) {
+          const V xhat = (pack_load_n<V>(xr + c0, w) - vmu) * vrs;
+          const V g = pack_load_n<V>(dyr + c0, w) * pack_load_n<V>(&gamma(c0), w);
+          pack_store_n(&dx(r, c0), V(pack_load_n<V>(&dx(r, c0), w) + vrs * (g - vmean_g - xhat * vmean_gx)), w);
         });
       });
 
-  // dgamma, dbeta: one team per column, rows reduced inside the team (race-free).
-  Kokkos::parallel_for(
-      "miniattn::layer_norm_backward_dgamma_dbeta", Policy(static_cast<int>(d), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Member& team) {
-        const index_t j = team.league_rank();
-        T sum_dyx = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, rows),
-            [&](const index_t r, T& acc) { acc += dy(r, j) * (x(r, j) - mean(r)) * rstd(r); }, sum_dyx);
-        T sum_dy = T(0);
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, rows), [&](const index_t r, T& acc) { acc += dy(r, j); }, sum_dy);
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          dgamma(j) += sum_dyx;
-          dbeta(j) += sum_dy;
-        });
-      });
+  add_column_sums<T>(
+      "miniattn::layer_norm_backward_dgamma", rows, d, partials,
+      KOKKOS_LAMBDA(const index_t r, const index_t c0, const int w) {
+        const V xhat = (pack_load_n<V>(&x(r, c0), w) - pack_splat<V>(mean(r))) * pack_splat<V>(rstd(r));
+        return V(pack_load_n<V>(&dy(r, c0), w) * xhat);
+      },
+      dgamma);
+  add_column_sums<T>(
+      "miniattn::layer_norm_backward_dbeta", rows, d, partials,
+      KOKKOS_LAMBDA(const index_t r, const index_t c0, const int w) { return pack_load_n<V>(&dy(r, c0), w); },
+      dbeta);
 }
 
 template void layer_norm_forward<float>(const View2<const float>&, const View1<const float>&,
@@ -139,10 +131,10 @@ template void layer_norm_forward<double>(const View2<const double>&, const View1
 template void layer_norm_backward<float>(const View2<const float>&, const View2<const float>&,
                                          const View1<const float>&, const View1<const float>&,
                                          const View1<const float>&, const View2<float>&, const View1<float>&,
-                                         const View1<float>&);
+                                         const View1<float>&, const View2<float>&);
 template void layer_norm_backward<double>(const View2<const double>&, const View2<const double>&,
                                           const View1<const double>&, const View1<const double>&,
                                           const View1<const double>&, const View2<double>&, const View1<double>&,
-                                          const View1<double>&);
+                                          const View1<double>&, const View2<double>&);
 
 }  // namespace miniattn::kernels

@@ -1,6 +1,7 @@
 #include "kernels/linear.hpp"
 
 #include "kernels/gemm.hpp"
+#include "kernels/reduction.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -30,22 +31,18 @@ void linear_forward(const View2<const T>& x, const View2<const T>& w, const View
   require_shape(!has_bias || b.extent(0) == w.extent(0), "linear_forward", "b must be [out] or empty");
 
   if (has_bias) {
-    const index_t out = static_cast<index_t>(y.extent(1));
-    const index_t rows = static_cast<index_t>(y.extent(0));
-    Kokkos::parallel_for(
-        "miniattn::linear_forward_bias", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * out),
-        KOKKOS_LAMBDA(const index_t i) {
-          const index_t r = i / out;
-          const index_t o = i - r * out;
-          y(r, o) = b(o);
-        });
+    using V = typename simd::Pack<T>::type;
+    simd::row_packs<T>("miniattn::linear_forward_bias", y.extent(0), y.extent(1),
+                       KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
+                         simd::pack_store_n(&y(r, c0), simd::pack_load_n<V>(&b(c0), width), width);
+                       });
   }
   gemm<T>('N', 'T', T(1), x, w, has_bias ? T(1) : T(0), y);
 }
 
 template <class T>
 void linear_backward(const View2<const T>& dy, const View2<const T>& x, const View2<const T>& w, const View2<T>& dx,
-                     const View2<T>& dw, const View1<T>& db) {
+                     const View2<T>& dw, const View1<T>& db, const View2<T>& partials) {
   const index_t rows = static_cast<index_t>(dy.extent(0));
   const index_t out = static_cast<index_t>(dy.extent(1));
   require_shape(static_cast<index_t>(x.extent(0)) == rows, "linear_backward", "dy and x disagree on rows");
@@ -63,20 +60,14 @@ void linear_backward(const View2<const T>& dy, const View2<const T>& x, const Vi
   // dw += dy^T x   ([out, rows] x [rows, in])
   gemm<T>('T', 'N', T(1), dy, x, T(1), dw);
 
-  // db += column sums of dy: one team per output column, the rows split over
-  // the team's threads and reduced inside the team, so no atomics are needed.
-  if (db.extent(0) != 0 && rows > 0) {
-    using Policy = Kokkos::TeamPolicy<ExecSpace>;
-    using Member = typename Policy::member_type;
-    Kokkos::parallel_for(
-        "miniattn::linear_backward_bias", Policy(static_cast<int>(out), Kokkos::AUTO),
-        KOKKOS_LAMBDA(const Member& team) {
-          const index_t o = team.league_rank();
-          T sum = T(0);
-          Kokkos::parallel_reduce(
-              Kokkos::TeamThreadRange(team, rows), [&](const index_t r, T& acc) { acc += dy(r, o); }, sum);
-          Kokkos::single(Kokkos::PerTeam(team), [&]() { db(o) += sum; });
-        });
+  if (db.extent(0) != 0) {
+    using V = typename simd::Pack<T>::type;
+    add_column_sums<T>(
+        "miniattn::linear_backward_bias", rows, out, partials,
+        KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
+          return simd::pack_load_n<V>(&dy(r, c0), width);
+        },
+        db);
   }
 }
 
@@ -85,9 +76,9 @@ template void linear_forward<float>(const View2<const float>&, const View2<const
 template void linear_forward<double>(const View2<const double>&, const View2<const double>&,
                                      const View1<const double>&, const View2<double>&);
 template void linear_backward<float>(const View2<const float>&, const View2<const float>&, const View2<const float>&,
-                                     const View2<float>&, const View2<float>&, const View1<float>&);
+                                     const View2<float>&, const View2<float>&, const View1<float>&, const View2<float>&);
 template void linear_backward<double>(const View2<const double>&, const View2<const double>&,
                                       const View2<const double>&, const View2<double>&, const View2<double>&,
-                                      const View1<double>&);
+                                      const View1<double>&, const View2<double>&);
 
 }  // namespace miniattn::kernels

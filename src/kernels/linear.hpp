@@ -10,9 +10,10 @@ template <class T>
 void linear_forward(const View2<const T>& x, const View2<const T>& w, const View1<const T>& b, const View2<T>& y);
 
 // dx = dy W (overwritten; skipped when dx has extent 0), dw += dy^T x, db += column sums of dy
-// (skipped when db has extent 0).
+// (skipped when db has extent 0; partials: column-sum workspace of at least
+// column_sum_chunks(rows) x out, kernels/reduction.hpp).
 template <class T>
 void linear_backward(const View2<const T>& dy, const View2<const T>& x, const View2<const T>& w, const View2<T>& dx,
-                     const View2<T>& dw, const View1<T>& db);
+                     const View2<T>& dw, const View1<T>& db, const View2<T>& partials);
 
 }  // namespace miniattn::kernels

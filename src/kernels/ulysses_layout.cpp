@@ -1,55 +1,70 @@
 #include "kernels/ulysses_layout.hpp"
 
+#include "kernels/simd_pack.hpp"
+
 namespace miniattn::kernels {
 
 namespace {
 
-// Calls f(j, b, h, i) for every row of a [U, B, Hl, n, Dh] exchange buffer.
-template <class T, class F>
-void for_each_block_row(const char* label, const View5<T>& buffer, const F& f) {
+// Calls f(j, b, h, i, d0, width) for each pack of `width` elements d0 .. d0 +
+// width - 1 of every row of a [U, B, Hl, n, Dh] exchange buffer: rows are
+// contiguous in the buffer and in the [B, H, n, Dh] views on either side.
+template <class T, class Buffer, class F>
+void for_each_block_row_pack(const char* label, const Buffer& buffer, const F& f) {
   const index_t B = buffer.extent(1), Hl = buffer.extent(2), n = buffer.extent(3);
-  Kokkos::parallel_for(
-      label, Kokkos::RangePolicy<ExecSpace>(0, buffer.extent(0) * B * Hl * n), KOKKOS_LAMBDA(index_t r) {
-        const index_t i = r % n;
-        r /= n;
-        const index_t h = r % Hl;
-        r /= Hl;
-        f(r / B, r % B, h, i);
-      });
+  simd::row_packs<T>(label, buffer.extent(0) * B * Hl * n, buffer.extent(4),
+                     KOKKOS_LAMBDA(const index_t row, const index_t d0, const int width) {
+                       index_t r = row;
+                       const index_t i = r % n;
+                       r /= n;
+                       const index_t h = r % Hl;
+                       r /= Hl;
+                       f(r / B, r % B, h, i, d0, width);
+                     });
+}
+
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
+  using V = typename simd::Pack<T>::type;
+  simd::pack_store_n(dst, simd::pack_load_n<V>(src, width), width);
 }
 
 }  // namespace
 
 template <class T>
 void pack_heads(const View4<const T>& x, const View5<T>& buffer) {
-  const index_t Hl = buffer.extent(2), Dh = buffer.extent(4);
-  for_each_block_row("miniattn::pack_heads", buffer, KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i) {
-    for (index_t d = 0; d < Dh; ++d) buffer(j, b, h, i, d) = x(b, j * Hl + h, i, d);
-  });
+  const index_t Hl = buffer.extent(2);
+  for_each_block_row_pack<T>("miniattn::pack_heads", buffer,
+                             KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
+                               copy_pack(&buffer(j, b, h, i, d), &x(b, j * Hl + h, i, d), width);
+                             });
 }
 
 template <class T>
 void unpack_heads(const View5<const T>& buffer, const View4<T>& x) {
-  const index_t Hl = buffer.extent(2), Dh = buffer.extent(4);
-  for_each_block_row("miniattn::unpack_heads", buffer, KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i) {
-    for (index_t d = 0; d < Dh; ++d) x(b, j * Hl + h, i, d) = buffer(j, b, h, i, d);
-  });
+  const index_t Hl = buffer.extent(2);
+  for_each_block_row_pack<T>("miniattn::unpack_heads", buffer,
+                                   KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
+                                     copy_pack(&x(b, j * Hl + h, i, d), &buffer(j, b, h, i, d), width);
+                                   });
 }
 
 template <class T>
 void pack_rows(const View4<const T>& y, const View5<T>& buffer) {
-  const index_t n = buffer.extent(3), Dh = buffer.extent(4);
-  for_each_block_row("miniattn::pack_rows", buffer, KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i) {
-    for (index_t d = 0; d < Dh; ++d) buffer(s, b, h, i, d) = y(b, h, s * n + i, d);
-  });
+  const index_t n = buffer.extent(3);
+  for_each_block_row_pack<T>("miniattn::pack_rows", buffer,
+                             KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
+                               copy_pack(&buffer(s, b, h, i, d), &y(b, h, s * n + i, d), width);
+                             });
 }
 
 template <class T>
 void unpack_rows(const View5<const T>& buffer, const View4<T>& y) {
-  const index_t n = buffer.extent(3), Dh = buffer.extent(4);
-  for_each_block_row("miniattn::unpack_rows", buffer, KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i) {
-    for (index_t d = 0; d < Dh; ++d) y(b, h, s * n + i, d) = buffer(s, b, h, i, d);
-  });
+  const index_t n = buffer.extent(3);
+  for_each_block_row_pack<T>("miniattn::unpack_rows", buffer,
+                                   KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
+                                     copy_pack(&y(b, h, s * n + i, d), &buffer(s, b, h, i, d), width);
+                                   });
 }
 
 #define MINIATTN_INSTANTIATE(T)                                                  \

@@ -1,13 +1,20 @@
 #include "model/optimizer.hpp"
 
 #include <cmath>
+#include <algorithm>
+#include <vector>
 
 #include "core/kokkos_compat.hpp"
 
 namespace miniattn {
 
+namespace {
+constexpr index_t kUpdateRange = 4096;  // elements per parallel item of the update
+}
+
 template <class T>
-Optimizer<T>::Optimizer(const TrainConfig& train, const ParameterLayout& layout) : train_(train), layout_(layout) {
+Optimizer<T>::Optimizer(const TrainConfig& train, const ParameterLayout& layout)
+    : train_(train), layout_(layout), replicated_ranges_(ranges_of(false)), sharded_ranges_(ranges_of(true)) {
   if (train_.optimizer == "adamw") {
     m_ = ParameterBuffers<T>(layout, "adam.m");
     v_ = ParameterBuffers<T>(layout, "adam.v");
@@ -15,56 +22,71 @@ Optimizer<T>::Optimizer(const TrainConfig& train, const ParameterLayout& layout)
 }
 
 template <class T>
+typename Optimizer<T>::Ranges Optimizer<T>::ranges_of(bool sharded) const {
+  std::vector<index_t> bounds;
+  std::vector<bool> decay;
+  for (const ParameterInfo& info : layout_.parameters()) {
+    if (info.sharded != sharded) continue;
+    for (index_t begin = info.offset; begin < info.offset + info.local_size; begin += kUpdateRange) {
+      bounds.push_back(begin);
+      bounds.push_back(std::min(begin + kUpdateRange, info.offset + info.local_size));
+      decay.push_back(info.weight_decay);
+    }
+  }
+  Ranges r;
+  r.bounds = decltype(r.bounds)("optimizer.ranges", decay.size());
+  r.decay = decltype(r.decay)("optimizer.decay", decay.size());
+  const auto bounds_host = Kokkos::create_mirror_view(r.bounds);
+  const auto decay_host = Kokkos::create_mirror_view(r.decay);
+  for (std::size_t i = 0; i < decay.size(); ++i) {
+    bounds_host(i, 0) = bounds[2 * i];
+    bounds_host(i, 1) = bounds[2 * i + 1];
+    decay_host(i) = decay[i];
+  }
+  Kokkos::deep_copy(r.bounds, bounds_host);
+  Kokkos::deep_copy(r.decay, decay_host);
+  return r;
+}
+
+template <class T>
 void Optimizer<T>::step(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, double grad_scale) {
   ++steps_taken_;
+  update(params.replicated, grads.replicated, m_.replicated, v_.replicated, replicated_ranges_,
+         static_cast<T>(grad_scale));
+  update(params.sharded, grads.sharded, m_.sharded, v_.sharded, sharded_ranges_, static_cast<T>(grad_scale));
+}
+
+template <class T>
+void Optimizer<T>::update(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v,
+                          const Ranges& ranges, T grad_scale) const {
   const T lr = static_cast<T>(train_.lr);
-  const T scale = static_cast<T>(grad_scale);
+  const T weight_decay = static_cast<T>(train_.weight_decay);
   const bool adamw = train_.optimizer == "adamw";
   const T beta1 = static_cast<T>(train_.beta1), beta2 = static_cast<T>(train_.beta2), eps = static_cast<T>(train_.eps);
   const T bias1 = static_cast<T>(1.0 - std::pow(train_.beta1, static_cast<double>(steps_taken_)));
   const T bias2 = static_cast<T>(1.0 - std::pow(train_.beta2, static_cast<double>(steps_taken_)));
-
-  for (const ParameterInfo& info : layout_.parameters()) {
-    const auto range = Kokkos::make_pair(info.offset, info.offset + info.local_size);
-    auto p = Kokkos::subview(params.buffer_of(info), range);
-    auto g = Kokkos::subview(grads.buffer_of(info), range);
-    const T decay = info.weight_decay ? static_cast<T>(train_.weight_decay) : T(0);
-    const auto policy = Kokkos::RangePolicy<ExecSpace>(0, info.local_size);
-    if (adamw) {
-      auto m = Kokkos::subview(m_.buffer_of(info), range);
-      auto v = Kokkos::subview(v_.buffer_of(info), range);
-      Kokkos::parallel_for(
-          "miniattn::adamw", policy, KOKKOS_LAMBDA(const index_t i) {
-            const T gi = scale * g(i);
+  const auto bounds = ranges.bounds;
+  const auto decays = ranges.decay;
+  Kokkos::parallel_for(
+      adamw ? "miniattn::adamw" : "miniattn::sgd", Kokkos::RangePolicy<ExecSpace>(0, decays.extent(0)),
+      KOKKOS_LAMBDA(const index_t item) {
+        const T decay = decays(item) ? weight_decay : T(0);
+        for (index_t i = bounds(item, 0); i < bounds(item, 1); ++i) {
+          const T gi = grad_scale * g(i);
+          if (adamw) {
             m(i) = beta1 * m(i) + (T(1) - beta1) * gi;
             v(i) = beta2 * v(i) + (T(1) - beta2) * gi * gi;
             const T m_hat = m(i) / bias1;
             const T v_hat = v(i) / bias2;
             p(i) = p(i) * (T(1) - lr * decay) - lr * m_hat / (compat::sqrt(v_hat) + eps);
-          });
-    } else {
-      Kokkos::parallel_for(
-          "miniattn::sgd", policy, KOKKOS_LAMBDA(const index_t i) { p(i) -= lr * (scale * g(i) + decay * p(i)); });
-    }
-  }
-}
-
-template <class T>
-double sum_of_squares(const View1<const T>& values) {
-  double sum = 0.0;
-  Kokkos::parallel_reduce(
-      "miniattn::sum_of_squares", Kokkos::RangePolicy<ExecSpace>(0, values.extent(0)),
-      KOKKOS_LAMBDA(const index_t i, double& acc) {
-        const double x = static_cast<double>(values(i));
-        acc += x * x;
-      },
-      sum);
-  return sum;
+          } else {
+            p(i) -= lr * (gi + decay * p(i));
+          }
+        }
+      });
 }
 
 template class Optimizer<float>;
 template class Optimizer<double>;
-template double sum_of_squares<float>(const View1<const float>&);
-template double sum_of_squares<double>(const View1<const double>&);
 
 }  // namespace miniattn

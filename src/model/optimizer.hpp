@@ -27,14 +27,21 @@ class Optimizer {
   bool has_moments() const { return m_.replicated.extent(0) > 0 || m_.sharded.extent(0) > 0; }
 
  private:
+  // One update kernel per flat buffer: ranges [begin, end) of elements that
+  // share a weight-decay flag, at most kUpdateRange long (the parallel items).
+  struct Ranges {
+    Kokkos::View<index_t* [2], Kokkos::LayoutRight, MemSpace> bounds;
+    Kokkos::View<bool*, MemSpace> decay;
+  };
+  Ranges ranges_of(bool sharded) const;
+  void update(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v, const Ranges& ranges,
+              T grad_scale) const;
+
   TrainConfig train_;
   const ParameterLayout& layout_;
   ParameterBuffers<T> m_, v_;  // allocated for adamw only
+  Ranges replicated_ranges_, sharded_ranges_;
   index_t steps_taken_ = 0;
 };
-
-// Sum of squares of a buffer, accumulated in double.
-template <class T>
-double sum_of_squares(const View1<const T>& values);
 
 }  // namespace miniattn

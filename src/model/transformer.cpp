@@ -12,6 +12,7 @@
 #include "kernels/head_layout.hpp"
 #include "kernels/layer_norm.hpp"
 #include "kernels/linear.hpp"
+#include "kernels/reduction.hpp"
 
 namespace miniattn {
 
@@ -92,6 +93,10 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   final_mean_ = View1<T>("ln_f_mean", R);
   final_rstd_ = View1<T>("ln_f_rstd", R);
   logits_ = View2<T>("logits", R, V);
+  logits_lse_ = View1<T>("logits_lse", R);
+  row_loss_ = View1<double>("row_loss", R);
+  loss_sum_ = kernels::OrderedSum(R);
+  token_rows_ = kernels::TokenRows(V, R);
 
   qkv_ = View2<T>("qkv", R, 3 * D);
   normed_ = View2<T>("normed", R, D);
@@ -107,6 +112,7 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   d_k_ = View4<T>("d_k", B, H, n, Dh);
   d_v_ = View4<T>("d_v", B, H, n, Dh);
   d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
+  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max(3 * D, F));
 }
 
 template <class T>
@@ -150,12 +156,14 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<co
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
   kernels::embedding_forward<T>(inputs, wpe_row_, wte, wpe, residual_[0]);
+  kernels::group_rows_by_token(inputs, token_rows_);
   for (index_t l = 0; l < model_.layers; ++l) block_forward(params, l);
   kernels::layer_norm_forward<T>(residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
   kernels::linear_forward<T>(normed_, wte, View1<const T>(), logits_);
-  return kernels::cross_entropy_loss_sum<T>(logits_, targets);
+  kernels::cross_entropy_forward<T>(logits_, targets, logits_lse_, row_loss_);
+  return loss_sum_.sum<double>(row_loss_);
 }
 
 template <class T>
@@ -175,19 +183,22 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
   kernels::linear_forward<T>(normed_, w.fc1_weight, w.fc1_bias, fc1_out_);
   kernels::gelu_forward<T>(fc1_out_, d_hidden_);
-  kernels::linear_backward<T>(d_residual_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight, g.fc2_bias);
+  kernels::linear_backward<T>(d_residual_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight, g.fc2_bias,
+                            column_partials_);
   kernels::gemm<T>('N', 'N', T(1), d_residual_, w.fc2_weight, T(0), d_hidden_);
   kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
-  kernels::linear_backward<T>(d_hidden_, normed_, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias);
+  kernels::linear_backward<T>(d_hidden_, normed_, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias,
+                            column_partials_);
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
-                                  g.ln2_weight, g.ln2_bias);
+                                  g.ln2_weight, g.ln2_bias, column_partials_);
 
   // Attention half: after_attention = x_in + proj(attention(qkv(ln1(x_in)))).
   // The merged attention output goes into normed_ (free), its gradient into
   // qkv_'s first rows (free until q, k, v are recomputed into the arena).
   const View2<T> d_merged = merged_rows();
   kernels::merge_heads<T>(a.attention_out, normed_);
-  kernels::linear_backward<T>(d_residual_, normed_, w.proj_weight, d_merged, g.proj_weight, g.proj_bias);
+  kernels::linear_backward<T>(d_residual_, normed_, w.proj_weight, d_merged, g.proj_weight, g.proj_bias,
+                            column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
   kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
@@ -198,15 +209,14 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   });
   const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
-  kernels::linear_backward<T>(d_qkv, normed_, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias);
+  kernels::linear_backward<T>(d_qkv, normed_, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias, column_partials_);
   kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
-                                  g.ln1_bias);
+                                  g.ln1_bias, column_partials_);
 }
 
 template <class T>
 void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                              const View1<const index_t>& inputs, const View1<const index_t>& targets,
-                              T loss_scale) {
+                              const View1<const index_t>& targets, T loss_scale) {
   compat::ProfilingRegion region("miniattn::backward");
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
@@ -217,16 +227,16 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   const auto ln_f_weight = vector_at(params.replicated, layout_.ln_f_weight(), D);
   const auto ln_f_bias = vector_at(params.replicated, layout_.ln_f_bias(), D);
   kernels::layer_norm_forward<T>(residual_.back(), ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
-  kernels::cross_entropy_backward<T>(logits_, targets, loss_scale, logits_);
-  kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>());
+  kernels::cross_entropy_backward<T>(logits_, targets, logits_lse_, loss_scale, logits_);
+  kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>(), column_partials_);
   Kokkos::deep_copy(d_residual_, T(0));
   kernels::layer_norm_backward<T>(d_normed_, residual_.back(), ln_f_weight, final_mean_, final_rstd_, d_residual_,
                                   vector_at(grads.replicated, layout_.ln_f_weight(), D),
-                                  vector_at(grads.replicated, layout_.ln_f_bias(), D));
+                                  vector_at(grads.replicated, layout_.ln_f_bias(), D), column_partials_);
 
   for (index_t l = model_.layers - 1; l >= 0; --l) block_backward(params, grads, l);
 
-  kernels::embedding_backward<T>(d_residual_, inputs, wpe_row_, d_wte,
+  kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, d_wte,
                                  matrix_at(grads.sharded, 0, local_positions_, D));
 }
 
@@ -258,6 +268,8 @@ std::size_t Transformer<T>::allocated_bytes() const {
   for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);
   bytes += (arena_.span() + final_mean_.span() + final_rstd_.span()) * sizeof(T);
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
+  bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(T) + row_loss_.span() * sizeof(double) +
+           loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
   for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
   return bytes;
 }

@@ -8,6 +8,8 @@
 #include "attention/attention_strategy.hpp"
 #include "core/config.hpp"
 #include "core/types.hpp"
+#include "kernels/embedding.hpp"
+#include "kernels/ordered_sum.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 #include "perf/phase_timer.hpp"
@@ -44,7 +46,7 @@ class Transformer {
   // Accumulates d(loss_scale * local loss sum)/d(params) into grads (+=).
   // Must follow forward() on the same inputs.
   void backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                const View1<const index_t>& inputs, const View1<const index_t>& targets, T loss_scale);
+                const View1<const index_t>& targets, T loss_scale);
 
   index_t rows() const { return rows_; }
   // Output of block l ([rows, D]); l = layers - 1 is the input of ln_f.
@@ -82,6 +84,10 @@ class Transformer {
   std::vector<BlockActivations<T>> blocks_;
   View2<T> logits_;
   View1<T> final_mean_, final_rstd_;
+  View1<T> logits_lse_;     // [R]: log-sum-exp of each row of logits (forward, reused by backward)
+  View1<double> row_loss_;  // [R]: cross-entropy of each row, summed in a fixed order
+  kernels::OrderedSum loss_sum_;
+  kernels::TokenRows token_rows_;  // this step's rows of each token (the wte gradient's order)
 
   // Workspaces shared by all blocks, each reused in both passes (forward and
   // backward never overlap); what each holds when is spelled out in block_forward
@@ -93,6 +99,7 @@ class Transformer {
   View2<T> fc1_out_;    // view into arena_
   View2<T> d_residual_, d_normed_, d_hidden_;  // d_hidden_ also holds gelu outputs in both passes
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;
+  View2<T> column_partials_;  // [column_sum_chunks(R), max(3D, F)]: bias and LayerNorm gradient sums
 };
 
 }  // namespace miniattn

@@ -7,6 +7,8 @@
 #include <type_traits>
 
 #include "core/types.hpp"
+#include "kernels/ordered_sum.hpp"
+#include "kernels/reduction.hpp"
 
 namespace miniattn {
 
@@ -36,9 +38,20 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // the head (ln_f statistics, logits), and workspaces shared by all blocks
   // (qkv, normed, the q/k/v-or-fc1 arena, d_residual, d_normed, d_hidden,
   // dq/dk/dv/d_attention_out).
+  // The head saves ln_f statistics, logits, their row log-sum-exp and each
+  // row's loss (double). Reductions in a fixed order need workspaces: column
+  // partial sums (kernels/reduction.hpp), the ordered sums of the loss and of
+  // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
+  // (kernels/embedding.hpp).
   const std::size_t per_block = (2 * R * D + 4 * R + R * H) * s;
-  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (2 * R + R * V) * s;
+  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (3 * R + R * V) * s + R * sizeof(double);
   plan.parts["workspaces"] = (3 * R * D + R * D + R * std::max(3 * D, F) + 2 * R * D + R * F + 4 * R * D) * s;
+  const auto ordered_sum_bytes = [](std::size_t count) {
+    return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
+  };
+  const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
+  plan.parts["reduction workspaces"] = chunks * std::max(3 * D, F) * s + ordered_sum_bytes(R) +
+                                       ordered_sum_bytes(std::max(parameters - n * D, n * D)) + (V + 1 + 2 * R) * ib;
 
   // Attention strategies, one per layer, plus the ring workspace they share.
   std::size_t attention = 0;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/types.hpp"
+#include "kernels/reduction.hpp"
 
 namespace miniattn::ktest {
 
@@ -110,6 +111,12 @@ View4<T> to_view4(const std::string& label, const HostVec& v, index_t n0, index_
         for (index_t d = 0; d < n3; ++d) host(a, b, c, d) = static_cast<T>(v[flat++]);
   Kokkos::deep_copy(out, host);
   return out;
+}
+
+// The column-sum workspace the bias and LayerNorm gradients need for [rows x cols].
+template <class T>
+View2<T> column_partials(index_t rows, index_t cols) {
+  return View2<T>("column_partials", kernels::column_sum_chunks(rows), cols);
 }
 
 inline View1<index_t> to_index_view(const std::string& label, const std::vector<index_t>& v) {

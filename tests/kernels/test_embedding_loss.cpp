@@ -9,11 +9,41 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cross_entropy.hpp"
 #include "kernels/embedding.hpp"
+#include "kernels/ordered_sum.hpp"
 
 namespace miniattn::ktest {
 namespace {
 
 using Precisions = ::testing::Types<float, double>;
+
+// embedding_backward with the token grouping the model builds in its forward pass.
+template <class T>
+void embedding_backward(const View2<T>& dx, const View1<index_t>& tokens, const View1<index_t>& wpe_row,
+                        const View2<T>& dwte, const View2<T>& dwpe) {
+  kernels::TokenRows grouped(static_cast<index_t>(dwte.extent(0)), static_cast<index_t>(tokens.extent(0)));
+  kernels::group_rows_by_token(tokens, grouped);
+  embedding_backward<T>(dx, grouped, wpe_row, dwte, dwpe);
+}
+
+// The loss sum as the model computes it: per-row losses summed in a fixed order.
+template <class T>
+double loss_sum(const View2<T>& logits, const View1<index_t>& targets) {
+  const index_t rows = static_cast<index_t>(logits.extent(0));
+  View1<T> lse("lse", rows);
+  View1<double> loss("loss", rows);
+  kernels::cross_entropy_forward<T>(logits, targets, lse, loss);
+  return kernels::OrderedSum(rows).sum<double>(loss);
+}
+
+// cross_entropy_backward with the log-sum-exp of its forward pass.
+template <class T>
+void cross_entropy_backward(const View2<T>& logits, const View1<index_t>& targets, T scale, const View2<T>& dlogits) {
+  const index_t rows = static_cast<index_t>(logits.extent(0));
+  View1<T> lse("lse", rows);
+  View1<double> loss("loss", rows);
+  kernels::cross_entropy_forward<T>(logits, targets, lse, loss);
+  kernels::cross_entropy_backward<T>(logits, targets, lse, scale, dlogits);
+}
 
 // A layout like a rank's: 3 samples of 5 local positions whose wpe rows are
 // scattered over a local block of 8 rows (3 rows unused), tokens repeating.
@@ -94,7 +124,7 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
   const HostVec dwte0 = rng.uniform(c.vocab * c.d, -1, 1), dwpe0 = rng.uniform(c.wpe_rows * c.d, -1, 1);
   auto dwte = to_view2<double>("dwte", dwte0, c.vocab, c.d);
   auto dwpe = to_view2<double>("dwpe", dwpe0, c.wpe_rows, c.d);
-  kernels::embedding_backward<double>(to_view2<double>("dx", g, c.rows, c.d), tokens, wpe_row, dwte, dwpe);
+  embedding_backward<double>(to_view2<double>("dx", g, c.rows, c.d), tokens, wpe_row, dwte, dwpe);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dwte), dwte0), fd_gradient(wte, loss), kFdTolerance);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dwpe), dwpe0), fd_gradient(wpe, loss), kFdTolerance);
 }
@@ -105,7 +135,7 @@ TEST(Embedding, FloatBackwardMatchesDouble) {
   auto run = [&](auto zero) {
     using T = decltype(zero);
     View2<T> dwte("dwte", c.vocab, c.d), dwpe("dwpe", c.wpe_rows, c.d);
-    kernels::embedding_backward<T>(to_view2<T>("dx", g, c.rows, c.d), to_index_view("t", c.tokens),
+    embedding_backward<T>(to_view2<T>("dx", g, c.rows, c.d), to_index_view("t", c.tokens),
                                    to_index_view("p", c.wpe_row), dwte, dwpe);
     return std::make_tuple(to_host(dwte), to_host(dwpe));
   };
@@ -113,6 +143,19 @@ TEST(Embedding, FloatBackwardMatchesDouble) {
   const auto [wted, wped] = run(0.0);
   MINIATTN_EXPECT_CLOSE(wtef, wted, Tolerance<float>::forward);
   MINIATTN_EXPECT_CLOSE(wpef, wped, Tolerance<float>::forward);
+}
+
+// Each token's rows, in increasing row order; tokens outside the vocabulary are refused.
+TEST(Embedding, GroupsRowsByToken) {
+  const std::vector<index_t> tokens = {3, 0, 3, 1, 3, 0};
+  kernels::TokenRows grouped(5, 6);
+  kernels::group_rows_by_token(to_index_view("t", tokens), grouped);
+  const std::vector<index_t> offsets = {0, 2, 3, 3, 6, 6}, rows = {1, 5, 3, 0, 2, 4};
+  auto as_index = [](const HostVec& v) { return std::vector<index_t>(v.begin(), v.end()); };
+  EXPECT_EQ(as_index(to_host(grouped.offsets)), offsets);
+  EXPECT_EQ(as_index(to_host(grouped.rows)), rows);
+  EXPECT_THROW(kernels::group_rows_by_token(to_index_view("t", {3, 5, 0, 0, 0, 0}), grouped), std::invalid_argument);
+  EXPECT_THROW(kernels::group_rows_by_token(to_index_view("t", {0, 0}), grouped), std::invalid_argument);
 }
 
 // --------------------------------------------------------- cross-entropy
@@ -139,7 +182,7 @@ TYPED_TEST(CrossEntropyTest, LossMatchesReference) {
   Random rng(401);
   const HostVec logits = quantize<T>(rng.uniform(rows * vocab, -4, 4));
   const auto targets = rng.integers(rows, 0, vocab - 1);
-  const double got = kernels::cross_entropy_loss_sum<T>(to_view2<T>("l", logits, rows, vocab),
+  const double got = loss_sum<T>(to_view2<T>("l", logits, rows, vocab),
                                                         to_index_view("t", targets));
   const double want = reference_loss_sum(logits, targets, rows, vocab);
   EXPECT_LE(std::fabs(got - want), Tolerance<T>::forward * std::fabs(want)) << got << " vs " << want;
@@ -155,7 +198,7 @@ TYPED_TEST(CrossEntropyTest, LossIsStableForHugeLogits) {
   for (auto& v : logits) v += shift;
   logits = quantize<T>(logits);
   const auto targets = rng.integers(rows, 0, vocab - 1);
-  const double got = kernels::cross_entropy_loss_sum<T>(to_view2<T>("l", logits, rows, vocab),
+  const double got = loss_sum<T>(to_view2<T>("l", logits, rows, vocab),
                                                         to_index_view("t", targets));
   const double want = reference_loss_sum(logits, targets, rows, vocab, shift);
   ASSERT_TRUE(std::isfinite(got));
@@ -164,10 +207,10 @@ TYPED_TEST(CrossEntropyTest, LossIsStableForHugeLogits) {
 
 TEST(CrossEntropy, RejectsBadTargets) {
   View2<double> logits("l", 3, 4);
-  EXPECT_THROW(kernels::cross_entropy_loss_sum<double>(logits, to_index_view("t", {0, 4, 1})), std::invalid_argument);
-  EXPECT_THROW(kernels::cross_entropy_loss_sum<double>(logits, to_index_view("t", {0, -1, 1})),
+  EXPECT_THROW(loss_sum<double>(logits, to_index_view("t", {0, 4, 1})), std::invalid_argument);
+  EXPECT_THROW(loss_sum<double>(logits, to_index_view("t", {0, -1, 1})),
                std::invalid_argument);
-  EXPECT_THROW(kernels::cross_entropy_loss_sum<double>(logits, to_index_view("t", {0, 1})), std::invalid_argument);
+  EXPECT_THROW(loss_sum<double>(logits, to_index_view("t", {0, 1})), std::invalid_argument);
 }
 
 // L = scale * loss_sum, so dL/dlogits = scale (softmax - onehot): the kernel's output with that scale.
@@ -177,16 +220,16 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   auto logits = to_view2<double>("logits", rng.uniform(rows * vocab, -3, 3), rows, vocab);
   auto targets = to_index_view("t", rng.integers(rows, 0, vocab - 1));
   const double scale = 0.37;
-  auto loss = [&]() { return scale * kernels::cross_entropy_loss_sum<double>(logits, targets); };
+  auto loss = [&]() { return scale * loss_sum<double>(logits, targets); };
   View2<double> dlogits("dlogits", rows, vocab);
   fill_nan(dlogits);
-  kernels::cross_entropy_backward<double>(logits, targets, scale, dlogits);
+  cross_entropy_backward<double>(logits, targets, scale, dlogits);
   MINIATTN_EXPECT_CLOSE(to_host(dlogits), fd_gradient(logits, loss), kFdTolerance);
 
   // In place: dlogits aliasing logits gives the same numbers.
   View2<double> inplace("inplace", rows, vocab);
   Kokkos::deep_copy(inplace, logits);
-  kernels::cross_entropy_backward<double>(inplace, targets, scale, inplace);
+  cross_entropy_backward<double>(inplace, targets, scale, inplace);
   EXPECT_EQ(to_host(inplace), to_host(dlogits));
 }
 
@@ -197,9 +240,9 @@ TEST(CrossEntropy, FloatBackwardMatchesDouble) {
   const auto targets = rng.integers(rows, 0, vocab - 1);
   View2<float> df("df", rows, vocab);
   View2<double> dd("dd", rows, vocab);
-  kernels::cross_entropy_backward<float>(to_view2<float>("l", logits, rows, vocab), to_index_view("t", targets),
+  cross_entropy_backward<float>(to_view2<float>("l", logits, rows, vocab), to_index_view("t", targets),
                                          0.5f, df);
-  kernels::cross_entropy_backward<double>(to_view2<double>("l", logits, rows, vocab), to_index_view("t", targets),
+  cross_entropy_backward<double>(to_view2<double>("l", logits, rows, vocab), to_index_view("t", targets),
                                           0.5, dd);
   MINIATTN_EXPECT_CLOSE(to_host(df), to_host(dd), Tolerance<float>::forward);
 }

@@ -194,7 +194,7 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
   fill_nan(dx);
   auto dw = to_view2<double>("dw", dw0, out, in);
   auto db = to_view1<double>("db", db0);
-  kernels::linear_backward<double>(dy, x, w, dx, dw, db);
+  kernels::linear_backward<double>(dy, x, w, dx, dw, db, column_partials<double>(rows, out));
 
   MINIATTN_EXPECT_CLOSE(to_host(dx), fd_gradient(x, loss), kFdTolerance);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dw), dw0), fd_gradient(w, loss), kFdTolerance);
@@ -202,7 +202,7 @@ TEST(Linear, BackwardMatchesFiniteDifferences) {
 
   // A second call adds the same dw, db again (accumulation, not overwrite).
   const HostVec dw1 = to_host(dw), db1 = to_host(db);
-  kernels::linear_backward<double>(dy, x, w, dx, dw, db);
+  kernels::linear_backward<double>(dy, x, w, dx, dw, db, column_partials<double>(rows, out));
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dw), dw1), subtract(dw1, dw0), 1e-12);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(db), db1), subtract(db1, db0), 1e-12);
 }
@@ -217,10 +217,28 @@ TEST(Linear, BackwardSkipsEmptyDxAndDb) {
   auto w = to_view2<double>("w", wh, out, in);
   auto dy = to_view2<double>("dy", gh, rows, out);
   View2<double> dw("dw", out, in);
-  kernels::linear_backward<double>(dy, x, w, View2<double>("dx", 0, in), dw, View1<double>("db", 0));
+  kernels::linear_backward<double>(dy, x, w, View2<double>("dx", 0, in), dw, View1<double>("db", 0),
+                                   column_partials<double>(rows, out));
   // dw = dy^T x
   MINIATTN_EXPECT_CLOSE(to_host(dw), reference_gemm('T', 'N', 1, gh, out, xh, in, 0, HostVec(out * in, 0.0), out, in, rows),
                         1e-12);
+}
+
+// db over many rows: the column sums run in chunks of kColumnSumChunkRows rows
+// (here 3 whole chunks and a partial one) and must still equal the plain sum.
+TYPED_TEST(LinearTest, BiasGradientOverManyRowChunks) {
+  using T = TypeParam;
+  const index_t rows = 3 * kernels::kColumnSumChunkRows + 17, in = 3, out = 21;
+  Random rng(61);
+  const HostVec g = quantize<T>(rng.uniform(rows * out, -1, 1)), db0 = quantize<T>(rng.uniform(out, -1, 1));
+  HostVec want = db0;
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t o = 0; o < out; ++o) want[o] += g[r * out + o];
+  auto db = to_view1<T>("db", db0);
+  View2<T> dw("dw", out, in);
+  kernels::linear_backward<T>(to_view2<T>("dy", g, rows, out), View2<T>("x", rows, in), View2<T>("w", out, in),
+                              View2<T>("dx", 0, in), dw, db, column_partials<T>(rows, out));
+  MINIATTN_EXPECT_CLOSE(to_host(db), want, Tolerance<T>::forward);
 }
 
 // The float instantiation agrees with the (finite-difference-checked) double one.
@@ -236,7 +254,7 @@ TEST(Linear, FloatBackwardMatchesDouble) {
     auto dw = to_view2<T>("dw", dw0, out, in);
     auto db = to_view1<T>("db", db0);
     kernels::linear_backward<T>(to_view2<T>("dy", g, rows, out), to_view2<T>("x", x, rows, in),
-                                to_view2<T>("w", w, out, in), dx, dw, db);
+                                to_view2<T>("w", w, out, in), dx, dw, db, column_partials<T>(rows, out));
     return std::make_tuple(to_host(dx), to_host(dw), to_host(db));
   };
   const auto [dxf, dwf, dbf] = run(0.0f);

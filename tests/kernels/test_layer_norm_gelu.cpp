@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <tuple>
 
@@ -88,11 +89,38 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
   auto dx = to_view2<double>("dx", dx0, rows, d);
   auto dgamma = to_view1<double>("dgamma", dgamma0);
   auto dbeta = to_view1<double>("dbeta", dbeta0);
-  kernels::layer_norm_backward<double>(to_view2<double>("dy", g, rows, d), x, gamma, mean, rstd, dx, dgamma, dbeta);
+  kernels::layer_norm_backward<double>(to_view2<double>("dy", g, rows, d), x, gamma, mean, rstd, dx, dgamma, dbeta,
+                                       column_partials<double>(rows, d));
 
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dx), dx0), fd_gradient(x, loss), kFdTolerance);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dgamma), dgamma0), fd_gradient(gamma, loss), kFdTolerance);
   MINIATTN_EXPECT_CLOSE(subtract(to_host(dbeta), dbeta0), fd_gradient(beta, loss), kFdTolerance);
+}
+
+// dgamma and dbeta over rows that span several column-sum chunks (and a
+// partial one) against their definitions, summed in double on the host.
+TYPED_TEST(LayerNormTest, ParameterGradientsOverManyRowChunks) {
+  using T = TypeParam;
+  const index_t rows = 2 * kernels::kColumnSumChunkRows + 9, d = 19;
+  Random rng(131);
+  const HostVec x = quantize<T>(rng.uniform(rows * d, -2, 2)), gamma = quantize<T>(rng.uniform(d, 0.5, 1.5)),
+                g = quantize<T>(rng.uniform(rows * d, -1, 1));
+  const auto ref = reference_layer_norm(x, gamma, HostVec(d, 0.0), rows, d);
+  HostVec want_dgamma(d, 0.0), want_dbeta(d, 0.0);
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t j = 0; j < d; ++j) {
+      want_dgamma[j] += g[r * d + j] * (x[r * d + j] - ref.mean[r]) * ref.rstd[r];
+      want_dbeta[j] += g[r * d + j];
+    }
+  auto xv = to_view2<T>("x", x, rows, d);
+  auto gv = to_view1<T>("gamma", gamma);
+  View2<T> y("y", rows, d), dx("dx", rows, d);
+  View1<T> mean("mean", rows), rstd("rstd", rows), dgamma("dgamma", d), dbeta("dbeta", d);
+  kernels::layer_norm_forward<T>(xv, gv, View1<T>("beta", d), y, mean, rstd);
+  kernels::layer_norm_backward<T>(to_view2<T>("dy", g, rows, d), xv, gv, mean, rstd, dx, dgamma, dbeta,
+                                  column_partials<T>(rows, d));
+  MINIATTN_EXPECT_CLOSE(to_host(dgamma), want_dgamma, Tolerance<T>::forward);
+  MINIATTN_EXPECT_CLOSE(to_host(dbeta), want_dbeta, Tolerance<T>::forward);
 }
 
 TEST(LayerNorm, FloatBackwardMatchesDouble) {
@@ -107,7 +135,8 @@ TEST(LayerNorm, FloatBackwardMatchesDouble) {
     View2<T> y("y", rows, d), dx("dx", rows, d);
     View1<T> mean("mean", rows), rstd("rstd", rows), dgamma("dgamma", d), dbeta("dbeta", d);
     kernels::layer_norm_forward<T>(xv, gv, to_view1<T>("beta", beta), y, mean, rstd);
-    kernels::layer_norm_backward<T>(to_view2<T>("dy", g, rows, d), xv, gv, mean, rstd, dx, dgamma, dbeta);
+    kernels::layer_norm_backward<T>(to_view2<T>("dy", g, rows, d), xv, gv, mean, rstd, dx, dgamma, dbeta,
+                                    column_partials<T>(rows, d));
     return std::make_tuple(to_host(dx), to_host(dgamma), to_host(dbeta));
   };
   const auto [dxf, dgf, dbf] = run(0.0f);
@@ -150,6 +179,30 @@ TEST(Gelu, TanhApproximationValues) {
   View2<double> y("y", 1, 6);
   kernels::gelu_forward<double>(to_view2<double>("x", x, 1, 6), y);
   MINIATTN_EXPECT_CLOSE(to_host(y), want, 1e-14);
+}
+
+// Far in the negative tail gelu(x) is tiny while 1 + tanh(u) cancels (at
+// x = -5.9 the tanh form keeps only about 5 of double's 16 digits). Each value
+// must be right relative to itself up to what rounding u costs: exp(-2u)
+// multiplies u's relative rounding error by |2u|.
+TYPED_TEST(GeluTest, NegativeTailIsRelativelyAccurate) {
+  using T = TypeParam;
+  const index_t cols = 40;
+  HostVec x(cols);
+  for (index_t j = 0; j < cols; ++j) x[j] = -2.0 - 0.1 * static_cast<double>(j);  // down to -5.9
+  x = quantize<T>(x);
+  View2<T> y("y", 1, cols);
+  kernels::gelu_forward<T>(to_view2<T>("x", x, 1, cols), y);
+  const HostVec got = to_host(y);
+  const double pi = 3.14159265358979323846;
+  for (index_t j = 0; j < cols; ++j) {
+    // x sigmoid(2u) in long double: no cancellation in the reference either.
+    const long double u = std::sqrt(2.0L / pi) * (x[j] + 0.044715L * x[j] * x[j] * x[j]);
+    const double want = static_cast<double>(x[j] / (1.0L + std::exp(-2.0L * u)));
+    const double allowed = (8.0 + 4.0 * std::fabs(2.0 * static_cast<double>(u))) * std::numeric_limits<T>::epsilon();
+    EXPECT_LE(std::fabs(got[j] - want), allowed * std::fabs(want))
+        << "x = " << x[j] << ": " << got[j] << " vs " << want;
+  }
 }
 
 TEST(Gelu, BackwardMatchesFiniteDifferences) {

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Builds Kokkos 4.6.01 and Kokkos Kernels 4.6.02 (BLAS only) from their source
+# tarballs into a prefix, for miniattn to build against with -DKokkos_ROOT.
+#
+#   scripts/build_kokkos.sh [openmp|cuda]      (default openmp)
+#
+#   openmp  Kokkos with the OpenMP and Serial backends; Kokkos Kernels with the
+#           OpenBLAS TPL. Prefix: build-deps/kokkos-openmp.
+#   cuda    Kokkos with the CUDA backend (Kokkos_ARCH_HOPPER90 unless
+#           MINIATTN_KOKKOS_CUDA_ARCH names another, e.g. AMPERE80) and the
+#           Serial host backend, built with its nvcc_wrapper; CUDA 13 needs the
+#           patch in scripts/patches/ (guarded by CUDART_VERSION, so CUDA 12
+#           builds unchanged); Kokkos Kernels with the cuBLAS TPL.
+#           Prefix: build-deps/kokkos-cuda.
+#
+# Environment:
+#   MINIATTN_THIRD_PARTY  folder with the tarballs and their SHA256SUMS
+#                         (default ../shared/third_party beside the checkout)
+#   MINIATTN_DEPS_DIR     where sources are unpacked and prefixes installed
+#                         (default build-deps/ in the checkout)
+#   CUDA_HOME             CUDA toolkit for the cuda variant (default /usr/local/cuda)
+#
+# A prefix is complete when its stamp (the tarballs' checksums and the flags)
+# matches: then the script only prints the prefix and exits. Every tarball is
+# checked against SHA256SUMS before it is unpacked.
+#
+# Kokkos Kernels pre-instantiates nothing (every KokkosKernels_INST_* off):
+# miniattn instantiates the few BLAS-3 calls it makes, and those reach the
+# vendor BLAS through the TPL. That keeps its build to a few minutes.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+variant=${1:-openmp}
+case "$variant" in
+  openmp|cuda) ;;
+  *) echo "build_kokkos: unknown variant '$variant' (expected openmp or cuda)" >&2; exit 2 ;;
+esac
+
+third_party=${MINIATTN_THIRD_PARTY:-$root/../shared/third_party}
+deps=${MINIATTN_DEPS_DIR:-$root/build-deps}
+prefix=$deps/kokkos-$variant
+kokkos_tar=kokkos-4.6.01.tar.gz
+kernels_tar=kokkos-kernels-4.6.02.tar.gz
+jobs=$(nproc)
+
+for tarball in "$kokkos_tar" "$kernels_tar"; do
+  if [ ! -f "$third_party/$tarball" ]; then
+    echo "build_kokkos: $third_party/$tarball not found; set MINIATTN_THIRD_PARTY to the folder holding" \
+         "$kokkos_tar, $kernels_tar and SHA256SUMS, or build against your own install with -DKokkos_ROOT" >&2
+    exit 1
+  fi
+done
+if [ ! -f "$third_party/SHA256SUMS" ]; then
+  echo "build_kokkos: $third_party/SHA256SUMS not found: refusing to build from unchecked tarballs" >&2
+  exit 1
+fi
+
+common_flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF)
+kernels_flags=(
+  -DKokkosKernels_ENABLE_ALL_COMPONENTS=OFF -DKokkosKernels_ENABLE_COMPONENT_BLAS=ON
+  -DKokkosKernels_ADD_DEFAULT_ETI=OFF
+  -DKokkosKernels_INST_DOUBLE=OFF -DKokkosKernels_INST_FLOAT=OFF
+  -DKokkosKernels_INST_COMPLEX_DOUBLE=OFF -DKokkosKernels_INST_COMPLEX_FLOAT=OFF
+  -DKokkosKernels_INST_LAYOUTLEFT=OFF -DKokkosKernels_INST_LAYOUTRIGHT=OFF
+  -DKokkosKernels_INST_ORDINAL_INT=OFF -DKokkosKernels_INST_OFFSET_SIZE_T=OFF -DKokkosKernels_INST_OFFSET_INT=OFF
+  -DKokkosKernels_INST_EXECSPACE_SERIAL=OFF -DKokkosKernels_INST_EXECSPACE_OPENMP=OFF
+  -DKokkosKernels_ENABLE_TESTS=OFF -DKokkosKernels_ENABLE_EXAMPLES=OFF
+)
+patches=()
+if [ "$variant" = openmp ]; then
+  kokkos_flags=(-DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON)
+  kernels_flags+=(-DKokkosKernels_ENABLE_TPL_BLAS=ON)
+  compiler=(-DCMAKE_CXX_COMPILER="${CXX:-g++}")
+else
+  cuda_home=${CUDA_HOME:-/usr/local/cuda}
+  arch=${MINIATTN_KOKKOS_CUDA_ARCH:-HOPPER90}
+  kokkos_flags=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ARCH_"$arch"=ON
+                -DKokkos_ENABLE_CUDA_LAMBDA=ON -DCUDAToolkit_ROOT="$cuda_home")
+  kernels_flags+=(-DKokkosKernels_ENABLE_TPL_CUBLAS=ON -DKokkosKernels_ENABLE_TPL_BLAS=OFF
+                  -DKokkosKernels_INST_EXECSPACE_CUDA=OFF -DKokkosKernels_INST_MEMSPACE_CUDASPACE=OFF
+                  -DCUDAToolkit_ROOT="$cuda_home")
+  for p in "$root"/scripts/patches/kokkos-4.6.01-*.patch; do [ -f "$p" ] && patches+=("$p"); done
+  export PATH="$cuda_home/bin:$PATH"
+fi
+
+# The stamp: what was built, from what. A change to any of it rebuilds.
+stamp_text=$(
+  cd "$third_party" && grep -E " ($kokkos_tar|$kernels_tar)\$" SHA256SUMS
+  echo "kokkos: ${kokkos_flags[*]} ${common_flags[*]}"
+  echo "kernels: ${kernels_flags[*]}"
+  for p in "${patches[@]}"; do sha256sum "$p" | cut -d' ' -f1; done
+)
+stamp=$prefix/.miniattn-stamp
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ]; then
+  echo "build_kokkos: $prefix is complete"
+  exit 0
+fi
+
+echo "build_kokkos: checking the tarballs against SHA256SUMS"
+(cd "$third_party" && grep -E " ($kokkos_tar|$kernels_tar)\$" SHA256SUMS | sha256sum --check --strict) || {
+  echo "build_kokkos: checksum mismatch in $third_party: refusing to build" >&2
+  exit 1
+}
+
+src=$deps/src-$variant
+rm -rf "$src" "$prefix"
+mkdir -p "$src"
+tar -xzf "$third_party/$kokkos_tar" -C "$src"
+tar -xzf "$third_party/$kernels_tar" -C "$src"
+for p in "${patches[@]}"; do
+  echo "build_kokkos: applying $(basename "$p")"
+  patch -d "$src/kokkos-4.6.01" -p1 --forward --silent < "$p"
+done
+
+if [ "$variant" = cuda ]; then
+  # nvcc_wrapper defaults to sm_70, which CUDA 13 dropped: give CMake's
+  # compiler check an architecture the toolkit knows.
+  compiler=(-DCMAKE_CXX_COMPILER="$src/kokkos-4.6.01/bin/nvcc_wrapper")
+  export NVCC_WRAPPER_DEFAULT_COMPILER=${CXX:-g++}
+  kokkos_flags+=(-DCMAKE_CXX_FLAGS="-arch=sm_$(echo "$arch" | tr -dc 0-9)")
+fi
+
+start=$(date +%s)
+echo "build_kokkos: Kokkos 4.6.01 ($variant) -> $prefix"
+cmake -S "$src/kokkos-4.6.01" -B "$src/build-kokkos" "${compiler[@]}" "${common_flags[@]}" "${kokkos_flags[@]}" \
+      -DCMAKE_INSTALL_PREFIX="$prefix" > "$src/kokkos-configure.log"
+cmake --build "$src/build-kokkos" --parallel "$jobs"
+cmake --install "$src/build-kokkos" > /dev/null
+
+echo "build_kokkos: Kokkos Kernels 4.6.02 (BLAS only) -> $prefix"
+cmake -S "$src/kokkos-kernels-4.6.02" -B "$src/build-kernels" "${compiler[@]}" "${common_flags[@]}" \
+      "${kernels_flags[@]}" -DKokkos_ROOT="$prefix" -DCMAKE_INSTALL_PREFIX="$prefix" > "$src/kernels-configure.log"
+cmake --build "$src/build-kernels" --parallel "$jobs"
+cmake --install "$src/build-kernels" > /dev/null
+
+printf '%s\n' "$stamp_text" > "$stamp"
+rm -rf "$src"
+echo "build_kokkos: done in $(( $(date +%s) - start )) s: use -DKokkos_ROOT=$prefix -DKokkosKernels_ROOT=$prefix"

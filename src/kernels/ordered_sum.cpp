@@ -1,0 +1,61 @@
+#include "kernels/ordered_sum.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/kokkos_compat.hpp"
+
+namespace miniattn::kernels {
+
+OrderedSum::OrderedSum(index_t max_count)
+    : partials_("ordered_sum.partials", (max_count + kOrderedSumChunk - 1) / kOrderedSumChunk),
+      host_partials_(Kokkos::create_mirror_view(partials_)) {}
+
+template <class T, bool kSquares>
+double OrderedSum::reduce(const View1<const T>& x) const {
+  const index_t n = static_cast<index_t>(x.extent(0));
+  const index_t chunks = (n + kOrderedSumChunk - 1) / kOrderedSumChunk;
+  if (chunks > static_cast<index_t>(partials_.extent(0)))
+    throw std::invalid_argument("kernels::OrderedSum: " + std::to_string(n) + " values, room for " +
+                                std::to_string(partials_.extent(0) * kOrderedSumChunk));
+  const View1<double> partials = partials_;
+  Kokkos::parallel_for(
+      "miniattn::ordered_sum", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, chunks),
+      KOKKOS_LAMBDA(const index_t k) {
+        const index_t end = (k + 1) * kOrderedSumChunk < n ? (k + 1) * kOrderedSumChunk : n;
+        // Eight interleaved accumulators (a fixed order, and no single
+        // dependency chain), added in order at the end.
+        double s[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        for (index_t i0 = k * kOrderedSumChunk; i0 < end; i0 += 8) {
+          for (int j = 0; j < 8; ++j) {
+            const double v = i0 + j < end ? static_cast<double>(x(i0 + j)) : 0.0;
+            s[j] += kSquares ? v * v : v;
+          }
+        }
+        double total = s[0];
+        for (int j = 1; j < 8; ++j) total += s[j];
+        partials(k) = total;
+      });
+  const auto used = Kokkos::make_pair(index_t(0), chunks);
+  Kokkos::deep_copy(Kokkos::subview(host_partials_, used), Kokkos::subview(partials_, used));
+  double total = 0.0;
+  for (index_t k = 0; k < chunks; ++k) total += host_partials_(k);
+  return total;
+}
+
+template <class T>
+double OrderedSum::sum(const View1<const T>& x) const {
+  return reduce<T, false>(x);
+}
+
+template <class T>
+double OrderedSum::sum_of_squares(const View1<const T>& x) const {
+  return reduce<T, true>(x);
+}
+
+template double OrderedSum::sum<float>(const View1<const float>&) const;
+template double OrderedSum::sum<double>(const View1<const double>&) const;
+template double OrderedSum::sum_of_squares<float>(const View1<const float>&) const;
+template double OrderedSum::sum_of_squares<double>(const View1<const double>&) const;
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,152 @@
+#pragma once
+// Reductions whose result does not depend on the number of threads: every sum
+// has a fixed order, fixed by the data's shape alone, so that a run gives the
+// same bits on 1, 2 or 64 threads and on every repeat (no atomics, no
+// thread-count-dependent tree).
+//
+//  * Row reductions (LayerNorm statistics, softmax): one team per row
+//    (row_team_policy); team_vector_sum / team_vector_max reduce a row in
+//    SIMD packs on the host (lane order, then lanes in order) and over the
+//    team's vector lanes on a GPU (Kokkos's fixed tree for a fixed team shape).
+//  * Column sums (bias and LayerNorm parameter gradients): rows are cut into
+//    chunks of kColumnSumChunkRows; each chunk sums its rows in order into its
+//    own row of a partials workspace, then the chunks are summed in order.
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/simd_pack.hpp"
+
+namespace miniattn::kernels {
+
+constexpr index_t kColumnSumChunkRows = 64;
+
+// Rows of the partials workspace column_sums needs for `rows` rows.
+inline index_t column_sum_chunks(index_t rows) { return (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows; }
+
+// One team per row: one thread of one lane on the host (the league is the
+// parallel loop, packs do the SIMD); one thread of 32 vector lanes on a GPU.
+inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows) {
+  const int lanes = simd::kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), 32);
+  return Kokkos::TeamPolicy<ExecSpace>(static_cast<int>(rows), 1, lanes);
+}
+
+// f(c0, width) -> pack of the terms of columns c0 .. c0 + width - 1 (lanes past
+// width are ignored); returns their sum over c < count.
+template <class T, class Member, class F>
+KOKKOS_FORCEINLINE_FUNCTION T team_vector_sum(const Member& team, index_t count, const F& f) {
+  using V = typename simd::Pack<T>::type;
+  if constexpr (simd::kHostExecution) {
+    (void)team;
+    constexpr int lanes = simd::Pack<T>::lanes;
+    V acc = simd::pack_splat<V>(T(0));
+    index_t c0 = 0;
+    for (; c0 + lanes <= count; c0 += lanes) acc += f(c0, lanes);
+    if (c0 < count) {
+      const int width = static_cast<int>(count - c0);
+      T tail[lanes] = {};
+      simd::pack_store_n(tail, V(f(c0, width)), width);
+      acc += simd::pack_load<V>(tail);
+    }
+    return simd::pack_sum(acc);
+  } else {
+    T sum = T(0);
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, count), [&](const index_t c, T& a) { a += f(c, 1); }, sum);
+    return sum;
+  }
+}
+
+// As team_vector_sum, the maximum (-inf for count = 0).
+template <class T, class Member, class F>
+KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count, const F& f) {
+  using V = typename simd::Pack<T>::type;
+  const T lowest = -std::numeric_limits<T>::infinity();
+  if constexpr (simd::kHostExecution) {
+    (void)team;
+    constexpr int lanes = simd::Pack<T>::lanes;
+    V acc = simd::pack_splat<V>(lowest);
+    for (index_t c0 = 0; c0 < count; c0 += lanes) {
+      const int width = count - c0 < lanes ? static_cast<int>(count - c0) : lanes;
+      T values[lanes];
+      for (int i = 0; i < lanes; ++i) values[i] = lowest;
+      simd::pack_store_n(values, V(f(c0, width)), width);
+      const V x = simd::pack_load<V>(values);
+      acc = x > acc ? x : acc;
+    }
+    T m = simd::pack_lane(acc, 0);
+    for (int i = 1; i < lanes; ++i) m = simd::pack_lane(acc, i) > m ? simd::pack_lane(acc, i) : m;
+    return m;
+  } else {
+    T m = lowest;
+    Kokkos::parallel_reduce(
+        Kokkos::ThreadVectorRange(team, count),
+        [&](const index_t c, T& a) {
+          const T x = f(c, 1);
+          a = x > a ? x : a;
+        },
+        Kokkos::Max<T>(m));
+    return m;
+  }
+}
+
+// f(c0, width) for each pack of columns c < count (width 1 on a GPU, lanes in parallel).
+template <class T, class Member, class F>
+KOKKOS_FORCEINLINE_FUNCTION void team_vector_for(const Member& team, index_t count, const F& f) {
+  if constexpr (simd::kHostExecution) {
+    (void)team;
+    constexpr int lanes = simd::Pack<T>::lanes;
+    for (index_t c0 = 0; c0 < count; c0 += lanes) f(c0, count - c0 < lanes ? static_cast<int>(count - c0) : lanes);
+  } else {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, count), [&](const index_t c) { f(c, 1); });
+  }
+}
+
+// out[c] += sum over r < rows of term(r, c0, width)[c - c0], for c < cols.
+// partials: workspace of at least column_sum_chunks(rows) x cols.
+// Host: chunks in parallel, each walks its rows in order (row-major reads);
+// GPU: (chunk, column) in parallel, consecutive threads on consecutive columns.
+template <class T, class Term>
+void add_column_sums(const char* label, index_t rows, index_t cols, const View2<T>& partials, const Term& term,
+                     const View1<T>& out) {
+  using V = typename simd::Pack<T>::type;
+  const index_t chunks = column_sum_chunks(rows);
+  if (rows <= 0 || cols <= 0) return;
+  if (static_cast<index_t>(partials.extent(0)) < chunks || static_cast<index_t>(partials.extent(1)) < cols ||
+      static_cast<index_t>(out.extent(0)) != cols) {
+    throw std::invalid_argument(std::string("kernels::add_column_sums (") + label +
+                                "): partials must be at least [chunks, cols] and out [cols]");
+  }
+  const index_t chunk_rows = kColumnSumChunkRows;
+  if constexpr (simd::kHostExecution) {
+    constexpr int lanes = simd::Pack<T>::lanes;
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, chunks), KOKKOS_LAMBDA(const index_t k) {
+          T* const partial = &partials(k, 0);
+          for (index_t c = 0; c < cols; ++c) partial[c] = T(0);
+          const index_t end = (k + 1) * chunk_rows < rows ? (k + 1) * chunk_rows : rows;
+          for (index_t r = k * chunk_rows; r < end; ++r) {
+            for (index_t c0 = 0; c0 < cols; c0 += lanes) {
+              const int width = cols - c0 < lanes ? static_cast<int>(cols - c0) : lanes;
+              simd::pack_store_n(partial + c0, V(simd::pack_load_n<V>(partial + c0, width) + term(r, c0, width)),
+                                 width);
+            }
+          }
+        });
+  } else {
+    simd::row_packs<T>(label, chunks, cols, KOKKOS_LAMBDA(const index_t k, const index_t c, const int) {
+      const index_t end = (k + 1) * chunk_rows < rows ? (k + 1) * chunk_rows : rows;
+      T sum = T(0);
+      for (index_t r = k * chunk_rows; r < end; ++r) sum += term(r, c, 1);
+      partials(k, c) = sum;
+    });
+  }
+  simd::row_packs<T>(label, 1, cols, KOKKOS_LAMBDA(const index_t, const index_t c0, const int width) {
+    V sum = simd::pack_load_n<V>(&partials(0, c0), width);
+    for (index_t k = 1; k < chunks; ++k) sum += simd::pack_load_n<V>(&partials(k, c0), width);
+    simd::pack_store_n(&out(c0), V(simd::pack_load_n<V>(&out(c0), width) + sum), width);
+  });
+}
+
+}  // namespace miniattn::kernels

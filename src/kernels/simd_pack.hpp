@@ -1,0 +1,297 @@
+#pragma once
+// SIMD "packs" for the host and the exp every kernel shares, in one source for
+// host and device backends.
+//
+// A pack is what one vector lane works on at once: on host backends a whole
+// SIMD register (GCC/Clang vector extensions: 16 floats or 8 doubles with
+// AVX-512, 8 / 4 with AVX2), on GPU backends one scalar (the GPU's lanes are
+// its threads). Kernels written on packs therefore vectorise on the CPU and
+// coalesce on the GPU with the same code. Also here: pack_exp, a branch-free
+// exp on whole packs (libm's expf/exp are scalar calls), and row_packs(), the
+// loop over [rows x columns] data one pack at a time.
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "core/kokkos_compat.hpp"
+#include "core/types.hpp"
+
+namespace miniattn::kernels::simd {
+
+// Host backends run one thread per team (the league is the parallel loop) and
+// leave vectorisation to the compiler; GPU backends use vector lanes.
+constexpr bool kHostExecution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
+
+// Width of the SIMD registers the host compiler targets.
+#if defined(__AVX512F__)
+constexpr int kHostVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kHostVectorBytes = 32;
+#else
+constexpr int kHostVectorBytes = 16;  // SSE2, NEON
+#endif
+
+// GCC-style vector extensions (GCC, Clang and the compilers built on them) for
+// the host packs; elsewhere a pack is one scalar and the compiler may
+// vectorise what it can.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && !defined(__HIPCC__) && \
+    !defined(__SYCL_DEVICE_ONLY__) && !defined(__NVCOMPILER)
+#define MINIATTN_HOST_SIMD 1
+#else
+#define MINIATTN_HOST_SIMD 0
+#endif
+
+#if MINIATTN_HOST_SIMD
+// Non-template typedefs: a vector_size attribute on a dependent type does not
+// survive as a template argument.
+typedef float host_float_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef double host_double_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef std::uint32_t host_uint32_vector __attribute__((vector_size(kHostVectorBytes)));
+typedef std::uint64_t host_uint64_vector __attribute__((vector_size(kHostVectorBytes)));
+#endif
+
+// Pack<T>: the values of T one lane works on at once (type), the matching
+// unsigned-integer pack for bit manipulation (bits), and its length (lanes).
+template <class T>
+struct Pack;
+template <>
+struct Pack<float> {
+#if MINIATTN_HOST_SIMD
+  static constexpr int lanes = kHostExecution ? kHostVectorBytes / 4 : 1;
+  using type = std::conditional_t<kHostExecution, host_float_vector, float>;
+  using bits = std::conditional_t<kHostExecution, host_uint32_vector, std::uint32_t>;
+#else
+  static constexpr int lanes = 1;
+  using type = float;
+  using bits = std::uint32_t;
+#endif
+};
+template <>
+struct Pack<double> {
+#if MINIATTN_HOST_SIMD
+  static constexpr int lanes = kHostExecution ? kHostVectorBytes / 8 : 1;
+  using type = std::conditional_t<kHostExecution, host_double_vector, double>;
+  using bits = std::conditional_t<kHostExecution, host_uint64_vector, std::uint64_t>;
+#else
+  static constexpr int lanes = 1;
+  using type = double;
+  using bits = std::uint64_t;
+#endif
+};
+static_assert(sizeof(Pack<float>::type) == Pack<float>::lanes * sizeof(float), "float pack");
+static_assert(sizeof(Pack<double>::type) == Pack<double>::lanes * sizeof(double), "double pack");
+static_assert(sizeof(Pack<float>::bits) == sizeof(Pack<float>::type), "float bits pack");
+static_assert(sizeof(Pack<double>::bits) == sizeof(Pack<double>::type), "double bits pack");
+
+// Full unrolling of the short fixed-length loops over a register tile: without
+// it GCC keeps the accumulators in memory.
+#if defined(__clang__)
+#define MINIATTN_UNROLL _Pragma("unroll")
+#elif defined(__GNUC__) && !defined(__CUDACC__) && !defined(__NVCOMPILER)
+#define MINIATTN_UNROLL _Pragma("GCC unroll 64")
+#else
+#define MINIATTN_UNROLL
+#endif
+
+// Element type of a pack (a scalar is a pack of one).
+template <class V, class = void>
+struct ElementOf {
+  using type = V;
+};
+template <class V>
+struct ElementOf<V, std::enable_if_t<!std::is_arithmetic<V>::value>> {
+  using type = std::decay_t<decltype(std::declval<V>()[0])>;
+};
+
+template <class V, class E, std::size_t... I>
+KOKKOS_FORCEINLINE_FUNCTION V pack_splat_impl(const E x, std::index_sequence<I...>) {
+  return V{((void)I, x)...};  // an initialiser list the compiler turns into one broadcast
+}
+
+// x in every lane.
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION V pack_splat(const typename ElementOf<V>::type x) {
+  if constexpr (std::is_arithmetic<V>::value) {
+    return x;
+  } else {
+    using E = typename ElementOf<V>::type;
+    return pack_splat_impl<V>(x, std::make_index_sequence<sizeof(V) / sizeof(E)>());
+  }
+}
+
+// Lane i of a pack.
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_lane(const V& v, int i) {
+  if constexpr (std::is_arithmetic<V>::value) {
+    (void)i;
+    return v;
+  } else {
+    return v[i];
+  }
+}
+
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION V pack_load(const T* p) {
+  if constexpr (std::is_same<V, T>::value) {
+    return *p;
+  } else {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+}
+
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION void pack_store(T* p, const V& v) {
+  if constexpr (std::is_same<V, T>::value) {
+    *p = v;
+  } else {
+    std::memcpy(p, &v, sizeof(V));
+  }
+}
+
+template <class To, class From>
+KOKKOS_FORCEINLINE_FUNCTION To pack_bit_cast(const From& x) {
+  static_assert(sizeof(To) == sizeof(From), "bit cast between packs of different sizes");
+  To y;
+  std::memcpy(&y, &x, sizeof(To));
+  return y;
+}
+
+// exp(x) on a whole pack without branches or calls. x = k ln2 + r with
+// |r| <= ln2/2 (ln2 split in two so that k ln2_hi is exact), exp(r) by its
+// Taylor polynomial (degree 7 for float: truncation 5e-9; 13 for double:
+// 4e-18, both below half an ulp), 2^k written into the exponent bits.
+// Arguments below log(smallest normal) give 0 (-inf included); arguments above
+// 88 (float) / 709 (double) are clamped there: the kernels only call it with
+// x <= 0 (up to rounding).
+template <class T, int N>
+struct InverseFactorials {  // 1/i!, i = 0 .. N, rounded once from double (factorials exact up to 18!)
+  T value[N + 1];
+  constexpr InverseFactorials() : value{} {
+    double factorial = 1.0;
+    for (int i = 0; i <= N; ++i) {
+      if (i > 1) factorial *= i;
+      value[i] = static_cast<T>(1.0 / factorial);
+    }
+  }
+};
+
+template <class T>
+struct ExpConstants;
+template <>
+struct ExpConstants<float> {
+  static constexpr int degree = 7, mantissa_bits = 23, bias = 127;
+  static constexpr float ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+  static constexpr float lowest = -87.3365447f, highest = 88.0f;
+  static constexpr float round_magic = 12582912.0f;  // 1.5 * 2^23: x + magic - magic rounds x to an integer
+  static constexpr InverseFactorials<float, degree> coefficients{};
+};
+template <>
+struct ExpConstants<double> {
+  static constexpr int degree = 13, mantissa_bits = 52, bias = 1023;
+  static constexpr double ln2_hi = 6.93145751953125e-1, ln2_lo = 1.42860682030941723212e-6;
+  static constexpr double lowest = -708.396418532264, highest = 709.0;
+  static constexpr double round_magic = 6755399441055744.0;  // 1.5 * 2^52
+  static constexpr InverseFactorials<double, degree> coefficients{};
+};
+
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_exp(const typename Pack<T>::type x) {
+  using V = typename Pack<T>::type;
+  using B = typename Pack<T>::bits;
+  using C = ExpConstants<T>;
+  const V lowest = pack_splat<V>(C::lowest), highest = pack_splat<V>(C::highest);
+  const V magic = pack_splat<V>(C::round_magic);
+  const V lo = x < lowest ? lowest : x;
+  const V xc = lo > highest ? highest : lo;
+  const V t = xc * pack_splat<V>(T(1.442695040888963407359924681001892137L)) + magic;  // round(x log2 e) + magic
+  const V k = t - magic;
+  V r = xc - k * pack_splat<V>(C::ln2_hi);
+  r = r - k * pack_splat<V>(C::ln2_lo);
+  V p = pack_splat<V>(C::coefficients.value[C::degree]);
+  MINIATTN_UNROLL
+  for (int i = C::degree - 1; i >= 0; --i) p = p * r + pack_splat<V>(C::coefficients.value[i]);
+  // 2^k: t's low mantissa bits hold k (offset from the magic number's).
+  const B magic_bits = pack_bit_cast<B>(magic);
+  const B scale_bits = (pack_bit_cast<B>(t) - magic_bits + pack_splat<B>(C::bias)) << C::mantissa_bits;
+  const B kept_bits = x < lowest ? pack_splat<B>(0) : scale_bits;  // 2^k, or 0 below the range
+  return p * pack_bit_cast<V>(kept_bits);
+}
+
+// exp for the kernels: the pack version on the host, the backend's on GPUs.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type kernel_exp(const typename Pack<T>::type x) {
+  if constexpr (kHostExecution) {
+    return pack_exp<T>(x);
+  } else {
+    return compat::exp(x);
+  }
+}
+// The first `width` elements at p as a pack, zero past them (width <= lanes).
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION V pack_load_n(const T* p, int width) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  if (width == lanes) return pack_load<V>(p);
+  T padded[lanes] = {};
+  for (int i = 0; i < width; ++i) padded[i] = p[i];
+  return pack_load<V>(padded);
+}
+
+// Stores the first `width` lanes of v at p.
+template <class V, class T>
+KOKKOS_FORCEINLINE_FUNCTION void pack_store_n(T* p, const V& v, int width) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  if (width == lanes) {
+    pack_store(p, v);
+    return;
+  }
+  T padded[lanes];
+  pack_store(padded, v);
+  for (int i = 0; i < width; ++i) p[i] = padded[i];
+}
+
+// Sum of the lanes, always in lane order (the same bits on every run).
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_sum(const V& v) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(typename ElementOf<V>::type));
+  typename ElementOf<V>::type s = pack_lane(v, 0);
+  for (int i = 1; i < lanes; ++i) s += pack_lane(v, i);
+  return s;
+}
+
+// 1 / (1 + exp(-x)) on a pack: exact in relative terms over the whole range
+// (no 1 - something cancellation), finite for every finite x.
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_sigmoid(const typename Pack<T>::type x) {
+  using V = typename Pack<T>::type;
+  const V one = pack_splat<V>(T(1));
+  return one / (one + kernel_exp<T>(-x));
+}
+
+// Calls f(r, c0, width) for every row r < rows and every pack of columns
+// c0, c0 + width - 1 (width = lanes, less at the end of a row) of a
+// [rows x cols] array. Host: rows in parallel, a row's packs in order (SIMD).
+// Device: every (row, column) in parallel, width 1 (consecutive threads on
+// consecutive columns: coalesced).
+template <class T, class F>
+void row_packs(const char* label, index_t rows, index_t cols, const F& f) {
+  if (rows <= 0 || cols <= 0) return;
+  if constexpr (kHostExecution) {
+    constexpr int lanes = Pack<T>::lanes;
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows), KOKKOS_LAMBDA(const index_t r) {
+          for (index_t c0 = 0; c0 < cols; c0 += lanes) f(r, c0, cols - c0 < lanes ? int(cols - c0) : lanes);
+        });
+  } else {
+    Kokkos::parallel_for(
+        label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * cols),
+        KOKKOS_LAMBDA(const index_t i) {
+          const index_t r = i / cols;
+          f(r, i - r * cols, 1);
+        });
+  }
+}
+
+}  // namespace miniattn::kernels::simd
