@@ -83,5 +83,12 @@ if(MINIATTN_KOKKOSKERNELS_INCLUDE_DIR)
 endif()
 target_link_libraries(miniattn_kokkoskernels INTERFACE miniattn_kokkos)
 
+# Whether the host backend runs threads (OpenMP or Threads): the threaded
+# tests (label "threads") are registered only then.
+set(MINIATTN_KOKKOS_THREADED OFF)
+if("OPENMP" IN_LIST Kokkos_DEVICES OR "THREADS" IN_LIST Kokkos_DEVICES OR Kokkos_ENABLE_OPENMP OR Kokkos_ENABLE_THREADS)
+  set(MINIATTN_KOKKOS_THREADED ON)
+endif()
+
 message(STATUS "miniattn: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}; "
                "Kokkos Kernels ${KokkosKernels_VERSION}")

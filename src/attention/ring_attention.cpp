@@ -8,7 +8,9 @@ namespace miniattn {
 
 template <class T>
 RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int ring_size)
-    : row_sum("ring.row_sum", batch, heads, rows), delta("ring.delta", batch, heads, rows) {
+    : row_sum("ring.row_sum", batch, heads, rows),
+      delta("ring.delta", batch, heads, rows),
+      transposed(batch, heads, head_dim, rows) {
   if (ring_size < 2) return;
   for (int i = 0; i < 2; ++i) {
     k[i] = View4<T>("ring.k_buffer", batch, heads, rows, head_dim);
@@ -20,7 +22,7 @@ RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t rows, inde
 
 template <class T>
 std::size_t RingWorkspace<T>::bytes() const {
-  std::size_t total = view_bytes(row_sum) + view_bytes(delta);
+  std::size_t total = view_bytes(row_sum) + view_bytes(delta) + transposed.bytes();
   for (int i = 0; i < 2; ++i) total += view_bytes(k[i]) + view_bytes(v[i]) + view_bytes(dk[i]) + view_bytes(dv[i]);
   return total;
 }
@@ -80,7 +82,8 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse, workspace_->delta,
                                                                     positions_of(rank_), positions_of(source), causal_,
-                                                                    blocking_, dq, dk_block, dv_block);
+                                                                    blocking_, dq, dk_block, dv_block,
+                                                                    workspace_->transposed);
                         });
 }
 

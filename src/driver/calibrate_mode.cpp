@@ -131,12 +131,14 @@ AttentionRates measure_attention(const Config& c, index_t n, MPI_Comm world) {
   const double tf = time_median(world, 3, [&] {
     kernels::attention_forward<T>(q, k, v, pos, pos, false, blocking, out, lse, row_sum);
   });
+  const kernels::TransposedKeys<T> transposed(B, H, Dh, n);
   const double tb = time_median(world, 3, [&] {
     kernels::attention_backward_delta<T>(out, dout, delta);
     Kokkos::deep_copy(dq, T(0));
     Kokkos::deep_copy(dk, T(0));
     Kokkos::deep_copy(dv, T(0));
-    kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, false, blocking, dq, dk, dv);
+    kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, false, blocking, dq, dk, dv,
+                                              transposed);
   });
   r.forward = flops / tf;
   r.backward = 2.5 * flops / tb;

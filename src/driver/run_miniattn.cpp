@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "driver/predict_mode.hpp"
 #include "driver/training_run.hpp"
@@ -47,10 +48,13 @@ int run_miniattn(const Config& config, MPI_Comm world) {
   if (model_mode && config.run.machine.empty())
     throw InputError("run.machine: required for run.mode " + mode + " (the machine description YAML " +
                      (mode == "predict" ? std::string("to read") : std::string("to write")) + ")");
-  if (mode == "calibrate") require_writable_directory("run.machine", config.run.machine);
-  if (!model_mode) require_writable_directory("io.snapshot", config.io.snapshot);
-  require_writable_directory("run.result", config.run.result);
-  require_writable_directory("io.checkpoint", config.io.checkpoint);
+  // File systems can differ between nodes: every rank checks, all agree.
+  agree_on(world, [&] {
+    if (mode == "calibrate") require_writable_directory("run.machine", config.run.machine);
+    if (!model_mode) require_writable_directory("io.snapshot", config.io.snapshot);
+    require_writable_directory("run.result", config.run.result);
+    require_writable_directory("io.checkpoint", config.io.checkpoint);
+  });
 
   const bool fp32 = config.model.precision == Precision::fp32;
   nlohmann::json result;

@@ -82,15 +82,38 @@ View1<index_t> to_device(const std::vector<index_t>& values, const std::string& 
   return view;
 }
 
-// Refuses, before any large allocation, a run whose plan does not fit.
-void check_memory_plan(const Config& c, const MemoryPlan& plan, std::size_t available, int ranks_on_node) {
-  if (available == 0 || plan.total() <= available) return;
+// The memory one rank may use, agreed by every rank: the smallest of the
+// ranks' own figures (nodes may differ; 0, unknown, counts as no limit), and
+// the lowest rank that has it.
+struct AgreedMemory {
+  std::size_t bytes = 0;  // 0: unknown everywhere
+  int rank = 0;
+};
+
+AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  struct {
+    double value;
+    int rank;
+  } mine{local == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(local), rank}, least{};
+  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, world);
+  if (std::isinf(least.value)) return {};
+  return {static_cast<std::size_t>(least.value), least.rank};
+}
+
+// Refuses, before any large allocation, a run whose plan does not fit. The
+// same decision on every rank: `available` was agreed.
+void check_memory_plan(const Config& c, const MemoryPlan& plan, const AgreedMemory& available, int ranks_on_node) {
+  if (available.bytes == 0 || plan.total() <= available.bytes) return;
   std::string parts;
   for (const auto& [name, bytes] : plan.parts) parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
+  const std::string amount = format_bytes(static_cast<double>(available.bytes));
   const std::string where = c.run.memory_per_rank_gib > 0
-                                ? "run.memory_per_rank_gib allows " + format_bytes(static_cast<double>(available))
-                                : format_bytes(static_cast<double>(available)) + " are available per rank (" +
-                                      std::to_string(ranks_on_node) + " ranks share this node)";
+                                ? "run.memory_per_rank_gib allows " + amount
+                                : amount + " are available per rank on rank " + std::to_string(available.rank) +
+                                      "'s node (the least of all ranks; " + std::to_string(ranks_on_node) +
+                                      " ranks share rank 0's node)";
   throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(plan.total())) +
                    " per rank (" + parts.substr(1) + ") but " + where +
                    "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
@@ -123,19 +146,26 @@ std::pair<long, int> earliest_on_any_rank(long ordinal, MPI_Comm world) {
 }
 
 // Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
-// world rank R fail at the start of step S, as a failed allocation would.
+// world rank R fail at the start of step S, as a failed allocation would;
+// "rank=R,memory_gib=G" makes rank R see G GiB available per rank, as a node
+// with less memory would.
 struct InjectedFault {
   int rank = -1;
   index_t step = -1;
+  double memory_gib = -1.0;
 };
 
 InjectedFault injected_fault() {
   InjectedFault fault;
   if (const char* text = std::getenv("MINIATTN_FAULT")) {
     long rank = -1, step = -1;
+    double gib = -1.0;
     if (std::sscanf(text, "rank=%ld,step=%ld", &rank, &step) == 2) {
       fault.rank = static_cast<int>(rank);
       fault.step = step;
+    } else if (std::sscanf(text, "rank=%ld,memory_gib=%lf", &rank, &gib) == 2) {
+      fault.rank = static_cast<int>(rank);
+      fault.memory_gib = gib;
     }
   }
   return fault;
@@ -174,7 +204,11 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   plan_input.replicated_parameters = layout.replicated_size();
   const MemoryPlan plan = plan_memory(plan_input);
   const int node_ranks = ranks_on_this_node(world);
-  const std::size_t available = memory_available_per_rank(c.run.memory_per_rank_gib, node_ranks);
+  const InjectedFault fault = injected_fault();
+  const double memory_gib = fault.rank == grid.world_rank && fault.memory_gib >= 0 ? fault.memory_gib
+                                                                                   : c.run.memory_per_rank_gib;
+  const AgreedMemory available =
+      agreed_available_memory(memory_available_per_rank(memory_gib, node_ranks), grid.world);
   if (root) {
     std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", c.run.mode.c_str(),
                 to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, c.parallel.strategy.c_str(),
@@ -185,7 +219,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
                 static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
                 static_cast<long long>(m.seq_len), static_cast<long long>(m.batch),
                 m.causal ? "causal" : "non-causal", format_bytes(static_cast<double>(plan.total())).c_str(),
-                available ? format_bytes(static_cast<double>(available)).c_str() : "not checked");
+                available.bytes ? format_bytes(static_cast<double>(available.bytes)).c_str() : "not checked");
     std::fflush(stdout);
   }
   check_memory_plan(c, plan, available, node_ranks);
@@ -245,7 +279,6 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   double last_grad_norm = 0.0;
   std::vector<double> losses;      // every step's loss, to compare loss curves between decompositions
   std::vector<double> step_times;  // every step's seconds without snapshot writing
-  const InjectedFault fault = injected_fault();
   const double start = wall_seconds();
 
   for (index_t step = first_step; step < c.train.steps; ++step) {
@@ -400,6 +433,9 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   result["ulysses_degree"] = grid.ulysses_size;
   result["strategy"] = c.parallel.strategy;
   result["comm"] = comm.backend();
+  result["execution_space"] = {{"name", ExecSpace::name()},
+                               {"concurrency", ExecSpace().concurrency()},
+                               {"kokkos_version", KOKKOS_VERSION}};
   result["precision"] = to_string(m.precision);
   result["steps"] = c.train.steps;
   result["first_step"] = first_step;
@@ -421,7 +457,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
                       {"planned_parts", memory_parts},
                       {"allocated_bytes_per_rank", allocated},
                       {"baseline_resident_bytes", baseline_resident},
-                      {"available_bytes_per_rank", available}};
+                      {"available_bytes_per_rank", available.bytes}};
   result["peak_memory_bytes_per_rank"] = to_json(spread_over_ranks(static_cast<double>(peak_resident_bytes()), world));
   result["losses"] = losses;
   result["initial_loss"] = losses.empty() ? 0.0 : losses.front();

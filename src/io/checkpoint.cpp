@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "io/hdf5_file.hpp"

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 
 namespace miniattn::io {
@@ -116,24 +117,6 @@ Handle checked(hid_t id, Handle::Closer closer, const std::string& what) {
 void check_status(herr_t status, const std::string& what) {
   if (status < 0) fail_hdf5(what);
 }
-
-// ---------------------------------------------------------------------------
-// Agreement across ranks
-
-// Runs `body` on this rank and returns the message of the error it raised,
-// or "" on success.
-std::string attempt(const std::function<void()>& body) {
-  try {
-    body();
-    return {};
-  } catch (const std::exception& e) {
-    std::string message = e.what();
-    return message.empty() ? std::string("unknown error") : message;
-  } catch (...) {
-    return "unknown error";
-  }
-}
-
 
 // ---------------------------------------------------------------------------
 // Small helpers
@@ -725,20 +708,5 @@ void Hdf5File::commit() {
   f.committed = true;
 }
 
-void agree(MPI_Comm comm, const std::string& local_error) {
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  const int mine = local_error.empty() ? size : rank;
-  int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == size) return;
-  int length = rank == first ? static_cast<int>(local_error.size()) : 0;
-  MPI_Bcast(&length, 1, MPI_INT, first, comm);
-  std::string message = rank == first ? local_error : std::string(static_cast<std::size_t>(length), '\0');
-  if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, first, comm);
-  throw InputError(message);
-}
 
 }  // namespace miniattn::io

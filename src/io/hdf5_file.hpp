@@ -35,11 +35,6 @@ struct RowBlock {
   std::uint64_t row_count = 0;
 };
 
-// Collective over comm: if any rank passes a non-empty error, every rank
-// throws an InputError with the message of the lowest such rank (so one bad
-// file or dataset ends every rank with the same message, none left waiting).
-void agree(MPI_Comm comm, const std::string& local_error);
-
 class Hdf5File {
  public:
   // Collective. Throws InputError naming the path when it cannot be created

@@ -51,14 +51,29 @@ void attention_forward(const View4<const T>& q, const View4<const T>& k, const V
 template <class T>
 void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta);
 
+// Workspace of attention_backward_accumulate: the key block's K and V
+// transposed, [B, H, Dh, transposed_keys_row(n_k)] each, written once per call
+// so that no tile pair transposes a tile again.
+inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
+template <class T>
+struct TransposedKeys {
+  View4<T> k_t, v_t;
+  TransposedKeys() = default;
+  TransposedKeys(index_t batch, index_t heads, index_t head_dim, index_t keys);
+  std::size_t bytes() const { return (k_t.span() + v_t.span()) * sizeof(T); }
+};
+
 // Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
+// No atomics: every sum runs in an order fixed by the tiling alone.
+// workspace: at least [B, H, Dh, n_k].
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse,
                                    const View3<const T>& delta, const View1<const index_t>& q_pos,
                                    const View1<const index_t>& k_pos, bool causal, const AttentionBlocking& blocking,
-                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv);
+                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv,
+                                   const TransposedKeys<T>& workspace);
 
 }  // namespace miniattn::kernels

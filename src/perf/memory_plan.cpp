@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/types.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "kernels/reduction.hpp"
 
@@ -58,7 +59,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (in.strategy == "rsa") {
     attention = L * (R * H * N + R * H + 8 * R * D) * s;
   } else {
-    attention = 2 * R * H * s + (G > 1 ? 8 * R * D * s : 0);  // the shared ring workspace (local when G == 1)
+    // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
+    // of the backward kernel, and the travelling K/V/dK/dV double buffers.
+    const std::size_t ring_rows = U * n, transposed_row = static_cast<std::size_t>(
+                                             kernels::transposed_keys_row(static_cast<index_t>(ring_rows)));
+    attention = 2 * R * H * s + 2 * b * (H / U) * (D / H) * transposed_row * s + (G > 1 ? 8 * R * D * s : 0);
     if (in.strategy == "ulysses" || in.strategy == "hybrid")
       attention += L * (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
   }

@@ -144,6 +144,7 @@ void run_attention(const Options& o, double gemm_gflops) {
   const char* prec = sizeof(T) == 4 ? "fp32" : "fp64";
   const int warmups = n >= 4096 ? 0 : 1;
   const double flops = 4.0 * double(n) * double(n) * double(dh) * double(heads) * double(batch);
+  const miniattn::kernels::TransposedKeys<T> transposed(batch, heads, dh, n);
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;
     const auto tf = timings(warmups, o.reps, [&] {
@@ -157,7 +158,7 @@ void run_attention(const Options& o, double gemm_gflops) {
     const auto tb = timings(warmups, o.reps, [&] {
       miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
       miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, o.blocking, dq,
-                                                          dk, dv);
+                                                          dk, dv, transposed);
     });
     const double bwd = 2.5 * useful / tb.front() * 1e-9;
     const double both = 3.5 * useful / (tf.front() + tb.front()) * 1e-9;

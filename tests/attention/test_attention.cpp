@@ -339,7 +339,8 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
     miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos, causal,
-                                                        blocking, dq, dk, dv);
+                                                        blocking, dq, dk, dv,
+                                                        {p.batch, p.heads, p.dh, block.nk()});
     dk_blocks.push_back(to_host(dk));
     dv_blocks.push_back(to_host(dv));
   }
@@ -610,7 +611,7 @@ TEST(AttentionBackward, Accumulates) {
   Kokkos::deep_copy(dk, 2.0);
   Kokkos::deep_copy(dv, 3.0);
   miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta, d.q_pos, d.k_pos, true,
-                                                           {8, 8}, dq, dk, dv);
+                                                           {8, 8}, dq, dk, dv, {1, 2, 8, 20});
   const auto ref = naive_backward(p, true, g);
   auto shifted = [](std::vector<double> x, double c) {
     for (auto& e : x) e += c;

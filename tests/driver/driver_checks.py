@@ -12,8 +12,11 @@ non-zero with a message when the check fails:
   checkpoint_restart a restart continues bitwise on the same ranks, within rounding on others;
                      a run killed while checkpointing leaves the previous checkpoint usable
   faults             a NaN stops the run naming step and layer; a failure on one rank of
-                     four ends every rank within seconds
+                     four ends every rank within seconds; one rank seeing less memory
+                     makes every rank refuse the run (exit 2), none hangs
   determinism        two identical runs give bitwise-identical snapshots
+  threads            (threaded backends) 1, 2 and 4 threads agree within 1e-12, and 2 ranks of
+                     one thread within 1e-10; repeat and restart on 2 threads are bitwise
   bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
                      reference, the NaN guard's cost, ring overlap and the memory plan
   sequence_parallel  a strategy on R ranks (dp x sp) equals the 1-rank run: loss curve,
@@ -49,12 +52,13 @@ class Check:
         with open(self.deck, "w") as f:
             f.write(SMALL_DECK)
 
-    def run(self, ranks, *sets, deck=None, expect=0, args=None):
+    def run(self, ranks, *sets, deck=None, expect=0, args=None, threads=None):
         cmd = [self.mpiexec, "-n", str(ranks), self.miniattn]
         cmd += args if args is not None else [deck or self.deck]
         for s in sets:
             cmd += ["--set", s]
-        proc = subprocess.run(cmd, cwd=self.scratch, capture_output=True, text=True, timeout=600)
+        env = None if threads is None else dict(os.environ, OMP_NUM_THREADS=str(threads))
+        proc = subprocess.run(cmd, cwd=self.scratch, capture_output=True, text=True, timeout=600, env=env)
         if expect is not None and proc.returncode != expect:
             sys.stdout.write(proc.stdout)
             sys.stdout.write(proc.stderr)
@@ -261,6 +265,33 @@ def faults(c):
     if proc.returncode == 0 or "rank 2: fatal: injected fault" not in proc.stderr:
         fail(f"fault on rank 2: exit {proc.returncode}, {proc.stderr!r}")
     print(f"fault on rank 2 of 4 ended the job with exit status {proc.returncode}")
+    memory_disagreement(c)
+
+
+def memory_disagreement(c):
+    """One rank's node has less memory than the others: every rank must agree
+    on the smallest figure, refuse the run with the same message and exit 2,
+    and leave existing output files alone (not hang in the next collective)."""
+    result = c.path("kept.json")
+    with open(result, "w") as f:
+        f.write("previous result\n")
+    env = dict(os.environ, MINIATTN_FAULT="rank=1,memory_gib=0.0001")
+    cmd = [c.mpiexec, "-n", "2", c.miniattn, c.deck, "--set", "parallel.strategy=ring", "--set",
+           f"run.result={result}"]
+    try:
+        proc = subprocess.run(cmd, cwd=c.scratch, capture_output=True, text=True, timeout=60, env=env)
+    except subprocess.TimeoutExpired:
+        fail("less memory on rank 1 left the job hanging for 60 s")
+    if proc.returncode != 2:
+        fail(f"less memory on rank 1: exit {proc.returncode}, expected 2: {proc.stderr!r}")
+    if proc.stderr.count("model.seq_len: this run needs") != 1 or "on rank 1's node" not in proc.stderr:
+        fail(f"less memory on rank 1: expected one message naming rank 1's node, got {proc.stderr!r}")
+    if "fatal" in proc.stderr:
+        fail(f"less memory on rank 1 ended through MPI_Abort, not an agreed input error: {proc.stderr!r}")
+    with open(result) as f:
+        if f.read() != "previous result\n":
+            fail("the refused run damaged the existing run.result file")
+    print("less memory on rank 1 of 2: every rank exited 2 with one message, run.result untouched")
 
 
 SP_DECK = """\
@@ -361,6 +392,40 @@ def checkpoint_restart(c):
     print("a truncated checkpoint is refused with exit status 2")
 
 
+def threads(c):
+    """A threaded backend (OpenMP): the same numbers on 1, 2 and 4 threads of one
+    rank and on 2 ranks of one thread; bitwise repeatable and restartable."""
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    # 2 x 96 = 192 rows: several column-sum chunks, attention tiles and waves.
+    base = ["model.seq_len=96", "train.steps=4", "io.snapshot_step=3"]
+    runs = {}
+    for n in (1, 2, 4):
+        r = c.result(c.run(1, *base, f"io.snapshot=t{n}.h5", deck=deck, threads=n))
+        space = r["execution_space"]
+        if space["concurrency"] != n:
+            fail(f"OMP_NUM_THREADS={n} ran on {space}: not a threaded backend, or the threads were not used")
+        runs[n] = r
+    for n in (2, 4):
+        loss = compare_losses(runs[1], runs[n], 1e-12)
+        worst = compare_snapshots(c.path("t1.h5"), c.path(f"t{n}.h5"), 1e-12)
+        print(f"1 rank x {n} threads vs 1 thread: loss curve {loss:.1e}, parameters and gradients {worst:.1e}")
+    c.run(1, *base, "io.snapshot=t2_again.h5", deck=deck, threads=2)
+    compare_snapshots(c.path("t2.h5"), c.path("t2_again.h5"), 0.0)
+    print("two identical runs on 1 rank x 2 threads: bitwise equal")
+    c.run(1, *base[:1], "train.steps=2", "io.checkpoint=t2_ck.h5", deck=deck, threads=2)
+    c.run(1, *base, "io.restart=t2_ck.h5", "io.snapshot=t2_restart.h5", deck=deck, threads=2)
+    compare_snapshots(c.path("t2.h5"), c.path("t2_restart.h5"), 0.0)
+    print("restart on 1 rank x 2 threads: bitwise equal to the uninterrupted run")
+    for strategy in ("ring", "ulysses"):
+        r = c.result(c.run(2, *base, f"io.snapshot=np2-{strategy}.h5", f"parallel.strategy={strategy}",
+                           "parallel.layout=zigzag", deck=deck, threads=1))
+        loss = compare_losses(runs[2], r, 1e-10)
+        worst = compare_snapshots(c.path("t2.h5"), c.path(f"np2-{strategy}.h5"), 1e-10)
+        print(f"2 ranks x 1 thread ({strategy}, zigzag) vs 1 rank x 2 threads: loss {loss:.1e}, tensors {worst:.1e}")
+
+
 def determinism(c):
     c.run(2, "parallel.dp=2", "io.snapshot=a.h5", "io.snapshot_step=2")
     c.run(2, "parallel.dp=2", "io.snapshot=b.h5", "io.snapshot_step=2")
@@ -413,7 +478,7 @@ def main():
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
-                                      "sequence_parallel", "faults", "checkpoint_restart", "bench_report"])
+                                      "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")

@@ -1,0 +1,318 @@
+// Blockwise attention, forward pass. See attention.hpp for the contract and
+// attention_tiles.hpp for the team and tile machinery.
+//
+// One team per query tile, looping over key tiles. Q^T is staged once per
+// query tile, so no key tile is ever copied or transposed:
+//   S^T = scale K Q^T (masked to -inf)          [keys x queries]
+//   m_new = max(m, column max of S^T), P^T = exp(S^T - m_new),
+//   l = l alpha + column sum P^T, alpha = exp(m - m_new),
+//   O = O alpha + P V                           (O, m, l live in scratch)
+// Each query row is owned by one team: no atomics, and the order of every sum
+// is fixed by the tiling alone.
+//
+// On the host, exp is pack_exp (a branch-free polynomial on whole SIMD
+// registers; libm's expf/exp are scalar calls). The products reach the FMA
+// units when the target has them and the compiler may contract a * b + c
+// (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
+#include <limits>
+
+#include "kernels/attention_tiles.hpp"
+
+namespace miniattn::kernels {
+
+using namespace attention_detail;
+
+namespace {
+
+// One query tile's work (the functor of the forward kernel).
+template <class T>
+struct ForwardQueryTile {
+  using V = typename Pack<T>::type;
+  static constexpr int R = Tiling<T>::R, P = Tiling<T>::P, W = Tiling<T>::W, lanes = Tiling<T>::lanes;
+
+  View4<const T> q, k, v;
+  View1<const index_t> q_pos, k_pos;
+  View4<T> out_acc;
+  View3<T> row_max, row_sum;
+  bool causal;
+  index_t heads, nq, nk, dh, qb, kb, qb_ld, dh_ld, n_qtiles, n_ktiles;
+  int level;
+  T scale;
+
+  // This team's scratch and place.
+  struct Tile {
+    index_t b, h, i0, rows;
+    T* q_t;          // [dh][qb_ld]: q tile transposed, zero columns past `rows`
+    T* s_t;          // [kb][qb_ld]: scores, then probabilities, transposed
+    T* o_tile;       // [qb][dh_ld]: running output (unnormalised)
+    T* m_run;        // [qb_ld]: running row maximum
+    T* l_run;        // [qb_ld]: running row sum
+    T* alpha;        // [qb_ld]: rescale factor exp(m_old - m_new)
+    index_t* qpos;   // [qb_ld]: query positions, padding never masked
+  };
+
+  std::size_t scratch_bytes() const {
+    return scratch_bytes_for<T>(dh * qb_ld) + scratch_bytes_for<T>(kb * qb_ld) + scratch_bytes_for<T>(qb * dh_ld) +
+           3 * scratch_bytes_for<T>(qb_ld) + scratch_bytes_for<index_t>(qb_ld);
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
+    const index_t qt = team.league_rank() % n_qtiles, bh = team.league_rank() / n_qtiles;
+    Tile t;
+    t.b = bh / heads;
+    t.h = bh % heads;
+    t.i0 = qt * qb;
+    t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
+    t.q_t = ScratchView<T>(team.team_scratch(level), dh * qb_ld).data();
+    t.s_t = ScratchView<T>(team.team_scratch(level), kb * qb_ld).data();
+    t.o_tile = ScratchView<T>(team.team_scratch(level), qb * dh_ld).data();
+    t.m_run = ScratchView<T>(team.team_scratch(level), qb_ld).data();
+    t.l_run = ScratchView<T>(team.team_scratch(level), qb_ld).data();
+    t.alpha = ScratchView<T>(team.team_scratch(level), qb_ld).data();
+    t.qpos = ScratchView<index_t>(team.team_scratch(level), qb_ld).data();
+    stage(team, t);
+    const index_t* const qp = q_pos.data() + t.i0;
+    for (index_t kt = 0; kt < n_ktiles; ++kt) {
+      const index_t j0 = kt * kb;
+      const index_t cols = (nk - j0) < kb ? (nk - j0) : kb;
+      bool masked = false;
+      if (causal && !causal_tiles_meet(team, qp, t.rows, k_pos.data() + j0, cols, masked)) continue;
+      team.team_barrier();  // staging is done; the previous tile is done with s_t and alpha
+      scores(team, t, j0, cols);
+      team.team_barrier();
+      online_softmax(team, t, j0, cols, masked);
+      team.team_barrier();
+      accumulate_output(team, t, j0, cols);
+    }
+    team.team_barrier();
+    write_back(team, t);
+  }
+
+  // Q^T, the running state and the positions into scratch.
+  KOKKOS_FORCEINLINE_FUNCTION void stage(const TeamMember& team, const Tile& t) const {
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const index_t never_masked = std::numeric_limits<index_t>::max();
+    stage_transposed(team, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), t.rows, dh, t.q_t, qb_ld);
+    const T* const o_out = &out_acc(t.b, t.h, t.i0, 0);
+    const index_t o_ld = out_acc.stride(2);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.rows), [&](const index_t r) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
+        t.o_tile[r * dh_ld + d] = d < dh ? o_out[r * o_ld + d] : T(0);
+      });
+    });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, qb_ld), [&](const index_t r) {
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        t.m_run[r] = r < t.rows ? row_max(t.b, t.h, t.i0 + r) : neg_inf;
+        t.l_run[r] = r < t.rows ? row_sum(t.b, t.h, t.i0 + r) : T(0);
+        t.qpos[r] = r < t.rows ? q_pos(t.i0 + r) : never_masked;
+      });
+    });
+  }
+
+  // S^T = scale K Q^T: key rows of K straight from memory against the staged Q^T.
+  KOKKOS_FORCEINLINE_FUNCTION void scores(const TeamMember& team, const Tile& t, index_t j0, index_t cols) const {
+    const index_t k_ld = k.stride(2), qb_ld = this->qb_ld;
+    T* const s_t = t.s_t;
+    const T scale = this->scale;
+    team_tile_product<T>(team, cols, qb_ld, dh, &k(t.b, t.h, j0, 0), k_ld, index_t(1), t.q_t, qb_ld,
+                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
+                             const V(&acc)[R][P]) {
+                           const V s = pack_splat<V>(scale);
+                           MINIATTN_UNROLL
+                           for (int r = 0; r < R; ++r) {
+                             if (r >= nr) break;
+                             T* const dst = s_t + (r0 + r) * qb_ld + c0;
+                             MINIATTN_UNROLL
+                             for (int p = 0; p < P; ++p) pack_store(dst + p * lanes, V(s * acc[r][p]));
+                           }
+                         });
+  }
+
+  // Online softmax down each query's column of S^T, W queries per lane:
+  // S^T becomes P^T, and m, l, alpha are updated.
+  KOKKOS_FORCEINLINE_FUNCTION void online_softmax(const TeamMember& team, const Tile& t, index_t j0, index_t cols,
+                                             bool masked) const {
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const index_t* const kp = k_pos.data() + j0;
+    const index_t qb_ld = this->qb_ld;
+    T* const s_t = t.s_t;
+    T* const m_run = t.m_run;
+    T* const l_run = t.l_run;
+    T* const alpha = t.alpha;
+    const index_t* const qpos = t.qpos;
+    team_lane_chunks<T>(team, t.rows, [&](const index_t c0) {
+      if (masked) {  // keys in a query's future get -inf (scalar: only tiles on the diagonal)
+        for (index_t j = 0; j < cols; ++j) {
+          T* const s = s_t + j * qb_ld + c0;
+          for (int w = 0; w < W; ++w) {
+            if (kp[j] > qpos[c0 + w]) s[w] = neg_inf;
+          }
+        }
+      }
+      V mx[P];
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) mx[p] = pack_splat<V>(neg_inf);
+      for (index_t j = 0; j < cols; ++j) {
+        const T* const s = s_t + j * qb_ld + c0;
+        MINIATTN_UNROLL
+        for (int p = 0; p < P; ++p) {
+          const V x = pack_load<V>(s + p * lanes);
+          mx[p] = x > mx[p] ? x : mx[p];
+        }
+      }
+      // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0:
+      // subtracting 0 instead of -inf keeps exp(-inf - 0) = 0 and avoids NaN.
+      V base[P], sum[P];
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) {
+        const V m_old = pack_load<V>(m_run + c0 + p * lanes);
+        const V m_new = mx[p] > m_old ? mx[p] : m_old;
+        pack_store(m_run + c0 + p * lanes, m_new);
+        base[p] = m_new == pack_splat<V>(neg_inf) ? pack_splat<V>(T(0)) : m_new;
+        pack_store(alpha + c0 + p * lanes, kernel_exp<T>(m_old - base[p]));  // 0 when m_old = -inf
+        sum[p] = pack_splat<V>(T(0));
+      }
+      for (index_t j = 0; j < cols; ++j) {
+        T* const s = s_t + j * qb_ld + c0;
+        MINIATTN_UNROLL
+        for (int p = 0; p < P; ++p) {
+          const V e = kernel_exp<T>(pack_load<V>(s + p * lanes) - base[p]);  // exp(-inf) = 0 when masked
+          pack_store(s + p * lanes, e);
+          sum[p] += e;
+        }
+      }
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) {
+        const V a = pack_load<V>(alpha + c0 + p * lanes);
+        pack_store(l_run + c0 + p * lanes, V(pack_load<V>(l_run + c0 + p * lanes) * a + sum[p]));
+      }
+    });
+  }
+
+  // O = O alpha + P V.
+  KOKKOS_FORCEINLINE_FUNCTION void accumulate_output(const TeamMember& team, const Tile& t, index_t j0,
+                                                index_t cols) const {
+    const index_t v_ld = v.stride(2), dh_ld = this->dh_ld;
+    T* const o_tile = t.o_tile;
+    const T* const alpha = t.alpha;
+    team_tile_product<T>(team, t.rows, dh, cols, t.s_t, index_t(1), qb_ld, &v(t.b, t.h, j0, 0), v_ld,
+                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
+                             const V(&acc)[R][P]) {
+                           MINIATTN_UNROLL
+                           for (int r = 0; r < R; ++r) {
+                             if (r >= nr) break;
+                             T* const o_row = o_tile + (r0 + r) * dh_ld + c0;
+                             const V a = pack_splat<V>(alpha[r0 + r]);
+                             MINIATTN_UNROLL
+                             for (int p = 0; p < P; ++p) {
+                               pack_store(o_row + p * lanes, V(pack_load<V>(o_row + p * lanes) * a + acc[r][p]));
+                             }
+                           }
+                         });
+  }
+
+  // Hands the running state back.
+  KOKKOS_FORCEINLINE_FUNCTION void write_back(const TeamMember& team, const Tile& t) const {
+    T* const o_out = &out_acc(t.b, t.h, t.i0, 0);
+    const index_t o_ld = out_acc.stride(2);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.rows), [&](const index_t r) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
+                           [&](const index_t d) { o_out[r * o_ld + d] = t.o_tile[r * dh_ld + d]; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() {
+        row_max(t.b, t.h, t.i0 + r) = t.m_run[r];
+        row_sum(t.b, t.h, t.i0 + r) = t.l_run[r];
+      });
+    });
+  }
+};
+
+}  // namespace
+
+template <class T>
+void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, const View3<T>& row_sum) {
+  Kokkos::deep_copy(out_acc, T(0));
+  Kokkos::deep_copy(row_max, -std::numeric_limits<T>::infinity());
+  Kokkos::deep_copy(row_sum, T(0));
+}
+
+template <class T>
+void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                                  const AttentionBlocking& blocking, const View4<T>& out_acc, const View3<T>& row_max,
+                                  const View3<T>& row_sum) {
+  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
+  const index_t nk = k.extent(2);
+  require(same_extents4(k, batch, heads, nk, dh), "k must be [B, H, n_k, Dh] with q's B, H, Dh");
+  require(same_extents4(v, batch, heads, nk, dh), "v must have k's shape");
+  require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
+  require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
+          "row_max and row_sum must be [B, H, n_q]");
+  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
+          "q_pos / k_pos must have one entry per query / key row");
+  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+
+  constexpr int W = Tiling<T>::W;
+  ForwardQueryTile<T> tile{q, k, v, q_pos, k_pos, out_acc, row_max, row_sum, causal, heads, nq, nk, dh,
+                           0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
+  tile.qb = clamp_block(blocking.query_block, nq);
+  tile.kb = clamp_block(blocking.key_block, nk);
+  tile.qb_ld = round_up(tile.qb, W);  // columns of Q^T and S^T: whole register tiles
+  tile.dh_ld = round_up(dh, W);       // columns of the O tile
+  tile.n_qtiles = ceil_div(nq, tile.qb);
+  tile.n_ktiles = ceil_div(nk, tile.kb);
+  const TeamPolicy policy = make_team_policy(batch * heads * tile.n_qtiles, tile.scratch_bytes(), tile.level);
+  Kokkos::parallel_for("miniattn::attention_forward_accumulate", policy, tile);
+}
+
+template <class T>
+void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_max, const View3<const T>& row_sum,
+                                const View3<T>& lse) {
+  const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
+  require(same_extents3(row_max, batch, heads, n) && same_extents3(row_sum, batch, heads, n) &&
+              same_extents3(lse, batch, heads, n),
+          "row_max, row_sum and lse must be [B, H, n] with out's B, H, n");
+  const T neg_inf = -std::numeric_limits<T>::infinity();
+  Kokkos::parallel_for(
+      "miniattn::attention_forward_finalize", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
+        const index_t i = row % n;
+        const index_t bh = row / n;
+        const index_t b = bh / heads, h = bh % heads;
+        const T m = row_max(b, h, i);  // read before lse is written: lse may alias row_max
+        const T l = row_sum(b, h, i);
+        T* const o_row = &out(b, h, i, 0);
+        if (m == neg_inf || !(l > T(0))) {
+          for (index_t d = 0; d < dh; ++d) o_row[d] = T(0);
+          lse(b, h, i) = neg_inf;
+        } else {
+          const T inv = T(1) / l;
+          for (index_t d = 0; d < dh; ++d) o_row[d] *= inv;
+          lse(b, h, i) = m + compat::log(l);
+        }
+      });
+}
+
+template <class T>
+void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                       const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
+                       const View3<T>& row_sum) {
+  attention_forward_init<T>(out, lse, row_sum);
+  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, causal, blocking, out, lse, row_sum);
+  attention_forward_finalize<T>(out, lse, row_sum, lse);
+}
+
+#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                      \
+  template void attention_forward_init<T>(const View4<T>&, const View3<T>&, const View3<T>&);                          \
+  template void attention_forward_accumulate<T>(                                                                       \
+      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View1<const index_t>&,                \
+      const View1<const index_t>&, bool, const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&); \
+  template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,           \
+                                              const View3<T>&);                                                        \
+  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,              \
+                                     const View1<const index_t>&, const View1<const index_t>&, bool,                   \
+                                     const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&);
+MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
+MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)
+#undef MINIATTN_INSTANTIATE_ATTENTION_FORWARD
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,237 @@
+#pragma once
+// The machinery the blockwise attention kernels share (attention_forward.cpp,
+// attention_backward.cpp): team policies with their scratch, the
+// register-blocked tile product, and the loops over a tile's rows.
+//
+// One Kokkos team works on one tile (forward: a query tile; backward: a
+// query-tile x key-tile pair). The operand a tile keeps meeting is staged once
+// per team in scratch, and every matrix product of a tile pair goes through one
+// register-blocked kernel (team_tile_product):
+//   C[rows x width] = A B, cut into R x W register tiles.
+// A thread of the team takes a strip of R rows (R pointers into A); a vector
+// lane takes W consecutive columns of B and accumulates the R x W block in
+// registers over the whole inner dimension, then hands it to an epilogue
+// (scale, mask, exp, rescale-and-add, ...). The tiling is chosen by execution
+// space, the code is the same:
+//   host (one thread per team): a lane is a "pack" of SIMD registers: W = P
+//     vectors of the target's width (kernels/simd_pack.hpp), R = 6 rows: 12
+//     accumulator registers, 2 for B, 1 broadcast of A - the classic broadcast
+//     + FMA micro-kernel;
+//   GPU: R = W = 1 and a pack is one scalar: a lane owns one output element,
+//     lanes run along B's rows.
+// Row-wise passes (online softmax) use the same split: one pack of consecutive
+// queries per lane. Phases that read what other threads wrote are separated by
+// team barriers.
+#include <algorithm>
+#include <cstddef>
+#include <limits>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/simd_pack.hpp"
+
+namespace miniattn::kernels::attention_detail {
+
+using namespace simd;
+
+// Dynamic: tiles differ in work (causal masks skip whole tile pairs), and no
+// result depends on which thread runs which team.
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using TeamMember = TeamPolicy::member_type;
+template <class T>
+using ScratchView = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
+
+// Register tile of the products: R rows x P packs (W = P * lanes columns).
+// Host: 2R accumulator registers + P for B + 1 broadcast fit the SIMD register
+// file: R = 6 for the 16 registers of SSE2/AVX2, R = 8 for AVX-512's 32
+// (measured: R = 4 is 60% slower, R = 12 about 5% slower than 8 there).
+template <class T>
+struct Tiling {
+  static constexpr int R = kHostExecution ? (kHostVectorBytes == 64 ? 8 : 6) : 1;
+  static constexpr int P = kHostExecution ? 2 : 1;
+  static constexpr int lanes = Pack<T>::lanes;
+  static constexpr int W = P * lanes;
+  static constexpr int L = kHostExecution ? 1 : 32;  // vector lanes of the row-wise passes
+};
+
+inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
+inline index_t round_up(index_t a, index_t m) { return ceil_div(a, m) * m; }
+inline index_t clamp_block(index_t requested, index_t extent) {
+  return std::max<index_t>(1, std::min<index_t>(requested, extent));
+}
+
+inline void require(bool condition, const char* what) {
+  if (!condition) throw RuntimeFailure(std::string("attention: ") + what);
+}
+
+template <class View>
+bool same_extents4(const View& a, index_t b, index_t h, index_t n, index_t d) {
+  return static_cast<index_t>(a.extent(0)) == b && static_cast<index_t>(a.extent(1)) == h &&
+         static_cast<index_t>(a.extent(2)) == n && static_cast<index_t>(a.extent(3)) == d;
+}
+
+template <class View>
+bool same_extents3(const View& a, index_t b, index_t h, index_t n) {
+  return static_cast<index_t>(a.extent(0)) == b && static_cast<index_t>(a.extent(1)) == h &&
+         static_cast<index_t>(a.extent(2)) == n;
+}
+
+template <class T>
+std::size_t scratch_bytes_for(index_t count) {
+  return ScratchView<T>::shmem_size(static_cast<std::size_t>(count));
+}
+
+// A team policy whose scratch holds `scratch_bytes`: level 0 (fast, small)
+// when the tiles fit, level 1 otherwise.
+inline TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_bytes, int& scratch_level) {
+  scratch_level = scratch_bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
+  if (scratch_bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1))) {
+    throw RuntimeFailure("attention: tiles need " + std::to_string(scratch_bytes) +
+                         " bytes of team scratch, more than the backend offers; reduce the block sizes");
+  }
+  if (kHostExecution) {
+    TeamPolicy policy(static_cast<int>(league_size), 1, 1);
+    return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
+  }
+  const int vector_length = std::min(TeamPolicy::vector_length_max(), 32);
+  TeamPolicy policy(static_cast<int>(league_size), Kokkos::AUTO, vector_length);
+  return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
+}
+
+// Smallest and largest global position of a tile; the same on every thread.
+KOKKOS_INLINE_FUNCTION void team_position_range(const TeamMember& team, const index_t* pos, index_t count,
+                                                index_t& lowest, index_t& highest) {
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, count),
+      [&](const index_t r, index_t& value) { value = pos[r] < value ? pos[r] : value; }, Kokkos::Min<index_t>(lowest));
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, count),
+      [&](const index_t r, index_t& value) { value = pos[r] > value ? pos[r] : value; }, Kokkos::Max<index_t>(highest));
+}
+
+// Whether any key of a tile is visible to any query of a tile under the causal
+// mask (key position <= query position), and whether some pair is masked.
+KOKKOS_INLINE_FUNCTION bool causal_tiles_meet(const TeamMember& team, const index_t* q_pos, index_t q_count,
+                                              const index_t* k_pos, index_t k_count, bool& partly_masked) {
+  index_t q_lo = 0, q_hi = 0, k_lo = 0, k_hi = 0;
+  team_position_range(team, q_pos, q_count, q_lo, q_hi);
+  team_position_range(team, k_pos, k_count, k_lo, k_hi);
+  partly_masked = k_hi > q_lo;
+  return k_lo <= q_hi;
+}
+
+// acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],
+// B(t, c) = b[t * ldb + c]. kPartial: only the first `width` columns of B exist.
+template <int R, int P, bool kPartial, class T, class V>
+KOKKOS_FORCEINLINE_FUNCTION void register_tile(index_t depth, const T* const (&a)[R], index_t a_step,
+                                               const T* b, index_t ldb, index_t width, V (&acc)[R][P]) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  MINIATTN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    MINIATTN_UNROLL
+    for (int p = 0; p < P; ++p) acc[r][p] = pack_splat<V>(T(0));
+  }
+  for (index_t t = 0; t < depth; ++t) {
+    const T* const b_row = b + t * ldb;
+    V bv[P];
+    if constexpr (kPartial) {
+      T padded[P * lanes];
+      for (int c = 0; c < P * lanes; ++c) padded[c] = c < width ? b_row[c] : T(0);
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) bv[p] = pack_load<V>(padded + p * lanes);
+    } else {
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) bv[p] = pack_load<V>(b_row + p * lanes);
+    }
+    MINIATTN_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const V av = pack_splat<V>(a[r][t * a_step]);
+      MINIATTN_UNROLL
+      for (int p = 0; p < P; ++p) acc[r][p] += av * bv[p];
+    }
+  }
+}
+
+// C[rows x width] = A B with A(r, t) = a0[r * a_rs + t * a_cs] and
+// B(t, c) = b0[t * ldb + c], t < depth, in R x W register tiles spread over the
+// team's threads (row strips) and vector lanes (column chunks). For each tile
+// calls epilogue(r0, nr, c0, nc, acc): rows r0 .. r0+nr-1, columns c0 .. c0+nc-1
+// (acc's other entries are not part of C). Rows past the end repeat the last
+// row of A; columns past `width` read nothing.
+template <class T, class Epilogue>
+KOKKOS_FORCEINLINE_FUNCTION void team_tile_product(const TeamMember& team, index_t rows, index_t width, index_t depth,
+                                                   const T* a0, index_t a_rs, index_t a_cs, const T* b0, index_t ldb,
+                                                   const Epilogue& epilogue) {
+  using V = typename Pack<T>::type;
+  constexpr int R = Tiling<T>::R, P = Tiling<T>::P, W = Tiling<T>::W;
+  const index_t strips = (rows + R - 1) / R;
+  const index_t chunks = (width + W - 1) / W;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, strips), [&](const index_t s) {
+    const index_t r0 = s * R;
+    const index_t nr = rows - r0 < R ? rows - r0 : R;
+    const T* a[R];
+    MINIATTN_UNROLL
+    for (int r = 0; r < R; ++r) a[r] = a0 + (r0 + (r < nr ? r : nr - 1)) * a_rs;
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, chunks), [&](const index_t c) {
+      const index_t c0 = c * W;
+      const index_t nc = width - c0 < W ? width - c0 : W;
+      V acc[R][P];
+      if (nc == W) {
+        register_tile<R, P, false>(depth, a, a_cs, b0 + c0, ldb, nc, acc);
+      } else {
+        register_tile<R, P, true>(depth, a, a_cs, b0 + c0, ldb, nc, acc);
+      }
+      epilogue(r0, nr, c0, nc, acc);
+    });
+  });
+}
+
+// acc (one register tile of team_tile_product) added into the rows
+// dst + (r0 + r) * ld, columns c0 .. c0 + nc - 1: each team owns the rows it
+// adds to, so there is no race and the order of additions is fixed.
+template <class T, int R, int P, class V>
+KOKKOS_FORCEINLINE_FUNCTION void add_register_tile(T* dst, index_t ld, index_t r0, index_t nr, index_t c0, index_t nc,
+                                                   const V (&acc)[R][P]) {
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  MINIATTN_UNROLL
+  for (int r = 0; r < R; ++r) {
+    if (r >= nr) break;
+    T* const row = dst + (r0 + r) * ld + c0;
+    MINIATTN_UNROLL
+    for (int p = 0; p < P; ++p) {
+      const index_t left = nc - p * lanes;
+      if (left <= 0) break;
+      const int width = left < lanes ? static_cast<int>(left) : lanes;
+      pack_store_n(row + p * lanes, V(pack_load_n<V>(row + p * lanes, width) + acc[r][p]), width);
+    }
+  }
+}
+
+// Calls f(c0) for c0 = 0, W, 2W, ... < count: W consecutive items per vector
+// lane (host: one lane, W items in P packs; GPU: W = 1, L lanes).
+template <class T, class F>
+KOKKOS_FORCEINLINE_FUNCTION void team_lane_chunks(const TeamMember& team, index_t count, const F& f) {
+  constexpr int W = Tiling<T>::W, L = Tiling<T>::L;
+  const index_t groups = (count + W * L - 1) / (W * L);
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const index_t g) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, L), [&](const index_t lane) {
+      const index_t c0 = (g * L + lane) * W;
+      if (c0 < count) f(c0);
+    });
+  });
+}
+
+// Copies a [rows x cols] tile (row stride src_ld) transposed into scratch
+// dst [cols][dst_ld], columns past `rows` zero.
+template <class T>
+KOKKOS_INLINE_FUNCTION void stage_transposed(const TeamMember& team, const T* src, index_t src_ld, index_t rows,
+                                             index_t cols, T* dst, index_t dst_ld) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](const index_t d) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dst_ld),
+                         [&](const index_t r) { dst[d * dst_ld + r] = r < rows ? src[r * src_ld + d] : T(0); });
+  });
+}
+
+}  // namespace miniattn::kernels::attention_detail
