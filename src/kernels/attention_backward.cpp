@@ -1,15 +1,19 @@
 // Blockwise attention, backward pass. See attention.hpp for the contract and
 // attention_tiles.hpp for the team and tile machinery.
 //
-// One team per (query tile, key tile) pair, FlashAttention-2's five products,
-// with K^T and V^T transposed once per call (TransposedKeys):
+// FlashAttention-2's five products per (query tile, key tile) pair, with K^T
+// and V^T transposed once per call (TransposedKeys):
 //   P = exp(scale Q K^T - lse), dS = scale P (dO V^T - delta),
 //   dq += dS K,  dv += P^T dO,  dk += dS^T Q.
-// No atomics: the pairs run in waves. In wave w the team of key tile kt takes
-// query tile (kt + w) mod waves, so within a wave no two teams share a query
-// tile (dq rows) or a key tile (dk, dv rows), and every row's sum runs in wave
-// order - fixed by the tiling alone, the same bits on any number of threads.
-// A wave is one kernel launch; waves = max(query tiles, key tiles).
+// No atomics. Tiles are grouped in blocks of S consecutive tiles (S = 4 on the
+// host, where a block's tiles stay in cache; S = 1 on GPUs, for parallelism),
+// and block pairs run in waves: in wave w the team of key block kb takes
+// query block (kb + w) mod waves. Within a wave no two teams share a query
+// tile (dq rows) or a key tile (dk, dv rows); every row's sum runs in wave
+// order, then tile order inside the block - fixed by the tiling alone, the
+// same bits on any number of threads. A team stages a key tile once per block
+// and keeps its dk, dv in scratch over the block's query tiles. A wave is one
+// kernel launch; waves = max(query blocks, key blocks).
 #include <limits>
 
 #include "kernels/attention_tiles.hpp"
@@ -20,7 +24,9 @@ using namespace attention_detail;
 
 namespace {
 
-// One (query tile, key tile) pair's work in one wave (the functor of a launch).
+constexpr index_t kBlockTiles = kHostExecution ? 4 : 1;  // S above
+
+// One (query block, key block) pair's work in one wave (the functor of a launch).
 template <class T>
 struct BackwardTilePair {
   using V = typename Pack<T>::type;
@@ -32,51 +38,81 @@ struct BackwardTilePair {
   View4<T> dq, dk, dv;
   View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
   bool causal;
-  index_t heads, nq, nk, dh, qb, kb, kb_ld, n_qtiles, n_ktiles, waves, wave;
+  index_t heads, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves, wave;
   int level;
   T scale;
 
   struct Pair {
     index_t b, h, i0, rows, j0, cols;
     bool masked;
+    T* k_t;          // [dh][kb_ld]: the pair's K^T tile (a compact copy: every row strip reads it)
+    T* v_t;          // [dh][kb_ld]: the pair's V^T tile
     T* p_tile;       // [qb][kb_ld]: probabilities
     T* ds_tile;      // [qb][kb_ld]: scale * dS
+    T* dk_acc;       // [kb][dh_ld]: this key tile's dk over the block's query tiles
+    T* dv_acc;       // [kb][dh_ld]
     index_t* kpos;   // [kb_ld]: key positions, padding always masked
   };
 
   std::size_t scratch_bytes() const {
-    return 2 * scratch_bytes_for<T>(qb * kb_ld) + scratch_bytes_for<index_t>(kb_ld);
+    return 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
+           2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const index_t kt = team.league_rank() % n_ktiles, bh = team.league_rank() / n_ktiles;
-    const index_t qt = (kt + wave) % waves;
-    if (qt >= n_qtiles) return;
+    const index_t n_kblocks = (n_ktiles + kBlockTiles - 1) / kBlockTiles;
+    const index_t key_block = team.league_rank() % n_kblocks, bh = team.league_rank() / n_kblocks;
+    const index_t query_block = (key_block + wave) % waves;
+    if (query_block * kBlockTiles >= n_qtiles) return;
     Pair t;
     t.b = bh / heads;
     t.h = bh % heads;
-    t.i0 = qt * qb;
-    t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
-    t.j0 = kt * kb;
-    t.cols = (nk - t.j0) < kb ? (nk - t.j0) : kb;
-    t.masked = false;
-    if (causal && !causal_tiles_meet(team, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
-      return;  // every key of the pair is in the future of every query
+    t.k_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
+    t.v_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
     t.p_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
     t.ds_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
+    t.dk_acc = ScratchView<T>(team.team_scratch(level), kb * dh_ld).data();
+    t.dv_acc = ScratchView<T>(team.team_scratch(level), kb * dh_ld).data();
     t.kpos = ScratchView<index_t>(team.team_scratch(level), kb_ld).data();
-    stage(team, t);
-    team.team_barrier();
-    probabilities(team, t);
-    team.team_barrier();
-    score_gradients(team, t);
-    team.team_barrier();
-    add_gradients(team, t);
+    const index_t kt_end = (key_block + 1) * kBlockTiles < n_ktiles ? (key_block + 1) * kBlockTiles : n_ktiles;
+    const index_t qt_end = (query_block + 1) * kBlockTiles < n_qtiles ? (query_block + 1) * kBlockTiles : n_qtiles;
+    for (index_t kt = key_block * kBlockTiles; kt < kt_end; ++kt) {
+      t.j0 = kt * kb;
+      t.cols = (nk - t.j0) < kb ? (nk - t.j0) : kb;
+      bool staged = false;
+      for (index_t qt = query_block * kBlockTiles; qt < qt_end; ++qt) {
+        t.i0 = qt * qb;
+        t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
+        t.masked = false;
+        if (causal && !causal_tiles_meet(team, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
+          continue;  // every key of the pair is in the future of every query
+        if (!staged) stage(team, t);
+        staged = true;
+        team.team_barrier();  // staging is done; the previous pair is done with p and dS
+        probabilities(team, t);
+        team.team_barrier();
+        score_gradients(team, t);
+        team.team_barrier();
+        add_gradients(team, t);
+      }
+      if (!staged) continue;
+      team.team_barrier();
+      add_key_gradients(team, t);
+      team.team_barrier();  // the next key tile overwrites the scratch
+    }
   }
 
-  // The key positions into scratch.
+  // The K^T and V^T tiles and the key positions into scratch, dk and dv cleared.
   KOKKOS_INLINE_FUNCTION void stage(const TeamMember& team, const Pair& t) const {
     const index_t always_masked = std::numeric_limits<index_t>::max();
+    copy_tile(team, &k_t(t.b, t.h, 0, t.j0), index_t(k_t.stride(2)), dh, t.cols, t.k_t, kb_ld);
+    copy_tile(team, &v_t(t.b, t.h, 0, t.j0), index_t(v_t.stride(2)), dh, t.cols, t.v_t, kb_ld);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
+        t.dk_acc[j * dh_ld + d] = T(0);
+        t.dv_acc[j * dh_ld + d] = T(0);
+      });
+    });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kb_ld), [&](const index_t j) {
       Kokkos::single(Kokkos::PerThread(team), [&]() { t.kpos[j] = j < t.cols ? k_pos(t.j0 + j) : always_masked; });
     });
@@ -88,8 +124,7 @@ struct BackwardTilePair {
     const T neg_inf = -std::numeric_limits<T>::infinity(), pos_inf = std::numeric_limits<T>::infinity();
     const index_t* const qp = q_pos.data() + t.i0;
     team_tile_product<T>(
-        team, t.rows, t.cols, dh, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), index_t(1), &k_t(t.b, t.h, 0, t.j0),
-        index_t(k_t.stride(2)),
+        team, t.rows, t.cols, dh, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), index_t(1), t.k_t, kb_ld,
         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
           const V vscale = pack_splat<V>(scale);
           MINIATTN_UNROLL
@@ -112,8 +147,7 @@ struct BackwardTilePair {
   // scale dS = scale P (dout v^T - delta).
   KOKKOS_INLINE_FUNCTION void score_gradients(const TeamMember& team, const Pair& t) const {
     team_tile_product<T>(
-        team, t.rows, t.cols, dh, &dout(t.b, t.h, t.i0, 0), index_t(dout.stride(2)), index_t(1),
-        &v_t(t.b, t.h, 0, t.j0), index_t(v_t.stride(2)),
+        team, t.rows, t.cols, dh, &dout(t.b, t.h, t.i0, 0), index_t(dout.stride(2)), index_t(1), t.v_t, kb_ld,
         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
           const V vscale = pack_splat<V>(scale);
           MINIATTN_UNROLL
@@ -131,16 +165,16 @@ struct BackwardTilePair {
         });
   }
 
-  // dq += scale dS k, dv += P^T dout, dk += scale dS^T q. This team is the only
-  // one of its wave on these dq rows and these dk, dv rows.
+  // dq += scale dS k (in memory: this team is the only one of its wave on these
+  // rows), dv += P^T dout, dk += scale dS^T q (in scratch).
   KOKKOS_INLINE_FUNCTION void add_gradients(const TeamMember& team, const Pair& t) const {
     const index_t q_ld = q.stride(2), g_ld = dout.stride(2);
     const T* const q_tile = &q(t.b, t.h, t.i0, 0);
     const T* const g_tile = &dout(t.b, t.h, t.i0, 0);
     T* const dq_tile = &dq(t.b, t.h, t.i0, 0);
-    T* const dk_tile = &dk(t.b, t.h, t.j0, 0);
-    T* const dv_tile = &dv(t.b, t.h, t.j0, 0);
-    const index_t dq_ld = dq.stride(2), dk_ld = dk.stride(2), dv_ld = dv.stride(2);
+    T* const dk_tile = t.dk_acc;
+    T* const dv_tile = t.dv_acc;
+    const index_t dq_ld = dq.stride(2), dk_ld = dh_ld, dv_ld = dh_ld;
     team_tile_product<T>(team, t.rows, dh, t.cols, t.ds_tile, kb_ld, index_t(1), &k(t.b, t.h, t.j0, 0),
                          index_t(k.stride(2)),
                          [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
@@ -151,6 +185,20 @@ struct BackwardTilePair {
     team_tile_product<T>(team, t.cols, dh, t.rows, t.ds_tile, index_t(1), kb_ld, q_tile, q_ld,
                          [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
                              const V(&acc)[R][P]) { add_register_tile<T, R, P>(dk_tile, dk_ld, r0, nr, c0, nc, acc); });
+  }
+
+  // The key tile's dk, dv from scratch into memory (this team is the only one
+  // of its wave on these rows).
+  KOKKOS_INLINE_FUNCTION void add_key_gradients(const TeamMember& team, const Pair& t) const {
+    T* const dk_tile = &dk(t.b, t.h, t.j0, 0);
+    T* const dv_tile = &dv(t.b, t.h, t.j0, 0);
+    const index_t dk_ld = dk.stride(2), dv_ld = dv.stride(2);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
+      Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) {
+        dk_tile[j * dk_ld + d] += t.dk_acc[j * dh_ld + d];
+        dv_tile[j * dv_ld + d] += t.dv_acc[j * dh_ld + d];
+      });
+    });
   }
 };
 
@@ -220,14 +268,16 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
   BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, causal,
-                           heads, nq, nk, dh, 0, 0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
+                           heads, nq, nk, dh, 0, 0, 0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
   pair.qb = clamp_block(blocking.query_block, nq);
   pair.kb = clamp_block(blocking.key_block, nk);
   pair.kb_ld = round_up(pair.kb, Tiling<T>::W);  // columns of K^T, V^T, P and dS: whole register tiles
+  pair.dh_ld = round_up(dh, Tiling<T>::W);        // columns of the dk, dv accumulators
   pair.n_qtiles = ceil_div(nq, pair.qb);
   pair.n_ktiles = ceil_div(nk, pair.kb);
-  pair.waves = std::max(pair.n_qtiles, pair.n_ktiles);
-  const TeamPolicy policy = make_team_policy(batch * heads * pair.n_ktiles, pair.scratch_bytes(), pair.level);
+  const index_t n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
+  pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), n_kblocks);
+  const TeamPolicy policy = make_team_policy(batch * heads * n_kblocks, pair.scratch_bytes(), pair.level);
   for (pair.wave = 0; pair.wave < pair.waves; ++pair.wave)
     Kokkos::parallel_for("miniattn::attention_backward_accumulate", policy, pair);
 }

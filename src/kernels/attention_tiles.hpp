@@ -223,6 +223,21 @@ KOKKOS_FORCEINLINE_FUNCTION void team_lane_chunks(const TeamMember& team, index_
   });
 }
 
+// Copies a [rows x cols] tile (row stride src_ld) into scratch dst [rows][dst_ld].
+template <class T>
+KOKKOS_INLINE_FUNCTION void copy_tile(const TeamMember& team, const T* src, index_t src_ld, index_t rows,
+                                      index_t cols, T* dst, index_t dst_ld) {
+  using V = typename Pack<T>::type;
+  constexpr int lanes = Pack<T>::lanes;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const index_t r) {
+    Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, (cols + lanes - 1) / lanes), [&](const index_t p) {
+      const index_t c0 = p * lanes;
+      const int width = cols - c0 < lanes ? static_cast<int>(cols - c0) : lanes;
+      pack_store_n(dst + r * dst_ld + c0, pack_load_n<V>(src + r * src_ld + c0, width), width);
+    });
+  });
+}
+
 // Copies a [rows x cols] tile (row stride src_ld) transposed into scratch
 // dst [cols][dst_ld], columns past `rows` zero.
 template <class T>
