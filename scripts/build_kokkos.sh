@@ -2,7 +2,7 @@
 # Builds Kokkos 4.6.01 and Kokkos Kernels 4.6.02 (BLAS only) from their source
 # tarballs into a prefix, for miniattn to build against with -DKokkos_ROOT.
 #
-#   scripts/build_kokkos.sh [openmp|cuda]      (default openmp)
+#   scripts/build_kokkos.sh [openmp|cuda|tools]      (default openmp)
 #
 #   openmp  Kokkos with the OpenMP and Serial backends; Kokkos Kernels with the
 #           BLAS TPL: OpenBLAS's OpenMP build where Debian has it
@@ -17,6 +17,10 @@
 #           patch in scripts/patches/ (guarded by CUDART_VERSION, so CUDA 12
 #           builds unchanged); Kokkos Kernels with the cuBLAS TPL.
 #           Prefix: build-deps/kokkos-cuda.
+#   tools   Kokkos Tools' simple kernel timer (kp_kernel_timer.so, kp_reader)
+#           and space-time stack (kp_space_time_stack.so, MPI-aware), built
+#           with their Makefiles; they work with any Kokkos build (see
+#           docs/kokkos_tools.md). Prefix: build-deps/kokkos-tools.
 #
 # Environment:
 #   MINIATTN_THIRD_PARTY  folder with the tarballs and their SHA256SUMS
@@ -39,28 +43,59 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 variant=${1:-openmp}
 case "$variant" in
-  openmp|cuda) ;;
-  *) echo "build_kokkos: unknown variant '$variant' (expected openmp or cuda)" >&2; exit 2 ;;
+  openmp|cuda|tools) ;;
+  *) echo "build_kokkos: unknown variant '$variant' (expected openmp, cuda or tools)" >&2; exit 2 ;;
 esac
 
 third_party=${MINIATTN_THIRD_PARTY:-$root/../shared/third_party}
 deps=${MINIATTN_DEPS_DIR:-$root/build-deps}
 prefix=$deps/kokkos-$variant
+
+# Checks tarballs (names in SHA256SUMS) before anything is unpacked.
+verify() {
+  [ -f "$third_party/SHA256SUMS" ] || {
+    echo "build_kokkos: $third_party/SHA256SUMS not found: refusing to build from unchecked tarballs" >&2
+    exit 1
+  }
+  local name
+  for name in "$@"; do
+    [ -f "$third_party/$name" ] || {
+      echo "build_kokkos: $third_party/$name not found; set MINIATTN_THIRD_PARTY to the folder holding it" \
+           "and SHA256SUMS, or build against your own install with -DKokkos_ROOT" >&2
+      exit 1
+    }
+    (cd "$third_party" && grep -E " $name\$" SHA256SUMS | sha256sum --check --strict --quiet) || {
+      echo "build_kokkos: $name does not match SHA256SUMS: refusing to build" >&2
+      exit 1
+    }
+  done
+}
+
+if [ "$variant" = tools ]; then
+  tools_tar=$(cd "$third_party" 2>/dev/null && ls kokkos-tools-*.tar.gz 2>/dev/null | head -n 1)
+  [ -n "$tools_tar" ] || { echo "build_kokkos: no kokkos-tools-*.tar.gz in $third_party" >&2; exit 1; }
+  stamp_text=$(cd "$third_party" && grep -E " $tools_tar\$" SHA256SUMS || true)
+  if [ -f "$prefix/.miniattn-stamp" ] && [ "$(cat "$prefix/.miniattn-stamp")" = "$stamp_text" ]; then
+    echo "build_kokkos: $prefix is complete"
+    exit 0
+  fi
+  verify "$tools_tar"
+  rm -rf "$deps/src-tools" "$prefix"
+  mkdir -p "$deps/src-tools" "$prefix"
+  tar -xzf "$third_party/$tools_tar" -C "$deps/src-tools"
+  profiling=$(echo "$deps"/src-tools/kokkos-tools-*/profiling)
+  make -C "$profiling/simple-kernel-timer" -j "$(nproc)" > /dev/null
+  make -C "$profiling/space-time-stack" CXX="${MPICXX:-mpicxx}" > /dev/null
+  cp "$profiling/simple-kernel-timer/kp_kernel_timer.so" "$profiling/simple-kernel-timer/kp_reader" \
+     "$profiling/space-time-stack/kp_space_time_stack.so" "$prefix/"
+  printf '%s\n' "$stamp_text" > "$prefix/.miniattn-stamp"
+  rm -rf "$deps/src-tools"
+  echo "build_kokkos: Kokkos Tools in $prefix (KOKKOS_TOOLS_LIBS=$prefix/kp_kernel_timer.so)"
+  exit 0
+fi
 kokkos_tar=kokkos-4.6.01.tar.gz
 kernels_tar=kokkos-kernels-4.6.02.tar.gz
 jobs=$(nproc)
-
-for tarball in "$kokkos_tar" "$kernels_tar"; do
-  if [ ! -f "$third_party/$tarball" ]; then
-    echo "build_kokkos: $third_party/$tarball not found; set MINIATTN_THIRD_PARTY to the folder holding" \
-         "$kokkos_tar, $kernels_tar and SHA256SUMS, or build against your own install with -DKokkos_ROOT" >&2
-    exit 1
-  fi
-done
-if [ ! -f "$third_party/SHA256SUMS" ]; then
-  echo "build_kokkos: $third_party/SHA256SUMS not found: refusing to build from unchecked tarballs" >&2
-  exit 1
-fi
 
 common_flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=17 -DCMAKE_CXX_EXTENSIONS=OFF)
 kernels_flags=(
@@ -98,7 +133,7 @@ fi
 
 # The stamp: what was built, from what. A change to any of it rebuilds.
 stamp_text=$(
-  cd "$third_party" && grep -E " ($kokkos_tar|$kernels_tar)\$" SHA256SUMS
+  cd "$third_party" 2>/dev/null && grep -E " ($kokkos_tar|$kernels_tar)\$" SHA256SUMS
   echo "kokkos: ${kokkos_flags[*]} ${common_flags[*]}"
   echo "kernels: ${kernels_flags[*]}"
   for p in "${patches[@]}"; do sha256sum "$p" | cut -d' ' -f1; done
@@ -109,11 +144,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ]; then
   exit 0
 fi
 
-echo "build_kokkos: checking the tarballs against SHA256SUMS"
-(cd "$third_party" && grep -E " ($kokkos_tar|$kernels_tar)\$" SHA256SUMS | sha256sum --check --strict) || {
-  echo "build_kokkos: checksum mismatch in $third_party: refusing to build" >&2
-  exit 1
-}
+verify "$kokkos_tar" "$kernels_tar"
 
 src=$deps/src-$variant
 rm -rf "$src" "$prefix"
