@@ -12,6 +12,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "driver/run_miniattn.hpp"
+#include "perf/gemm_rate.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -22,6 +23,7 @@ int main(int argc, char** argv) {
   {
     // Kokkos removes its own --kokkos-* arguments from argv.
     Kokkos::ScopeGuard kokkos(argc, argv);
+    miniattn::match_blas_threads_to_kokkos();
     try {
       const miniattn::CommandLine cli = miniattn::parse_command_line(argc, argv);
       if (cli.help_requested) {

@@ -451,7 +451,7 @@ nlohmann::json run_calibrate(const Config& c, MPI_Comm world) {
     machine.elementwise_bandwidth = rates.elementwise_bandwidth;
   }
   if (world_size > 1 && ranks_per_node > 1) machine.alone = measure_rates_alone<T>(c, sizes, world);
-  const double square_gemm = median_over_ranks(measure_gemm_flops<T>(1024, 5), world);
+  const double square_gemm = median_over_ranks(measure_gemm_flops<T>(), world);
   const double copy_bandwidth = median_over_ranks(measure_copy_bandwidth<T>(std::size_t{1} << 23, world), world);
   const std::size_t available = memory_available_per_rank(c.run.memory_per_rank_gib, ranks_per_node);
   double memory = static_cast<double>(available);

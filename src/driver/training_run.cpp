@@ -466,7 +466,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
 
   if (bench) {
     // Against this machine's own GEMM rate, measured now with the same scalar type.
-    const double gemm_rate = measure_gemm_flops<T>(1024, 5);
+    const double gemm_rate = measure_gemm_flops<T>();
     const double per_rank_rate = step_median > 0 ? flops.total() / step_median / grid.world_size : 0.0;
     auto rate_of = [&](const std::string& phase, double phase_flops) {
       const double seconds = timer.median(phase);
@@ -475,6 +475,8 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
     };
     nlohmann::json b;
     b["gemm_gflops_per_rank"] = gemm_rate * 1e-9;
+    const BlasInfo blas = blas_info();
+    b["blas"] = {{"library", blas.library}, {"core", blas.core}, {"threads", blas.threads}, {"warning", blas.warning}};
     b["step"] = {{"seconds", step_median},
                  {"gflops_per_rank", per_rank_rate * 1e-9},
                  {"fraction_of_gemm", per_rank_rate / gemm_rate}};

@@ -37,7 +37,7 @@ using namespace simd;
 
 // Dynamic: tiles differ in work (causal masks skip whole tile pairs), and no
 // result depends on which thread runs which team.
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
 using TeamMember = TeamPolicy::member_type;
 template <class T>
 using ScratchView = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

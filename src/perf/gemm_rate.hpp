@@ -1,12 +1,29 @@
 #pragma once
-// This machine's own dense matrix-multiply rate, measured in the run with
-// KokkosBlas::gemm on the run's scalar type, so that achieved FLOP/s can be
-// reported as a fraction of what the hardware + BLAS reach on this rank.
+// This machine's own dense matrix-multiply rate: the one reference every
+// report compares against (run.mode bench, run.mode calibrate,
+// bench_attention), measured the same way everywhere: KokkosBlas::gemm on the
+// run's scalar type, n x n x n with random operands, on as many BLAS threads
+// as the Kokkos execution space has, 2 warm-up calls, median of 7.
+#include <string>
+
 namespace miniattn {
 
-// FLOP/s of C = A B with square n x n LayoutRight operands: median of
-// `repeats` timed calls after one warm-up call.
+// The BLAS behind KokkosBlas::gemm, as far as it says (OpenBLAS does).
+struct BlasInfo {
+  std::string library = "unknown";  // e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
+  std::string core;                  // the kernel set chosen at run time, e.g. "SkylakeX"
+  int threads = 0;                   // 0: unknown
+  std::string warning;               // e.g. a slower kernel set than the CPU allows
+};
+BlasInfo blas_info();
+
+// Gives an OpenBLAS as many threads as the Kokkos execution space runs
+// (OpenBLAS otherwise starts one per core in every rank), unless
+// OPENBLAS_NUM_THREADS is set. Call after Kokkos is initialised.
+void match_blas_threads_to_kokkos();
+
+// FLOP/s of C = A B with square n x n LayoutRight operands.
 template <class T>
-double measure_gemm_flops(long n, int repeats);
+double measure_gemm_flops(long n = 1024);
 
 }  // namespace miniattn

@@ -23,18 +23,13 @@
 // that; backward 2.5x forward (five products). "fwd+bwd" is 3.5x the forward
 // count over the sum of the forward and backward (delta + accumulate) times.
 //
-// Reference rate: KokkosBlas::gemm on N x N LayoutRight views (reaches the
-// vendor BLAS), median of 7 repeats after 2 warm-ups. The comparison is meant
-// for ONE core: the attention kernels run on the default execution space (one
-// core with the Serial backend; the program warns when it has more), and the
-// BLAS is pinned to one thread: OpenBLAS reads OPENBLAS_NUM_THREADS when the
-// library is loaded, before main, so the program calls openblas_set_num_threads(1)
-// when the BLAS provides it and otherwise asks you to set OPENBLAS_NUM_THREADS=1
-// (or OMP_NUM_THREADS=1 / MKL_NUM_THREADS=1) yourself.
-#include <KokkosBlas3_gemm.hpp>
+// Reference rate: this machine's GEMM rate measured as every miniattn report
+// measures it (src/perf/gemm_rate.hpp): KokkosBlas::gemm on N x N, random
+// operands, on as many BLAS threads as the kernels' execution space has
+// (OpenBLAS: set by the program unless OPENBLAS_NUM_THREADS is set), median of
+// 7 after 2 warm-ups. Run with OMP_NUM_THREADS=n on an OpenMP build for n threads.
 #include <Kokkos_Core.hpp>
 #include <Kokkos_Random.hpp>
-#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -46,6 +41,7 @@
 
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "perf/gemm_rate.hpp"
 
 namespace {
 
@@ -72,22 +68,6 @@ double clock_seconds(clockid_t id) {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-// Pins a threaded BLAS to one thread. Returns a line saying what was done.
-std::string pin_blas_to_one_thread() {
-  setenv("OPENBLAS_NUM_THREADS", "1", 1);  // for any child process; this one has read it already
-  using SetThreads = void (*)(int);
-  for (const char* symbol : {"openblas_set_num_threads", "goto_set_num_threads"}) {
-    if (void* f = dlsym(RTLD_DEFAULT, symbol)) {
-      reinterpret_cast<SetThreads>(f)(1);
-      return std::string("BLAS threads: 1 (") + symbol + "(1))";
-    }
-  }
-  const char* env = std::getenv("OMP_NUM_THREADS");
-  return std::string("BLAS threads: not set by the program (no openblas_set_num_threads); run with "
-                     "OPENBLAS_NUM_THREADS=1 / MKL_NUM_THREADS=1 / OMP_NUM_THREADS=1 for a one-core rate") +
-         (env ? std::string(" [OMP_NUM_THREADS=") + env + "]" : std::string());
-}
-
 template <class F>
 std::vector<double> timings(int warmups, int reps, F&& f) {
   for (int w = 0; w < warmups; ++w) {
@@ -105,23 +85,6 @@ std::vector<double> timings(int warmups, int reps, F&& f) {
   }
   std::sort(t.begin(), t.end());
   return t;
-}
-
-double median(const std::vector<double>& t) {
-  const std::size_t m = t.size() / 2;
-  return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
-}
-
-// GFLOP/s of C = A B on gemm_n^3, median of 7 after 2 warm-ups; spread = max/min time.
-template <class T>
-double gemm_rate(index_t gemm_n, double& spread) {
-  View2<T> a("a", gemm_n, gemm_n), b("b", gemm_n, gemm_n), c("c", gemm_n, gemm_n);
-  Kokkos::Random_XorShift64_Pool<miniattn::ExecSpace> pool(99);
-  Kokkos::fill_random(a, pool, T(-1), T(1));
-  Kokkos::fill_random(b, pool, T(-1), T(1));
-  const auto t = timings(2, 7, [&] { KokkosBlas::gemm("N", "N", T(1), a, b, T(0), c); });
-  spread = t.back() / t.front();
-  return 2.0 * double(gemm_n) * double(gemm_n) * double(gemm_n) / median(t) * 1e-9;
 }
 
 template <class T>
@@ -217,22 +180,21 @@ Options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
-  const std::string blas_line = pin_blas_to_one_thread();
   Kokkos::ScopeGuard kokkos(argc, argv);
+  miniattn::match_blas_threads_to_kokkos();
   std::printf("execution space: %s, concurrency %d\n", miniattn::ExecSpace::name(),
-              int(miniattn::ExecSpace::concurrency()));
-  if (miniattn::ExecSpace::concurrency() > 1)
-    std::printf("warning: the kernels run on %d threads; the GEMM reference is one thread\n",
-                int(miniattn::ExecSpace::concurrency()));
-  std::printf("%s\n", blas_line.c_str());
+              int(miniattn::ExecSpace().concurrency()));
+  const miniattn::BlasInfo blas = miniattn::blas_info();
+  std::printf("BLAS: %s, kernels %s, %d threads\n", blas.library.c_str(), blas.core.empty() ? "?" : blas.core.c_str(),
+              blas.threads);
+  if (!blas.warning.empty()) std::printf("warning: %s\n", blas.warning.c_str());
   std::printf("problem: B=1 H=%ld n=%ld Dh=%ld blocks=%ldx%ld, best of %d, %s time\n", long(o.heads), long(o.n),
               long(o.dh), long(o.blocking.query_block), long(o.blocking.key_block), o.reps,
               g_cpu_clock ? "CPU" : "wall-clock");
-  double s_spread = 0, d_spread = 0;
-  const double sgemm = o.fp32 ? gemm_rate<float>(o.gemm_n, s_spread) : 0.0;
-  const double dgemm = o.fp64 ? gemm_rate<double>(o.gemm_n, d_spread) : 0.0;
-  if (o.fp32) std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7, spread %.2f)\n", long(o.gemm_n), sgemm, s_spread);
-  if (o.fp64) std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7, spread %.2f)\n", long(o.gemm_n), dgemm, d_spread);
+  const double sgemm = o.fp32 ? miniattn::measure_gemm_flops<float>(o.gemm_n) * 1e-9 : 0.0;
+  const double dgemm = o.fp64 ? miniattn::measure_gemm_flops<double>(o.gemm_n) * 1e-9 : 0.0;
+  if (o.fp32) std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7)\n", long(o.gemm_n), sgemm);
+  if (o.fp64) std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7)\n", long(o.gemm_n), dgemm);
   if (o.fp32) run_attention<float>(o, sgemm);
   if (o.fp64) run_attention<double>(o, dgemm);
   if (!g_cpu_clock && g_worst_wall_over_cpu > 1.15)
