@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -221,13 +223,35 @@ TEST(ConfigFile, DirectoryIsNotADeck) {
   EXPECT_NE(message.find("directory"), std::string::npos) << message;
 }
 
+// Root reads any file: as root (CI), the read runs with the effective user id
+// of "nobody" (65534) and switches back, so the permission check applies.
+class AsUnprivilegedUser {
+ public:
+  AsUnprivilegedUser() : was_root_(::geteuid() == 0) {
+    if (was_root_ && ::seteuid(65534) != 0) throw std::runtime_error("seteuid(65534) failed");
+  }
+  ~AsUnprivilegedUser() {
+    if (was_root_ && ::seteuid(0) != 0) std::abort();
+  }
+  AsUnprivilegedUser(const AsUnprivilegedUser&) = delete;
+  AsUnprivilegedUser& operator=(const AsUnprivilegedUser&) = delete;
+
+ private:
+  bool was_root_;
+};
+
 TEST(ConfigFile, UnreadableFileNamesTheFile) {
-  if (::geteuid() == 0) GTEST_SKIP() << "root reads any file";
   TempDir dir;
   const std::string file = dir.write("locked.yaml", "model:\n  vocab: 5\n");
   std::filesystem::permissions(file, std::filesystem::perms::none);
-  const std::string message = error_of([&] { parse_config(file, {}, 1); });
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);  // "nobody" may enter the directory
+  std::string message;
+  {
+    AsUnprivilegedUser nobody;
+    message = error_of([&] { parse_config(file, {}, 1); });
+  }
   EXPECT_NE(message.find(file), std::string::npos) << message;
+  EXPECT_NE(message.find("ermission"), std::string::npos) << message;
 }
 
 TEST(ConfigFile, InvalidYamlNamesTheFileLineAndColumn) {

@@ -449,8 +449,17 @@ def bench_report(c):
         p = b[phase]
         if not (p["seconds"] > 0 and p["gflops_per_rank"] > 0 and p["fraction_of_gemm"] > 0):
             fail(f"bench {phase}: {p}")
-    if not b["forward"]["seconds"] + b["backward"]["seconds"] <= b["step"]["seconds"] * 1.5:
-        fail(f"forward + backward longer than the step: {b}")
+    # Each step contains its phases, so the median step is at least each phase's
+    # median, and the phases' totals add up to at most the run's wall time
+    # (medians of different phases do not add up: no check of their sum).
+    phases = r["phases"]
+    for name in ("data", "forward", "backward", "gradient_exchange", "optimizer"):
+        if not phases[name]["median_s"] <= b["step"]["seconds"]:
+            fail(f"phase {name}'s median {phases[name]['median_s']} exceeds the median step {b['step']['seconds']}")
+    in_steps = sum(phases[name]["total_s"] for name in ("data", "forward", "backward", "gradient_exchange",
+                                                        "nan_check", "optimizer"))
+    if not in_steps <= r["total_seconds"]:
+        fail(f"the step phases' totals ({in_steps} s) exceed the run's wall time ({r['total_seconds']} s)")
     if b["step"]["seconds"] != r["step_seconds_median"]:
         fail("bench step is not the median step")
     if b["figure_of_merit_tokens_per_second_per_rank"] != r["tokens_per_second_per_rank"]:

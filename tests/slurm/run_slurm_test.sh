@@ -13,8 +13,8 @@
 # job outputs) lives in a fresh temporary directory under WORK_PARENT; the
 # daemons (a private munged, slurmctld, slurmd) listen on free loopback ports
 # and are always stopped on exit, after any job of ours is cancelled. Needs
-# root (Slurm's daemons run as SlurmUser=root) and installs slurm-wlm and munge
-# with apt-get when they are missing. Any failure fails the test, printing the
+# root (Slurm's daemons run as SlurmUser=root) and slurm-wlm and munge
+# (scripts/install_deps.sh installs them). Any failure fails the test, printing the
 # daemons' logs; MINIATTN_SLURM_KEEP=1 keeps the directory for a look.
 set -euo pipefail
 
@@ -40,16 +40,8 @@ have_slurm() {
     command -v "$c" >/dev/null 2>&1 || return 1
   done
 }
-if ! have_slurm; then
-  [ "$(id -u)" -eq 0 ] || fail "slurm-wlm and munge are missing and installing them needs root"
-  say "installing slurm-wlm munge"
-  export DEBIAN_FRONTEND=noninteractive
-  if ! apt-get install -y -q --no-install-recommends slurm-wlm munge; then
-    apt-get update -q
-    apt-get install -y -q --no-install-recommends slurm-wlm munge
-  fi
-  have_slurm || fail "slurm-wlm and munge installed, but their commands are still missing"
-fi
+# Installing is the scripts' job (scripts/install_deps.sh), never a test's.
+have_slurm || fail "slurm-wlm and munge are missing: run scripts/install_deps.sh (as root)"
 [ "$(id -u)" -eq 0 ] || fail "the test cluster runs its daemons as root (SlurmUser=root): run the test as root"
 
 # A Slurm job around this test (CI on a cluster) must not leak into our cluster.

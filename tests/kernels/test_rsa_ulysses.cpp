@@ -1,0 +1,222 @@
+// The kernels of Ring Self-Attention (src/kernels/dense_attention.*: score
+// blocks, softmax over a row of blocks, apply, block backward) against a naive
+// float64 attention over the concatenated key blocks, their backward against
+// central finite differences; and the Ulysses exchange layouts
+// (src/kernels/ulysses_layout.*) against their index formulas.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "kernel_test_util.hpp"
+#include "kernels/dense_attention.hpp"
+#include "kernels/ulysses_layout.hpp"
+
+namespace miniattn::ktest {
+namespace {
+
+using Precisions = ::testing::Types<float, double>;
+
+// ------------------------------------------------------------ ulysses layouts
+
+// U = 2 ranks, B = 2, Hl = 3 heads per rank after the exchange, n = 5 rows
+// per rank before it; Dh = 17 is more than one SIMD pack and not a multiple.
+constexpr index_t kU = 2, kB = 2, kHl = 3, kN = 5, kDh = 17;
+
+index_t buffer_index(index_t j, index_t b, index_t h, index_t i, index_t d) {
+  return (((j * kB + b) * kHl + h) * kN + i) * kDh + d;
+}
+
+template <class T>
+class UlyssesLayoutTest : public ::testing::Test {};
+TYPED_TEST_SUITE(UlyssesLayoutTest, Precisions);
+
+// buffer[j, b, h, i, d] = x[b, j*Hl + h, i, d]; unpack_heads inverts it.
+TYPED_TEST(UlyssesLayoutTest, PackHeadsMatchesIndexFormula) {
+  using T = TypeParam;
+  const index_t H = kU * kHl;
+  const HostVec x = quantize<T>(Random(601).uniform(kB * H * kN * kDh, -1, 1));
+  kernels::View5<T> buffer("buffer", kU, kB, kHl, kN, kDh);
+  fill_nan(buffer);
+  kernels::pack_heads<T>(to_view4<T>("x", x, kB, H, kN, kDh), buffer);
+  HostVec want(x.size());
+  for (index_t j = 0; j < kU; ++j)
+    for (index_t b = 0; b < kB; ++b)
+      for (index_t h = 0; h < kHl; ++h)
+        for (index_t i = 0; i < kN; ++i)
+          for (index_t d = 0; d < kDh; ++d)
+            want[buffer_index(j, b, h, i, d)] = x[((b * H + j * kHl + h) * kN + i) * kDh + d];
+  EXPECT_EQ(to_host(buffer), want);
+  View4<T> back("back", kB, H, kN, kDh);
+  fill_nan(back);
+  kernels::unpack_heads<T>(buffer, back);
+  EXPECT_EQ(to_host(back), x);
+}
+
+// buffer[s, b, h, i, d] = y[b, h, s*n + i, d]; unpack_rows inverts it.
+TYPED_TEST(UlyssesLayoutTest, PackRowsMatchesIndexFormula) {
+  using T = TypeParam;
+  const index_t rows = kU * kN;
+  const HostVec y = quantize<T>(Random(611).uniform(kB * kHl * rows * kDh, -1, 1));
+  kernels::View5<T> buffer("buffer", kU, kB, kHl, kN, kDh);
+  fill_nan(buffer);
+  kernels::pack_rows<T>(to_view4<T>("y", y, kB, kHl, rows, kDh), buffer);
+  HostVec want(y.size());
+  for (index_t s = 0; s < kU; ++s)
+    for (index_t b = 0; b < kB; ++b)
+      for (index_t h = 0; h < kHl; ++h)
+        for (index_t i = 0; i < kN; ++i)
+          for (index_t d = 0; d < kDh; ++d)
+            want[buffer_index(s, b, h, i, d)] = y[((b * kHl + h) * rows + s * kN + i) * kDh + d];
+  EXPECT_EQ(to_host(buffer), want);
+  View4<T> back("back", kB, kHl, rows, kDh);
+  fill_nan(back);
+  kernels::unpack_rows<T>(buffer, back);
+  EXPECT_EQ(to_host(back), y);
+}
+
+// ------------------------------------------------------------ RSA dense blocks
+
+// B = 1, H = 2, n = 4 queries at positions 3..6, G = 2 key blocks of 3 keys
+// (positions 0..2 and 5..7, so that the causal mask cuts the second block),
+// Dh = 5.
+constexpr index_t kHeads = 2, kQueries = 4, kBlocks = 2, kKeys = 3, kHeadDim = 5;
+const std::vector<index_t> kQueryPos = {3, 4, 5, 6};
+const std::vector<index_t> kKeyPos[kBlocks] = {{0, 1, 2}, {5, 6, 7}};
+
+struct DenseInputs {
+  HostVec q, k[kBlocks], v[kBlocks], g;  // g: dL/d(out)
+  explicit DenseInputs(unsigned seed) {
+    Random rng(seed);
+    q = rng.uniform(kHeads * kQueries * kHeadDim, -1, 1);
+    for (index_t g_ = 0; g_ < kBlocks; ++g_) {
+      k[g_] = rng.uniform(kHeads * kKeys * kHeadDim, -1, 1);
+      v[g_] = rng.uniform(kHeads * kKeys * kHeadDim, -1, 1);
+    }
+    g = rng.uniform(kHeads * kQueries * kHeadDim, -1, 1);
+  }
+};
+
+// Naive float64 attention of the queries over both key blocks: out and lse.
+void reference_attention(const DenseInputs& in, bool causal, HostVec& out, HostVec& lse) {
+  out.assign(kHeads * kQueries * kHeadDim, 0.0);
+  lse.assign(kHeads * kQueries, 0.0);
+  const double scale = 1.0 / std::sqrt(double(kHeadDim));
+  for (index_t h = 0; h < kHeads; ++h)
+    for (index_t i = 0; i < kQueries; ++i) {
+      std::vector<double> s;
+      std::vector<const double*> values;
+      for (index_t blk = 0; blk < kBlocks; ++blk)
+        for (index_t j = 0; j < kKeys; ++j) {
+          if (causal && kKeyPos[blk][j] > kQueryPos[i]) continue;
+          double dot = 0.0;
+          for (index_t d = 0; d < kHeadDim; ++d)
+            dot += in.q[(h * kQueries + i) * kHeadDim + d] * in.k[blk][(h * kKeys + j) * kHeadDim + d];
+          s.push_back(scale * dot);
+          values.push_back(&in.v[blk][(h * kKeys + j) * kHeadDim]);
+        }
+      double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
+      for (double x : s) m = std::max(m, x);
+      for (double x : s) sum += std::exp(x - m);
+      for (std::size_t t = 0; t < s.size(); ++t)
+        for (index_t d = 0; d < kHeadDim; ++d)
+          out[(h * kQueries + i) * kHeadDim + d] += std::exp(s[t] - m) / sum * values[t][d];
+      lse[h * kQueries + i] = m + std::log(sum);
+    }
+}
+
+// The RSA forward through the dense kernels: scores of both blocks, one
+// softmax over the row of blocks, out = sum over blocks of P v.
+template <class T>
+struct DenseForward {
+  View4<T> q, k[kBlocks], v[kBlocks], out;
+  kernels::View5<T> probabilities;
+  View3<T> lse;
+  View1<index_t> q_pos, k_pos[kBlocks];
+  bool causal;
+
+  DenseForward(const DenseInputs& in, bool causal_mask)
+      : q(to_view4<T>("q", in.q, 1, kHeads, kQueries, kHeadDim)),
+        out("out", 1, kHeads, kQueries, kHeadDim),
+        probabilities("probabilities", kBlocks, 1, kHeads, kQueries, kKeys),
+        lse("lse", 1, kHeads, kQueries),
+        q_pos(to_index_view("q_pos", kQueryPos)),
+        causal(causal_mask) {
+    for (index_t blk = 0; blk < kBlocks; ++blk) {
+      k[blk] = to_view4<T>("k", in.k[blk], 1, kHeads, kKeys, kHeadDim);
+      v[blk] = to_view4<T>("v", in.v[blk], 1, kHeads, kKeys, kHeadDim);
+      k_pos[blk] = to_index_view("k_pos", kKeyPos[blk]);
+    }
+    run();
+  }
+  View4<T> block(index_t blk) const {
+    return View4<T>(probabilities.data() + blk * kHeads * kQueries * kKeys, 1, kHeads, kQueries, kKeys);
+  }
+  void run() {
+    for (index_t blk = 0; blk < kBlocks; ++blk) kernels::score_block<T>(q, k[blk], q_pos, k_pos[blk], causal, block(blk));
+    kernels::softmax_over_blocks<T>(probabilities, lse);
+    Kokkos::deep_copy(out, T(0));
+    for (index_t blk = 0; blk < kBlocks; ++blk) kernels::apply_probabilities<T>(block(blk), v[blk], out);
+  }
+};
+
+template <class T>
+class DenseAttentionTest : public ::testing::Test {};
+TYPED_TEST_SUITE(DenseAttentionTest, Precisions);
+
+TYPED_TEST(DenseAttentionTest, ForwardMatchesNaiveAttention) {
+  using T = TypeParam;
+  for (bool causal : {false, true}) {
+    DenseInputs in(701 + causal);
+    in.q = quantize<T>(in.q);
+    for (index_t blk = 0; blk < kBlocks; ++blk) {
+      in.k[blk] = quantize<T>(in.k[blk]);
+      in.v[blk] = quantize<T>(in.v[blk]);
+    }
+    const DenseForward<T> f(in, causal);
+    HostVec out, lse;
+    reference_attention(in, causal, out, lse);
+    MINIATTN_EXPECT_CLOSE(to_host(f.out), out, Tolerance<T>::forward);
+    MINIATTN_EXPECT_CLOSE(to_host(f.lse), lse, Tolerance<T>::forward);
+  }
+}
+
+// L = sum(out * g): dense_block_backward over both blocks against central
+// finite differences of the forward, for q, every k and every v.
+TEST(DenseAttention, BackwardMatchesFiniteDifferences) {
+  for (bool causal : {false, true}) {
+    const DenseInputs in(711 + causal);
+    DenseForward<double> f(in, causal);
+    auto loss = [&]() {
+      f.run();
+      return weighted_sum(f.out, in.g);
+    };
+    const View4<double> dout = to_view4<double>("dout", in.g, 1, kHeads, kQueries, kHeadDim);
+    View3<double> delta("delta", 1, kHeads, kQueries);
+    const HostVec out = to_host(f.out), g = in.g;
+    {
+      auto host = Kokkos::create_mirror_view(delta);
+      for (index_t r = 0; r < kHeads * kQueries; ++r) {
+        double s = 0.0;
+        for (index_t d = 0; d < kHeadDim; ++d) s += out[r * kHeadDim + d] * g[r * kHeadDim + d];
+        host.data()[r] = s;
+      }
+      Kokkos::deep_copy(delta, host);
+    }
+    View4<double> dq("dq", 1, kHeads, kQueries, kHeadDim);
+    View4<double> dk[kBlocks], dv[kBlocks];
+    for (index_t blk = 0; blk < kBlocks; ++blk) {
+      dk[blk] = View4<double>("dk", 1, kHeads, kKeys, kHeadDim);
+      dv[blk] = View4<double>("dv", 1, kHeads, kKeys, kHeadDim);
+      kernels::dense_block_backward<double>(f.block(blk), f.q, f.k[blk], f.v[blk], dout, delta, dq, dk[blk], dv[blk]);
+    }
+    MINIATTN_EXPECT_CLOSE(to_host(dq), fd_gradient(f.q, loss), kFdTolerance);
+    for (index_t blk = 0; blk < kBlocks; ++blk) {
+      MINIATTN_EXPECT_CLOSE(to_host(dk[blk]), fd_gradient(f.k[blk], loss), kFdTolerance);
+      MINIATTN_EXPECT_CLOSE(to_host(dv[blk]), fd_gradient(f.v[blk], loss), kFdTolerance);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace miniattn::ktest
