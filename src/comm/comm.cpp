@@ -83,13 +83,13 @@ MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE
 
-std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm world) {
+std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world) {
   (void)world;
-  if (backend == "mpi") return std::make_unique<MpiComm>();
+  if (backend == CommBackend::mpi) return std::make_unique<MpiComm>();
 #if defined(MINIATTN_HAVE_NCCL)
-  if (backend == "nccl") return std::make_unique<NcclComm>();
+  if (backend == CommBackend::nccl) return std::make_unique<NcclComm>();
 #endif
-  throw InputError("parallel.comm: '" + backend + "' is not built into this executable");
+  throw InputError(std::string("parallel.comm: '") + to_string(backend) + "' is not built into this executable");
 }
 
 }  // namespace miniattn

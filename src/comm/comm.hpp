@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
 #include "core/types.hpp"
 
 namespace miniattn {
@@ -100,6 +101,6 @@ class MpiComm final : public Comm {
 };
 
 // The backend named by parallel.comm ("mpi" or "nccl").
-std::unique_ptr<Comm> make_comm(const std::string& backend, MPI_Comm world);
+std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world);
 
 }  // namespace miniattn

@@ -32,9 +32,9 @@ void ProcessGrid::free() {
   if (ring_comm != MPI_COMM_NULL) MPI_Comm_free(&ring_comm);
 }
 
-std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, const std::string& layout) {
+std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout) {
   std::vector<index_t> positions;
-  if (layout == "zigzag") {
+  if (layout == Layout::zigzag) {
     const index_t chunk = seq_len / (2 * sp_size);
     for (index_t c : {static_cast<index_t>(sp_rank), static_cast<index_t>(2 * sp_size - 1 - sp_rank)})
       for (index_t i = 0; i < chunk; ++i) positions.push_back(c * chunk + i);

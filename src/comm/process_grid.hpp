@@ -33,6 +33,6 @@ struct ProcessGrid {
 // Which global sequence positions a rank of an SP group owns.
 // contiguous: [r*n, (r+1)*n); zigzag: chunks r and 2P-1-r of 2P equal chunks,
 // which balances causal attention work.
-std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, const std::string& layout);
+std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout);
 
 }  // namespace miniattn

@@ -31,53 +31,65 @@ namespace config_fields {
 
 #define MINIATTN_CONFIG_REF(section, key) \
   +[](Config& c) -> decltype((c.section.key)) { return c.section.key; }
+#define MINIATTN_CONFIG_ENUM(section, key)                                                                  \
+  EnumRef {                                                                                                 \
+    +[](const Config& c) { return static_cast<std::size_t>(c.section.key); },                               \
+        +[](Config& c, std::size_t i) { c.section.key = static_cast<decltype(c.section.key)>(i); },          \
+        &enum_names<std::decay_t<decltype(Config().section.key)>>                                          \
+  }
 
 const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
-      {"model", "vocab", MINIATTN_CONFIG_REF(model, vocab), {}},
-      {"model", "d_model", MINIATTN_CONFIG_REF(model, d_model), {}},
-      {"model", "heads", MINIATTN_CONFIG_REF(model, heads), {}},
-      {"model", "ffn", MINIATTN_CONFIG_REF(model, ffn), {}},
-      {"model", "layers", MINIATTN_CONFIG_REF(model, layers), {}},
-      {"model", "seq_len", MINIATTN_CONFIG_REF(model, seq_len), {}},
-      {"model", "batch", MINIATTN_CONFIG_REF(model, batch), {}},
-      {"model", "causal", MINIATTN_CONFIG_REF(model, causal), {}},
-      {"model", "precision", MINIATTN_CONFIG_REF(model, precision), {"fp32", "fp64"}},
-      {"parallel", "strategy", MINIATTN_CONFIG_REF(parallel, strategy), {"local", "rsa", "ring", "ulysses", "hybrid"}},
-      {"parallel", "layout", MINIATTN_CONFIG_REF(parallel, layout), {"contiguous", "zigzag"}},
-      {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp), {}},
-      {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree), {}},
-      {"parallel", "comm", MINIATTN_CONFIG_REF(parallel, comm), {"mpi", "nccl"}},
-      {"train", "steps", MINIATTN_CONFIG_REF(train, steps), {}},
-      {"train", "lr", MINIATTN_CONFIG_REF(train, lr), {}},
-      {"train", "optimizer", MINIATTN_CONFIG_REF(train, optimizer), {"adamw", "sgd"}},
-      {"train", "weight_decay", MINIATTN_CONFIG_REF(train, weight_decay), {}},
-      {"train", "grad_clip", MINIATTN_CONFIG_REF(train, grad_clip), {}},
-      {"train", "seed", MINIATTN_CONFIG_REF(train, seed), {}},
-      {"train", "beta1", MINIATTN_CONFIG_REF(train, beta1), {}},
-      {"train", "beta2", MINIATTN_CONFIG_REF(train, beta2), {}},
-      {"train", "eps", MINIATTN_CONFIG_REF(train, eps), {}},
-      {"train", "nan_check", MINIATTN_CONFIG_REF(train, nan_check), {}},
-      {"io", "init", MINIATTN_CONFIG_REF(io, init), {}},
-      {"io", "snapshot", MINIATTN_CONFIG_REF(io, snapshot), {}},
-      {"io", "snapshot_step", MINIATTN_CONFIG_REF(io, snapshot_step), {}},
-      {"io", "checkpoint", MINIATTN_CONFIG_REF(io, checkpoint), {}},
-      {"io", "checkpoint_every", MINIATTN_CONFIG_REF(io, checkpoint_every), {}},
-      {"io", "restart", MINIATTN_CONFIG_REF(io, restart), {}},
-      {"run", "mode", MINIATTN_CONFIG_REF(run, mode), {"train", "bench", "predict", "calibrate"}},
-      {"run", "log_every", MINIATTN_CONFIG_REF(run, log_every), {}},
-      {"run", "result", MINIATTN_CONFIG_REF(run, result), {}},
-      {"run", "memory_per_rank_gib", MINIATTN_CONFIG_REF(run, memory_per_rank_gib), {}},
-      {"run", "machine", MINIATTN_CONFIG_REF(run, machine), {}},
-      {"run", "predict_max_ranks", MINIATTN_CONFIG_REF(run, predict_max_ranks), {}},
-      {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens), {}},
-      {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block), {}},
-      {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block), {}},
+      {"model", "vocab", MINIATTN_CONFIG_REF(model, vocab)},
+      {"model", "d_model", MINIATTN_CONFIG_REF(model, d_model)},
+      {"model", "heads", MINIATTN_CONFIG_REF(model, heads)},
+      {"model", "ffn", MINIATTN_CONFIG_REF(model, ffn)},
+      {"model", "layers", MINIATTN_CONFIG_REF(model, layers)},
+      {"model", "seq_len", MINIATTN_CONFIG_REF(model, seq_len)},
+      {"model", "batch", MINIATTN_CONFIG_REF(model, batch)},
+      {"model", "causal", MINIATTN_CONFIG_REF(model, causal)},
+      {"model", "precision", MINIATTN_CONFIG_ENUM(model, precision)},
+      {"parallel", "strategy", MINIATTN_CONFIG_ENUM(parallel, strategy)},
+      {"parallel", "layout", MINIATTN_CONFIG_ENUM(parallel, layout)},
+      {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
+      {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
+      {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},
+      {"train", "steps", MINIATTN_CONFIG_REF(train, steps)},
+      {"train", "lr", MINIATTN_CONFIG_REF(train, lr)},
+      {"train", "optimizer", MINIATTN_CONFIG_ENUM(train, optimizer)},
+      {"train", "weight_decay", MINIATTN_CONFIG_REF(train, weight_decay)},
+      {"train", "grad_clip", MINIATTN_CONFIG_REF(train, grad_clip)},
+      {"train", "seed", MINIATTN_CONFIG_REF(train, seed)},
+      {"train", "beta1", MINIATTN_CONFIG_REF(train, beta1)},
+      {"train", "beta2", MINIATTN_CONFIG_REF(train, beta2)},
+      {"train", "eps", MINIATTN_CONFIG_REF(train, eps)},
+      {"train", "nan_check", MINIATTN_CONFIG_REF(train, nan_check)},
+      {"io", "init", MINIATTN_CONFIG_REF(io, init)},
+      {"io", "snapshot", MINIATTN_CONFIG_REF(io, snapshot)},
+      {"io", "snapshot_step", MINIATTN_CONFIG_REF(io, snapshot_step)},
+      {"io", "checkpoint", MINIATTN_CONFIG_REF(io, checkpoint)},
+      {"io", "checkpoint_every", MINIATTN_CONFIG_REF(io, checkpoint_every)},
+      {"io", "restart", MINIATTN_CONFIG_REF(io, restart)},
+      {"run", "mode", MINIATTN_CONFIG_ENUM(run, mode)},
+      {"run", "log_every", MINIATTN_CONFIG_REF(run, log_every)},
+      {"run", "result", MINIATTN_CONFIG_REF(run, result)},
+      {"run", "memory_per_rank_gib", MINIATTN_CONFIG_REF(run, memory_per_rank_gib)},
+      {"run", "machine", MINIATTN_CONFIG_REF(run, machine)},
+      {"run", "predict_max_ranks", MINIATTN_CONFIG_REF(run, predict_max_ranks)},
+      {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens)},
+      {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
+      {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
   };
   return table;
 }
 
 #undef MINIATTN_CONFIG_REF
+#undef MINIATTN_CONFIG_ENUM
+
+std::vector<std::string> Field::choices() const {
+  if (const auto* e = std::get_if<EnumRef>(&ref)) return e->names();
+  return {};
+}
 
 const std::vector<std::string>& sections() {
   static const std::vector<std::string> names = {"model", "parallel", "train", "io", "run", "kernels"};
@@ -248,14 +260,14 @@ std::string format_real(double value) {
 }
 
 std::string expectation(const Field& field) {
-  if (!field.choices.empty()) return "one of " + join(field.choices);
+  if (!field.choices().empty()) return "one of " + join(field.choices());
   return std::visit(Overloaded{
                         [](config_fields::IntegerRef) { return std::string("an integer"); },
                         [](config_fields::UnsignedRef) { return std::string("a non-negative integer"); },
                         [](config_fields::RealRef) { return std::string("a number"); },
                         [](config_fields::BooleanRef) { return std::string("true or false"); },
                         [](config_fields::TextRef) { return std::string("a string"); },
-                        [](config_fields::PrecisionRef) { return std::string("one of fp32, fp64"); },
+                        [](config_fields::EnumRef) { return std::string("one of the listed words"); },
                     },
                     field.ref);
 }
@@ -284,7 +296,7 @@ bool is_quoted_string(const YAML::Node& node) {
 void assign_value(Config& config, const Field& field, const YAML::Node& node, const Origin& origin) {
   const std::string where = origin.where(node);
   auto fail = [&](const std::string& reason) -> void { throw InputError(field.name() + ": " + reason + where); };
-  const bool free_text = field.choices.empty() && std::holds_alternative<config_fields::TextRef>(field.ref);
+  const bool free_text = std::holds_alternative<config_fields::TextRef>(field.ref);
 
   if (!node.IsScalar()) {
     if (node.IsNull() && free_text) {
@@ -301,9 +313,8 @@ void assign_value(Config& config, const Field& field, const YAML::Node& node, co
   if (typed && is_quoted_string(node)) {
     fail("expected " + expectation(field) + ", got the quoted string '" + text + "'");
   }
-  if (!field.choices.empty() && !contains(field.choices, text)) {
-    fail("expected one of " + join(field.choices) + ", got '" + text + "'");
-  }
+  const std::vector<std::string> choices = field.choices();
+  if (!choices.empty() && !contains(choices, text)) fail("expected one of " + join(choices) + ", got '" + text + "'");
 
   std::visit(Overloaded{
                  [&](config_fields::IntegerRef ref) {
@@ -343,8 +354,9 @@ void assign_value(Config& config, const Field& field, const YAML::Node& node, co
                    }
                  },
                  [&](config_fields::TextRef ref) { ref(config) = text; },
-                 [&](config_fields::PrecisionRef ref) {
-                   ref(config) = text == "fp32" ? Precision::fp32 : Precision::fp64;
+                 [&](config_fields::EnumRef ref) {
+                   ref.set(config, static_cast<std::size_t>(std::find(choices.begin(), choices.end(), text) -
+                                                            choices.begin()));
                  },
              },
              field.ref);
@@ -599,18 +611,13 @@ void validate_config(const Config& c, int world_size) {
   // Enumerations and finite numbers (already checked for parsed decks; not for
   // a Config built in code).
   for (const Field& field : config_fields::fields()) {
-    if (const auto* text = std::get_if<config_fields::TextRef>(&field.ref)) {
-      const std::string& value = (*text)(values);
-      if (!field.choices.empty() && !contains(field.choices, value)) {
-        reject(field.name(), "expected one of " + join(field.choices) + ", got '" + value + "'");
-      }
+    if (const auto* e = std::get_if<config_fields::EnumRef>(&field.ref)) {
+      if (e->get(values) >= e->names().size())
+        reject(field.name(), "expected one of " + join(e->names()) + ", got the value " + std::to_string(e->get(values)));
     } else if (const auto* real = std::get_if<config_fields::RealRef>(&field.ref)) {
       const double value = (*real)(values);
       if (!std::isfinite(value)) reject(field.name(), "must be a finite number, got " + number_text(value));
     }
-  }
-  if (c.model.precision != Precision::fp32 && c.model.precision != Precision::fp64) {
-    reject("model.precision", "expected one of fp32, fp64");
   }
 
   // Sizes and counts.
@@ -624,10 +631,10 @@ void validate_config(const Config& c, int world_size) {
   require_at_least("model.batch", m.batch, 1);
   require_at_least("parallel.dp", c.parallel.dp, 1);
   require_at_least("parallel.ulysses_degree", c.parallel.ulysses_degree, 1);
-  if (c.run.mode == "predict") {
+  if (c.run.mode == RunMode::predict) {
     require_at_least("train.steps", c.train.steps, 0);
   } else {
-    require_at_least("train.steps", c.train.steps, 1, " for run.mode " + c.run.mode);
+    require_at_least("train.steps", c.train.steps, 1, std::string(" for run.mode ") + to_string(c.run.mode));
   }
   require_at_least("run.log_every", c.run.log_every, 1);
   require_at_least("kernels.query_block", c.kernels.query_block, 1);
@@ -658,7 +665,7 @@ void validate_config(const Config& c, int world_size) {
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
-  if (c.run.mode == "predict") parse_predict_seq_lens(c.run.predict_seq_lens);
+  if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
 
   // The process grid: world = dp x sp.
   const ParallelConfig& p = c.parallel;
@@ -674,26 +681,26 @@ void validate_config(const Config& c, int world_size) {
   }
   const std::string sp_text = "sp = " + std::to_string(world) + " ranks / parallel.dp " + std::to_string(p.dp) +
                               " = " + std::to_string(sp);
-  if (p.strategy == "local") {
+  if (p.strategy == Strategy::local) {
     if (sp != 1) {
       reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
                                       " (use parallel.dp = " + std::to_string(world) +
                                       " = world size, or a sequence-parallel strategy)");
     }
   } else {
-    if (p.layout == "contiguous" && m.seq_len % sp != 0) {
+    if (p.layout == Layout::contiguous && m.seq_len % sp != 0) {
       reject("model.seq_len", "must be divisible by sp for parallel.layout contiguous (" + sp_text + "; " +
                                   std::to_string(m.seq_len) + " % " + std::to_string(sp) + " != 0)");
     }
-    if (p.layout == "zigzag" && m.seq_len % (2 * sp) != 0) {
+    if (p.layout == Layout::zigzag && m.seq_len % (2 * sp) != 0) {
       reject("model.seq_len", "must be divisible by 2 * sp for parallel.layout zigzag (" + sp_text + "; " +
                                   std::to_string(m.seq_len) + " % " + std::to_string(2 * sp) + " != 0)");
     }
-    if (p.strategy == "ulysses" && m.heads % sp != 0) {
+    if (p.strategy == Strategy::ulysses && m.heads % sp != 0) {
       reject("model.heads", "must be divisible by sp for parallel.strategy ulysses (" + sp_text + "; " +
                                 std::to_string(m.heads) + " % " + std::to_string(sp) + " != 0)");
     }
-    if (p.strategy == "hybrid") {
+    if (p.strategy == Strategy::hybrid) {
       if (sp % p.ulysses_degree != 0) {
         reject("parallel.ulysses_degree", "must divide sp for parallel.strategy hybrid (" + sp_text + "; " +
                                               std::to_string(sp) + " % " + std::to_string(p.ulysses_degree) +
@@ -706,7 +713,7 @@ void validate_config(const Config& c, int world_size) {
     }
   }
 #ifndef MINIATTN_HAVE_NCCL
-  if (p.comm == "nccl") reject("parallel.comm", "'nccl' needs a build with MINIATTN_ENABLE_NCCL=ON");
+  if (p.comm == CommBackend::nccl) reject("parallel.comm", "'nccl' needs a build with MINIATTN_ENABLE_NCCL=ON");
 #endif
 
   // Files and steps.
@@ -714,7 +721,7 @@ void validate_config(const Config& c, int world_size) {
   if (io.init.empty()) {
     reject("io.init", "must be 'random' or the path of an HDF5 weights file, got an empty string");
   }
-  if (!io.snapshot.empty() && c.run.mode != "predict" && io.snapshot_step >= t.steps) {
+  if (!io.snapshot.empty() && c.run.mode != RunMode::predict && io.snapshot_step >= t.steps) {
     reject("io.snapshot_step", "must be in [0, train.steps) = [0, " + std::to_string(t.steps) + "), got " +
                                    std::to_string(io.snapshot_step));
   }
@@ -762,11 +769,8 @@ std::string config_to_yaml(const Config& c) {
                      [&](config_fields::UnsignedRef ref) { out << ref(values); },
                      [&](config_fields::RealRef ref) { out << format_real(ref(values)); },
                      [&](config_fields::BooleanRef ref) { out << YAML::TrueFalseBool << ref(values); },
-                     [&](config_fields::TextRef ref) {
-                       if (field.choices.empty()) out << YAML::DoubleQuoted;
-                       out << ref(values);
-                     },
-                     [&](config_fields::PrecisionRef ref) { out << std::string(to_string(ref(values))); },
+                     [&](config_fields::TextRef ref) { out << YAML::DoubleQuoted << ref(values); },
+                     [&](config_fields::EnumRef ref) { out << ref.names()[ref.get(values)]; },
                  },
                  field.ref);
     }
@@ -782,7 +786,9 @@ bool operator==(const Config& a, const Config& b) {
   Config& left = const_cast<Config&>(a);  // read only
   Config& right = const_cast<Config&>(b);
   for (const Field& field : config_fields::fields()) {
-    const bool equal = std::visit([&](auto ref) { return ref(left) == ref(right); }, field.ref);
+    const bool equal = std::visit(Overloaded{[&](config_fields::EnumRef ref) { return ref.get(left) == ref.get(right); },
+                                             [&](auto ref) { return ref(left) == ref(right); }},
+                                  field.ref);
     if (!equal) return false;
   }
   return true;

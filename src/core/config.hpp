@@ -2,13 +2,40 @@
 // The run's configuration: every key of the input deck (DESIGN.md section 4),
 // with its default. parse_config() fills it from YAML plus --set overrides and
 // rejects anything unknown, mistyped or impossible before any work starts.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace miniattn {
 
+// The deck's enumerations: parsed once into these, compared as these; their
+// deck words come from enum_names<E>() (declaration order), in one place.
 enum class Precision { fp32, fp64 };
+enum class Strategy { local, rsa, ring, ulysses, hybrid };
+enum class Layout { contiguous, zigzag };
+enum class CommBackend { mpi, nccl };
+enum class OptimizerKind { adamw, sgd };
+enum class RunMode { train, bench, predict, calibrate };
+
+template <class E>
+const std::vector<std::string>& enum_names();
+template <>
+const std::vector<std::string>& enum_names<Precision>();
+template <>
+const std::vector<std::string>& enum_names<Strategy>();
+template <>
+const std::vector<std::string>& enum_names<Layout>();
+template <>
+const std::vector<std::string>& enum_names<CommBackend>();
+template <>
+const std::vector<std::string>& enum_names<OptimizerKind>();
+template <>
+const std::vector<std::string>& enum_names<RunMode>();
+template <class E>
+const char* to_string(E value) {
+  return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
+}
 
 struct ModelConfig {
   std::int64_t vocab = 256;
@@ -26,17 +53,17 @@ struct ModelConfig {
 };
 
 struct ParallelConfig {
-  std::string strategy = "local";  // local | rsa | ring | ulysses | hybrid
-  std::string layout = "contiguous";  // contiguous | zigzag
+  Strategy strategy = Strategy::local;
+  Layout layout = Layout::contiguous;
   std::int64_t dp = 1;
   std::int64_t ulysses_degree = 1;
-  std::string comm = "mpi";  // mpi | nccl
+  CommBackend comm = CommBackend::mpi;
 };
 
 struct TrainConfig {
   std::int64_t steps = 10;
   double lr = 1e-3;
-  std::string optimizer = "adamw";  // adamw | sgd
+  OptimizerKind optimizer = OptimizerKind::adamw;
   double weight_decay = 0.0;
   double grad_clip = 1.0;  // global-norm clip; 0 disables
   std::uint64_t seed = 1234;
@@ -57,7 +84,7 @@ struct IoConfig {
 };
 
 struct RunConfig {
-  std::string mode = "train";  // train | bench | predict | calibrate
+  RunMode mode = RunMode::train;
   std::int64_t log_every = 10;
   std::string result;  // JSON file; empty: stdout line only
   // Memory one rank may use, GiB; 0: this node's available memory shared by its ranks.
@@ -96,8 +123,6 @@ Config parse_config(const std::string& deck_path, const std::vector<std::string>
 
 // Same, from YAML text (tests).
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size);
-
-const char* to_string(Precision p);
 
 // --- additions (config.cpp) ------------------------------------------------
 

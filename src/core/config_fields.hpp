@@ -17,15 +17,21 @@ using UnsignedRef = std::uint64_t& (*)(Config&);
 using RealRef = double& (*)(Config&);
 using BooleanRef = bool& (*)(Config&);
 using TextRef = std::string& (*)(Config&);
-using PrecisionRef = Precision& (*)(Config&);
-using FieldRef = std::variant<IntegerRef, UnsignedRef, RealRef, BooleanRef, TextRef, PrecisionRef>;
+// An enumeration: its value as the index of its deck word in names().
+struct EnumRef {
+  std::size_t (*get)(const Config&);
+  void (*set)(Config&, std::size_t);
+  const std::vector<std::string>& (*names)();
+};
+using FieldRef = std::variant<IntegerRef, UnsignedRef, RealRef, BooleanRef, TextRef, EnumRef>;
 
 struct Field {
   std::string section;
   std::string key;
   FieldRef ref;
-  std::vector<std::string> choices;  // non-empty: the value must be one of these
   std::string name() const { return section + "." + key; }
+  // The deck words an enumeration takes; empty for other types.
+  std::vector<std::string> choices() const;
 };
 
 // In deck order: model, parallel, train, io, run, kernels; keys in the order

@@ -15,9 +15,8 @@ nlohmann::json config_to_json(const Config& config) {
     nlohmann::json& slot = out[field.section][field.key];
     std::visit(
         [&](auto ref) {
-          using Value = std::decay_t<decltype(ref(values))>;
-          if constexpr (std::is_same_v<Value, Precision>) {
-            slot = to_string(ref(values));
+          if constexpr (std::is_same_v<decltype(ref), config_fields::EnumRef>) {
+            slot = ref.names()[ref.get(values)];
           } else {
             slot = ref(values);
           }

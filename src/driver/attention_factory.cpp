@@ -3,13 +3,12 @@
 #include "attention/ring_attention.hpp"
 #include "attention/ring_self_attention.hpp"
 #include "attention/ulysses_attention.hpp"
-#include "core/error.hpp"
 
 namespace miniattn {
 
 int ulysses_degree_for(const ParallelConfig& parallel, int sp_size) {
-  if (parallel.strategy == "ulysses") return sp_size;
-  if (parallel.strategy == "hybrid") return static_cast<int>(parallel.ulysses_degree);
+  if (parallel.strategy == Strategy::ulysses) return sp_size;
+  if (parallel.strategy == Strategy::hybrid) return static_cast<int>(parallel.ulysses_degree);
   return 1;
 }
 
@@ -31,7 +30,8 @@ template <class T>
 AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& grid, Comm& comm,
                                          const View2<const index_t>& positions) {
   const ModelConfig& m = c.model;
-  const std::string& strategy = c.parallel.strategy;
+  const Strategy strategy = c.parallel.strategy;
+  const std::string name = to_string(strategy);
   kernels::AttentionBlocking blocking;
   blocking.query_block = c.kernels.query_block;
   blocking.key_block = c.kernels.key_block;
@@ -43,23 +43,21 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   // Ring attention sees [B, H / U, U * n, Dh] (U = 1 for local and ring).
   const index_t U = grid.ulysses_size;
   std::shared_ptr<RingWorkspace<T>> ring_workspace;
-  if (strategy != "rsa") {
+  if (strategy != Strategy::rsa) {
     ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
   for (index_t l = 0; l < m.layers; ++l) {
-    if (strategy == "local" || strategy == "ring") {
+    if (strategy == Strategy::local || strategy == Strategy::ring) {
       layers.push_back(
-          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, strategy));
-    } else if (strategy == "rsa") {
+          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, name));
+    } else if (strategy == Strategy::rsa) {
       layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, m.causal, B, H, Dh));
-    } else if (strategy == "ulysses" || strategy == "hybrid") {
+    } else {  // ulysses, hybrid
       auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking,
-                                                      ring_workspace, strategy == "ulysses" ? "local" : "ring");
+                                                      ring_workspace, strategy == Strategy::ulysses ? "local" : "ring");
       layers.push_back(std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, n, Dh,
-                                                             strategy));
-    } else {
-      throw InputError("parallel.strategy: unknown strategy '" + strategy + "'");
+                                                             name));
     }
   }
   return result;

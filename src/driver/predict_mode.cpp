@@ -50,8 +50,8 @@ nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
 
 nlohmann::json full_json(const StepConfig& c, const StepPrediction& p) {
   nlohmann::json j = brief_json(c, p);
-  j["strategy"] = c.strategy;
-  j["layout"] = c.layout;
+  j["strategy"] = to_string(c.strategy);
+  j["layout"] = to_string(c.layout);
   j["ranks"] = c.world_size();
   j["seq_len"] = c.model.seq_len;
   if (!p.valid) return j;
@@ -113,7 +113,6 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
                      " but model.precision is " + precision);
   const std::vector<std::int64_t> seq_lens = parse_predict_seq_lens(c.run.predict_seq_lens);
   const StepConfig deck = deck_step_config(c);
-  const std::vector<std::string> names = {"local", "ring", "rsa", "ulysses", "hybrid"};
 
   if (rank == 0) {
     std::printf("miniattn: predict, machine %s (%s), %s, model V=%lld D=%lld H=%lld F=%lld L=%lld B=%lld %s, layout %s\n",
@@ -121,11 +120,11 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
                 static_cast<long long>(c.model.vocab), static_cast<long long>(c.model.d_model),
                 static_cast<long long>(c.model.heads), static_cast<long long>(c.model.ffn_width()),
                 static_cast<long long>(c.model.layers), static_cast<long long>(c.model.batch),
-                c.model.causal ? "causal" : "non-causal", c.parallel.layout.c_str());
+                c.model.causal ? "causal" : "non-causal", to_string(c.parallel.layout));
     std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; '-': not possible)\n",
                 format_bytes(machine.memory_bytes_per_rank).c_str());
     std::printf("%7s %4s %10s", "ranks", "dp", "seq_len");
-    for (const std::string& name : names) std::printf(" | %-26s", name.c_str());
+    for (const Strategy s : kPredictedStrategies) std::printf(" | %-26s", to_string(s));
     std::printf(" | best\n");
   }
 
@@ -139,15 +138,16 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
       nlohmann::json entry = {{"ranks", ranks}, {"seq_len", seq_len}, {"dp", choices[1].config.dp}};
       nlohmann::json strategies = nlohmann::json::object();
       for (const StrategyChoice& choice : choices)
-        strategies[choice.config.strategy] = brief_json(choice.config, choice.prediction);
+        strategies[to_string(choice.config.strategy)] = brief_json(choice.config, choice.prediction);
       entry["strategies"] = strategies;
-      entry["best"] = best < 0 ? nlohmann::json(nullptr) : nlohmann::json(choices[static_cast<std::size_t>(best)].config.strategy);
+      entry["best"] =
+          best < 0 ? nlohmann::json(nullptr) : nlohmann::json(to_string(choices[static_cast<std::size_t>(best)].config.strategy));
       predictions.push_back(entry);
       if (rank == 0) {
         std::printf("%7lld %4d %10lld", static_cast<long long>(ranks), choices[1].config.dp,
                     static_cast<long long>(seq_len));
         for (const StrategyChoice& choice : choices) std::printf(" | %-26s", cell(choice.prediction).c_str());
-        std::printf(" | %s\n", best < 0 ? "none fits" : choices[static_cast<std::size_t>(best)].config.strategy.c_str());
+        std::printf(" | %s\n", best < 0 ? "none fits" : to_string(choices[static_cast<std::size_t>(best)].config.strategy));
       }
     }
   }
@@ -158,7 +158,7 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
     std::printf("miniattn: longest seq_len whose planned memory fits in %s per rank (multiples of 2 sp)\n",
                 format_bytes(machine.memory_bytes_per_rank).c_str());
     std::printf("%7s", "ranks");
-    for (const std::string& name : names) std::printf(" | %12s", name.c_str());
+    for (const Strategy s : kPredictedStrategies) std::printf(" | %12s", to_string(s));
     std::printf("\n");
   }
   nlohmann::json longest = nlohmann::json::array();
@@ -167,7 +167,7 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
     if (rank == 0) std::printf("%7lld", static_cast<long long>(ranks));
     for (const StrategyChoice& choice : predict_strategies(machine, deck, static_cast<int>(ranks))) {
       const std::int64_t n = longest_fitting_seq_len(machine, choice.config);
-      strategies[choice.config.strategy] = n;
+      strategies[to_string(choice.config.strategy)] = n;
       if (rank == 0) std::printf(" | %12lld", static_cast<long long>(n));
     }
     if (rank == 0) std::printf("\n");
@@ -177,11 +177,11 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   // The deck's own decomposition on the ranks of this run.
   StepConfig own = deck;
   own.sp = world_size / own.dp;
-  if (own.strategy == "ulysses") own.ulysses = own.sp;
-  else if (own.strategy != "hybrid") own.ulysses = 1;
+  if (own.strategy == Strategy::ulysses) own.ulysses = own.sp;
+  else if (own.strategy != Strategy::hybrid) own.ulysses = 1;
   const StepPrediction own_prediction = predict_step(machine, own);
   if (rank == 0) {
-    std::printf("miniattn: this deck on %d ranks (%s, dp %d x sp %d, N=%lld): %s\n", world_size, own.strategy.c_str(),
+    std::printf("miniattn: this deck on %d ranks (%s, dp %d x sp %d, N=%lld): %s\n", world_size, to_string(own.strategy),
                 own.dp, own.sp, static_cast<long long>(own.model.seq_len),
                 own_prediction.valid ? cell(own_prediction).c_str() : own_prediction.problem.c_str());
     std::fflush(stdout);

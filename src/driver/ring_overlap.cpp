@@ -33,7 +33,7 @@ double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size
 RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const Comm& run_comm,
                                  std::size_t scalar_bytes, index_t block_elements, double steps) {
   RingOverlap overlap;
-  const bool has_ring = c.parallel.strategy == "ring" || c.parallel.strategy == "hybrid";
+  const bool has_ring = c.parallel.strategy == Strategy::ring || c.parallel.strategy == Strategy::hybrid;
   if (!has_ring || grid.ring_size < 2) return overlap;
   for (const auto& [label, s] : run_comm.stats())
     if (label.rfind("ring.", 0) == 0) overlap.exposed_seconds += s.seconds / steps;

@@ -43,14 +43,14 @@ void require_writable_directory(const std::string& key, const std::string& path)
 }  // namespace
 
 int run_miniattn(const Config& config, MPI_Comm world) {
-  const std::string& mode = config.run.mode;
-  const bool model_mode = mode == "predict" || mode == "calibrate";
+  const RunMode mode = config.run.mode;
+  const bool model_mode = mode == RunMode::predict || mode == RunMode::calibrate;
   if (model_mode && config.run.machine.empty())
-    throw InputError("run.machine: required for run.mode " + mode + " (the machine description YAML " +
-                     (mode == "predict" ? std::string("to read") : std::string("to write")) + ")");
+    throw InputError(std::string("run.machine: required for run.mode ") + to_string(mode) +
+                     " (the machine description YAML " + (mode == RunMode::predict ? "to read" : "to write") + ")");
   // File systems can differ between nodes: every rank checks, all agree.
   agree_on(world, [&] {
-    if (mode == "calibrate") require_writable_directory("run.machine", config.run.machine);
+    if (mode == RunMode::calibrate) require_writable_directory("run.machine", config.run.machine);
     if (!model_mode) require_writable_directory("io.snapshot", config.io.snapshot);
     require_writable_directory("run.result", config.run.result);
     require_writable_directory("io.checkpoint", config.io.checkpoint);
@@ -58,8 +58,8 @@ int run_miniattn(const Config& config, MPI_Comm world) {
 
   const bool fp32 = config.model.precision == Precision::fp32;
   nlohmann::json result;
-  if (mode == "predict") result = run_predict(config, world);
-  else if (mode == "calibrate") result = fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
+  if (mode == RunMode::predict) result = run_predict(config, world);
+  else if (mode == RunMode::calibrate) result = fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
   else result = fp32 ? run_training<float>(config, world) : run_training<double>(config, world);
   int rank = 0;
   MPI_Comm_rank(world, &rank);

@@ -183,7 +183,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   ProcessGrid grid =
       ProcessGrid::create(world, static_cast<int>(c.parallel.dp), ulysses_degree_for(c.parallel, sp_size));
   const bool root = grid.world_rank == 0;
-  const bool bench = c.run.mode == "bench";
+  const bool bench = c.run.mode == RunMode::bench;
 
   // This rank's share: samples of its DP group, positions of its SP rank.
   const std::vector<index_t> positions = owned_positions(m.seq_len, grid.sp_size, grid.sp_rank, c.parallel.layout);
@@ -210,8 +210,8 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const AgreedMemory available =
       agreed_available_memory(memory_available_per_rank(memory_gib, node_ranks), grid.world);
   if (root) {
-    std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", c.run.mode.c_str(),
-                to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, c.parallel.strategy.c_str(),
+    std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", to_string(c.run.mode),
+                to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, to_string(c.parallel.strategy),
                 static_cast<long long>(layout.total_global_count()));
     std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
                 "(available %s)\n",
@@ -228,7 +228,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   ParameterBuffers<T> params(layout, "params"), grads(layout, "grads");
   Optimizer<T> optimizer(c.train, layout);
   const kernels::OrderedSum gradient_sum(std::max(layout.replicated_size(), layout.sharded_size()));
-  const bool adamw = c.train.optimizer == "adamw";
+  const bool adamw = c.train.optimizer == OptimizerKind::adamw;
   const ParameterBuffers<T>* adam_m = adamw ? &optimizer.first_moment() : nullptr;
   const ParameterBuffers<T>* adam_v = adamw ? &optimizer.second_moment() : nullptr;
   index_t first_step = 0;
@@ -268,7 +268,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   PhaseTimer timer;
   if (bench) model.set_timer(&timer);
 
-  const std::size_t parameter_copies = c.train.optimizer == "adamw" ? 4 : 2;
+  const std::size_t parameter_copies = adamw ? 4 : 2;
   const std::size_t allocated =
       parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) + model.allocated_bytes() +
       shared_attention_bytes + gradient_sum.allocated_bytes() +
@@ -425,13 +425,13 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
 
   nlohmann::json result;
   result["program"] = "miniattn";
-  result["mode"] = c.run.mode;
+  result["mode"] = to_string(c.run.mode);
   result["config"] = config_to_json(c);
   result["ranks"] = grid.world_size;
   result["dp"] = grid.dp_size;
   result["sp"] = grid.sp_size;
   result["ulysses_degree"] = grid.ulysses_size;
-  result["strategy"] = c.parallel.strategy;
+  result["strategy"] = to_string(c.parallel.strategy);
   result["comm"] = comm.backend();
   result["execution_space"] = {{"name", ExecSpace::name()},
                                {"concurrency", ExecSpace().concurrency()},

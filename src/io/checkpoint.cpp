@@ -187,7 +187,7 @@ template <class T>
 std::vector<std::uint32_t> checksums_for_write(const std::string& path, const std::vector<Dataset>& datasets,
                                                const std::vector<HostBuffers<T>>& host, const ProcessGrid& grid,
                                                const std::vector<index_t>& positions,
-                                               const std::string& position_layout) {
+                                               Layout position_layout) {
   std::vector<std::uint32_t> crcs(datasets.size(), 0);
   std::vector<Piece> pieces;
   const auto runs = position_runs(positions, position_layout);
@@ -240,7 +240,7 @@ template <class T, class S>
 std::vector<std::uint32_t> read_datasets(const Hdf5File& file, const std::vector<Dataset>& datasets,
                                          const std::vector<HostBuffers<T>>& host, const ProcessGrid& grid,
                                          const std::vector<index_t>& positions,
-                                         const std::string& position_layout, std::string& error) {
+                                         Layout position_layout, std::string& error) {
   std::vector<std::uint32_t> crcs(datasets.size(), 0);
   std::vector<Piece> pieces;
   const auto runs = position_runs(positions, position_layout);
@@ -335,7 +335,7 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
   file.set_attribute("/", "step", state.step);
   file.set_attribute("/", "optimizer_steps", state.optimizer_steps);
   file.set_attribute("/", "seed", static_cast<std::int64_t>(state.seed));
-  file.set_attribute("/", "optimizer", adam_m != nullptr ? std::string("adamw") : config.train.optimizer);
+  file.set_attribute("/", "optimizer", std::string(to_string(adam_m != nullptr ? OptimizerKind::adamw : config.train.optimizer)));
   file.set_attribute("/", "checksum_algorithm", std::string(kChecksumAlgorithm));
   for (std::size_t g = 0; g < groups.size(); ++g) {
     write_parameter_group(file, groups[g], layout, grid, positions, config.parallel.layout, *buffers[g]);

@@ -16,8 +16,8 @@ std::uint64_t row_width(const std::vector<index_t>& shape) {
   return w;
 }
 
-std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout) {
-  const std::size_t runs = layout == "zigzag" ? 2 : 1;
+std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, Layout layout) {
+  const std::size_t runs = layout == Layout::zigzag ? 2 : 1;
   const index_t per_run = static_cast<index_t>(positions.size() / runs);
   std::vector<PositionRun> result;
   for (std::size_t r = 0; r < runs; ++r) {
@@ -32,7 +32,7 @@ std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, co
 
 template <class T>
 void load_parameters(const std::string& path, const ParameterLayout& layout, const ProcessGrid& grid,
-                     const std::vector<index_t>& positions, const std::string& position_layout,
+                     const std::vector<index_t>& positions, Layout position_layout,
                      const ParameterBuffers<T>& params) {
   Hdf5File file = Hdf5File::open_read(path, grid.world);
   auto replicated = Kokkos::create_mirror_view(params.replicated);
@@ -61,7 +61,7 @@ void load_parameters(const std::string& path, const ParameterLayout& layout, con
 template <class T>
 void write_parameter_group(Hdf5File& file, const std::string& group, const ParameterLayout& layout,
                            const ProcessGrid& grid, const std::vector<index_t>& positions,
-                           const std::string& position_layout, const ParameterBuffers<T>& values) {
+                           Layout position_layout, const ParameterBuffers<T>& values) {
   compat::fence("miniattn::write_parameter_group");
   auto replicated = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.replicated);
   auto sharded = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.sharded);
@@ -97,8 +97,8 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "causal", static_cast<std::int64_t>(m.causal ? 1 : 0));
   file.set_attribute("/", "precision", std::string(to_string(m.precision)));
   file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
-  file.set_attribute("/", "strategy", c.parallel.strategy);
-  file.set_attribute("/", "layout", c.parallel.layout);
+  file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));
+  file.set_attribute("/", "layout", std::string(to_string(c.parallel.layout)));
   file.set_attribute("/", "dp", c.parallel.dp);
   file.set_attribute("/", "ranks", static_cast<std::int64_t>(world_size));
   file.set_attribute("/", "config", config_to_json(c).dump());
@@ -129,9 +129,9 @@ void write_snapshot(const std::string& path, const Config& config, const Paramet
 
 #define MINIATTN_INSTANTIATE(T)                                                                                   \
   template void load_parameters<T>(const std::string&, const ParameterLayout&, const ProcessGrid&,                \
-                                   const std::vector<index_t>&, const std::string&, const ParameterBuffers<T>&); \
+                                   const std::vector<index_t>&, Layout, const ParameterBuffers<T>&);             \
   template void write_parameter_group<T>(Hdf5File&, const std::string&, const ParameterLayout&,                   \
-                                         const ProcessGrid&, const std::vector<index_t>&, const std::string&,     \
+                                         const ProcessGrid&, const std::vector<index_t>&, Layout,                 \
                                          const ParameterBuffers<T>&);                                             \
   template void write_snapshot<T>(const std::string&, const Config&, const ParameterLayout&, const ProcessGrid&,   \
                                   const std::vector<index_t>&, const ParameterBuffers<T>&,                        \

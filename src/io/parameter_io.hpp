@@ -22,7 +22,7 @@ struct PositionRun {
   index_t local_begin = 0;
   index_t count = 0;
 };
-std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, const std::string& layout);
+std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, Layout layout);
 
 // A parameter's shape as HDF5 dimensions, and the values per row (dimension 0).
 std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape);
@@ -33,14 +33,14 @@ std::uint64_t row_width(const std::vector<index_t>& shape);
 // file and dataset.
 template <class T>
 void load_parameters(const std::string& path, const ParameterLayout& layout, const ProcessGrid& grid,
-                     const std::vector<index_t>& positions, const std::string& position_layout,
+                     const std::vector<index_t>& positions, Layout position_layout,
                      const ParameterBuffers<T>& params);
 
 // Writes /<group>/<name> for every parameter from `values` (parameters or gradients).
 template <class T>
 void write_parameter_group(Hdf5File& file, const std::string& group, const ParameterLayout& layout,
                            const ProcessGrid& grid, const std::vector<index_t>& positions,
-                           const std::string& position_layout, const ParameterBuffers<T>& values);
+                           Layout position_layout, const ParameterBuffers<T>& values);
 
 // The config as attributes on "/" (model sizes as integers, the rest as strings),
 // plus the full resolved deck as the string attribute "config".

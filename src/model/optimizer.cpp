@@ -15,7 +15,7 @@ constexpr index_t kUpdateRange = 4096;  // elements per parallel item of the upd
 template <class T>
 Optimizer<T>::Optimizer(const TrainConfig& train, const ParameterLayout& layout)
     : train_(train), layout_(layout), replicated_ranges_(ranges_of(false)), sharded_ranges_(ranges_of(true)) {
-  if (train_.optimizer == "adamw") {
+  if (train_.optimizer == OptimizerKind::adamw) {
     m_ = ParameterBuffers<T>(layout, "adam.m");
     v_ = ParameterBuffers<T>(layout, "adam.v");
   }
@@ -61,7 +61,7 @@ void Optimizer<T>::update(const View1<T>& p, const View1<T>& g, const View1<T>& 
                           const Ranges& ranges, T grad_scale) const {
   const T lr = static_cast<T>(train_.lr);
   const T weight_decay = static_cast<T>(train_.weight_decay);
-  const bool adamw = train_.optimizer == "adamw";
+  const bool adamw = train_.optimizer == OptimizerKind::adamw;
   const T beta1 = static_cast<T>(train_.beta1), beta2 = static_cast<T>(train_.beta2), eps = static_cast<T>(train_.eps);
   const T bias1 = static_cast<T>(1.0 - std::pow(train_.beta1, static_cast<double>(steps_taken_)));
   const T bias2 = static_cast<T>(1.0 - std::pow(train_.beta2, static_cast<double>(steps_taken_)));

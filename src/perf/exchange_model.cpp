@@ -31,16 +31,16 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   if (in.dp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
   if (in.sp > 1) bytes["grad_norm"] = sizeof(double);
 
-  if (in.strategy == "ring" || in.strategy == "local") {
+  if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
     add_ring(bytes, "ring", P, X, L);
-  } else if (in.strategy == "rsa") {
+  } else if (in.strategy == Strategy::rsa) {
     if (P > 1) {
       bytes["rsa.forward.k"] = L * (P - 1) * X;
       bytes["rsa.forward.v"] = L * (P - 1) * X;
       bytes["rsa.backward.kv"] = L * 2 * (P - 1) * X;
       bytes["rsa.backward.dkdv"] = L * 2 * P * X;
     }
-  } else if (in.strategy == "ulysses" || in.strategy == "hybrid") {
+  } else {  // ulysses, hybrid
     // Every all-to-all is called, also on one rank, where it sends nothing.
     const double share = (U - 1) / U;
     bytes["ulysses.forward.qkv"] = L * 3 * X * share;

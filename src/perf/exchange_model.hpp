@@ -19,7 +19,7 @@ namespace miniattn {
 
 struct ExchangeModelInput {
   ModelConfig model;
-  std::string strategy;
+  Strategy strategy = Strategy::local;
   int world_size = 1, dp = 1, sp = 1, ulysses = 1;
   std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;

@@ -31,7 +31,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan plan;
   const std::size_t parameters = static_cast<std::size_t>(in.replicated_parameters) + n * D;
   plan.parts["parameters+gradients"] = 2 * parameters * s;
-  if (in.optimizer == "adamw") plan.parts["optimizer"] = 2 * parameters * s;
+  if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * s;
   plan.parts["tokens+positions"] = 2 * R * ib + n * ib + n * ib + G * U * n * ib;
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
@@ -56,7 +56,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   // Attention strategies, one per layer, plus the ring workspace they share.
   std::size_t attention = 0;
-  if (in.strategy == "rsa") {
+  if (in.strategy == Strategy::rsa) {
     attention = L * (R * H * N + R * H + 8 * R * D) * s;
   } else {
     // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
@@ -64,7 +64,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     const std::size_t ring_rows = U * n, transposed_row = static_cast<std::size_t>(
                                              kernels::transposed_keys_row(static_cast<index_t>(ring_rows)));
     attention = 2 * R * H * s + 2 * b * (H / U) * (D / H) * transposed_row * s + (G > 1 ? 8 * R * D * s : 0);
-    if (in.strategy == "ulysses" || in.strategy == "hybrid")
+    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
       attention += L * (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
   }
   plan.parts["attention"] = attention;

@@ -22,8 +22,8 @@ struct MemoryPlan {
 
 struct MemoryPlanInput {
   ModelConfig model;
-  std::string strategy;
-  std::string optimizer;
+  Strategy strategy = Strategy::local;
+  OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, sp = 1, ulysses = 1;
   std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;

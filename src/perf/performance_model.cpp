@@ -299,14 +299,14 @@ std::string step_config_problem(const StepConfig& c) {
   const std::string sp_text = " (sp = " + std::to_string(c.sp) + ")";
   if (c.dp < 1 || c.sp < 1) return "dp and sp must be >= 1";
   if (m.batch % c.dp != 0) return "model.batch " + std::to_string(m.batch) + " is not divisible by dp " + std::to_string(c.dp);
-  if (c.strategy == "local") {
+  if (c.strategy == Strategy::local) {
     if (c.sp != 1) return "local needs sp == 1" + sp_text;
     return "";
   }
-  if (c.layout == "zigzag" && m.seq_len % (2 * c.sp) != 0) return "seq_len is not divisible by 2 sp" + sp_text;
-  if (c.layout != "zigzag" && m.seq_len % c.sp != 0) return "seq_len is not divisible by sp" + sp_text;
-  if (c.strategy == "ulysses" && m.heads % c.sp != 0) return "heads " + std::to_string(m.heads) + " not divisible by sp" + sp_text;
-  if (c.strategy == "hybrid") {
+  if (c.layout == Layout::zigzag && m.seq_len % (2 * c.sp) != 0) return "seq_len is not divisible by 2 sp" + sp_text;
+  if (c.layout != Layout::zigzag && m.seq_len % c.sp != 0) return "seq_len is not divisible by sp" + sp_text;
+  if (c.strategy == Strategy::ulysses && m.heads % c.sp != 0) return "heads " + std::to_string(m.heads) + " not divisible by sp" + sp_text;
+  if (c.strategy == Strategy::hybrid) {
     if (c.ulysses < 1 || c.sp % c.ulysses != 0) return "ulysses degree does not divide sp" + sp_text;
     if (m.heads % c.ulysses != 0) return "heads not divisible by the ulysses degree " + std::to_string(c.ulysses);
   }
@@ -367,7 +367,7 @@ struct RingWork {
 RingWork ring_work(const StepConfig& c, bool tile_level) {
   const ModelConfig& m = c.model;
   const double U = c.ulysses;
-  const bool zigzag = c.layout == "zigzag" && c.strategy != "local";
+  const bool zigzag = c.layout == Layout::zigzag && c.strategy != Strategy::local;
   RingWork w;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
   w.chunk = static_cast<double>(chunk);
@@ -446,10 +446,10 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   // merge 2); once: embedding 3 + 3, final LayerNorm 3 + 5 and its
   // recomputation 3, gradient zero 1 RD, cross-entropy 2 + 3 RV.
   double elementwise = L * (72 * R * D + 8 * R * F) + 18 * R * D + 5 * R * V;
-  if (c.strategy == "ulysses" || c.strategy == "hybrid") elementwise += L * 32 * R * D;  // pack + unpack, 8 tensors
+  if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid) elementwise += L * 32 * R * D;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
   // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written).
-  const double optimizer_passes = (c.optimizer == "adamw" ? 7.0 : 3.0) + 2.0;
+  const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
   out.compute_parts["optimizer"] = optimizer_passes * local_parameters * s / machine.elementwise_bandwidth;
 
   // --- exchanges (bytes reused from the exchange model)
@@ -483,7 +483,7 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   if (c.sp > 1) out.exchange_parts["grad_norm"] = allreduce(8, P, where.sp_inter);
 
   double hidden = 0.0, attention_forward = 0.0, attention_backward = 0.0;
-  if (c.strategy == "rsa") {
+  if (c.strategy == Strategy::rsa) {
     // Element-exact work (the dense kernels skip masked entries), per step on the slowest rank.
     StepConfig ring = c;
     ring.ulysses = 1;
@@ -532,7 +532,7 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
       out.exchange_parts["ring.backward.kv"] = L * (G - 1) * t_kv;
       out.exchange_parts["ring.backward.dkdv"] = L * G * t_kv;
     }
-    if (c.strategy == "ulysses" || c.strategy == "hybrid") {
+    if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid) {
       // All-to-all over U consecutive ranks: the on-node and off-node shares travel side by side.
       const double off = where.ulysses_off_node;
       auto alltoall = [&](const std::string& label, double count_per_layer) {
@@ -583,7 +583,7 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
   const std::int64_t batch = deck.model.batch;
   const int dp = (deck.dp > 1 && ranks % deck.dp == 0 && batch % deck.dp == 0) ? deck.dp : 1;
   const int sp = ranks / dp;
-  for (const std::string strategy : {"local", "ring", "rsa", "ulysses", "hybrid"}) {
+  for (const Strategy strategy : kPredictedStrategies) {
     StrategyChoice choice;
     StepConfig& c = choice.config;
     c = deck;
@@ -591,12 +591,12 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
     c.dp = dp;
     c.sp = sp;
     c.ulysses = 1;
-    if (strategy == "local") {
+    if (strategy == Strategy::local) {
       c.dp = ranks;  // data parallelism only
       c.sp = 1;
-    } else if (strategy == "ulysses") {
+    } else if (strategy == Strategy::ulysses) {
       c.ulysses = sp;
-    } else if (strategy == "hybrid") {
+    } else if (strategy == Strategy::hybrid) {
       std::int64_t u = deck.ulysses;
       if (!(u > 1 && sp % u == 0 && deck.model.heads % u == 0)) {
         u = 1;  // the largest degree that divides sp and the heads and fits in a node

@@ -93,9 +93,9 @@ std::string machine_to_yaml(const MachineDescription& machine, const std::string
 // One decomposition of one model.
 struct StepConfig {
   ModelConfig model;
-  std::string strategy = "local";
-  std::string layout = "contiguous";
-  std::string optimizer = "adamw";
+  Strategy strategy = Strategy::local;
+  Layout layout = Layout::contiguous;
+  OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
   std::int64_t query_block = 64, key_block = 64;
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
@@ -127,6 +127,10 @@ std::int64_t replicated_parameter_count(const ModelConfig& model);
 // kernel computes with query_block x key_block tiles (tiles wholly above the
 // diagonal are skipped): (T+1)/(2T) for T equal tiles, 1/2 in the limit.
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block);
+
+// The strategies predict_strategies() compares, in its order.
+constexpr Strategy kPredictedStrategies[] = {Strategy::local, Strategy::ring, Strategy::rsa, Strategy::ulysses,
+                                            Strategy::hybrid};
 
 // The strategies predicted for `ranks` ranks: each with its decomposition
 // (dp from the deck when it divides ranks and the batch, else 1; hybrid with

@@ -33,6 +33,8 @@ namespace fs = std::filesystem;
 using miniattn::Config;
 using miniattn::index_t;
 using miniattn::InputError;
+using miniattn::Layout;
+using miniattn::OptimizerKind;
 using miniattn::ParameterBuffers;
 using miniattn::ParameterInfo;
 using miniattn::ParameterLayout;
@@ -83,7 +85,7 @@ class TempDir {
   std::string path_;
 };
 
-Config make_config(const std::string& layout, int dp, const std::string& optimizer = "adamw") {
+Config make_config(Layout layout, int dp, OptimizerKind optimizer = OptimizerKind::adamw) {
   Config c;
   c.model.vocab = 11;
   c.model.d_model = 8;
@@ -230,7 +232,7 @@ void round_trip(const Config& writer_config, const std::vector<Config>& readers,
     }
   }
   for (const Config& reader_config : readers) {
-    SCOPED_TRACE("read with dp=" + std::to_string(reader_config.parallel.dp) + " " + reader_config.parallel.layout);
+    SCOPED_TRACE("read with dp=" + std::to_string(reader_config.parallel.dp) + " " + miniattn::to_string(reader_config.parallel.layout));
     RankSetup r(reader_config);
     ParameterBuffers<T> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
     params.fill(T(-1));
@@ -250,18 +252,18 @@ void round_trip(const Config& writer_config, const std::vector<Config>& readers,
 }
 
 TEST(Checkpoint, RoundTripFp64) {
-  const Config c = make_config("contiguous", 1);
+  const Config c = make_config(Layout::contiguous, 1);
   round_trip<double, double>(c, {c}, true);
 }
 
 TEST(Checkpoint, RoundTripFp32) {
-  Config c = make_config("zigzag", world_size());
+  Config c = make_config(Layout::zigzag, world_size());
   c.model.precision = Precision::fp32;
   round_trip<float, float>(c, {c}, true);
 }
 
 TEST(Checkpoint, RoundTripSgdWithoutMoments) {
-  const Config c = make_config("zigzag", 1, "sgd");
+  const Config c = make_config(Layout::zigzag, 1, OptimizerKind::sgd);
   round_trip<double, double>(c, {c}, false);
 }
 
@@ -269,16 +271,16 @@ TEST(Checkpoint, RoundTripSgdWithoutMoments) {
 // rank, only the position layout changes).
 TEST(Checkpoint, ReadWithAnotherRankLayout) {
   const int n = world_size();
-  round_trip<double, double>(make_config("zigzag", 1),
-                             {make_config("contiguous", n), make_config("contiguous", 1), make_config("zigzag", n)},
+  round_trip<double, double>(make_config(Layout::zigzag, 1),
+                             {make_config(Layout::contiguous, n), make_config(Layout::contiguous, 1), make_config(Layout::zigzag, n)},
                              true);
-  round_trip<double, double>(make_config("contiguous", n), {make_config("zigzag", 1)}, true);
+  round_trip<double, double>(make_config(Layout::contiguous, n), {make_config(Layout::zigzag, 1)}, true);
 }
 
 TEST(Checkpoint, Fp64FileIntoFp32RunAndBack) {
   const int n = world_size();
-  Config c64 = make_config("zigzag", 1);
-  Config c32 = make_config("contiguous", n);
+  Config c64 = make_config(Layout::zigzag, 1);
+  Config c32 = make_config(Layout::contiguous, n);
   c32.model.precision = Precision::fp32;
   round_trip<double, float>(c64, {c32}, true);
   round_trip<float, double>(c32, {c64}, true);
@@ -313,8 +315,8 @@ void flip_byte(const std::string& path, std::uint64_t offset) {
 // pieces) and in a moment, one at a time, read back by two rank layouts.
 TEST(Checkpoint, CorruptedByteIsAChecksumMismatchNamingTheDataset) {
   const int n = world_size();
-  const Config c = make_config("zigzag", 1);
-  const Config reader = make_config("contiguous", n);
+  const Config c = make_config(Layout::zigzag, 1);
+  const Config reader = make_config(Layout::contiguous, n);
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
@@ -353,7 +355,7 @@ TEST(Checkpoint, ModelSizeMismatch) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
-  const Config c = make_config("contiguous", 1);
+  const Config c = make_config(Layout::contiguous, 1);
   {
     RankSetup w(c);
     auto params = make_buffers<double>(w, 1, "p");
@@ -388,13 +390,13 @@ TEST(Checkpoint, SgdCheckpointIntoAdamwRunNamesTheMissingMoments) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
-  const Config c = make_config("contiguous", 1, "sgd");
+  const Config c = make_config(Layout::contiguous, 1, OptimizerKind::sgd);
   {
     RankSetup w(c);
     auto params = make_buffers<double>(w, 1, "p");
     write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, {});
   }
-  RankSetup r(make_config("contiguous", 1, "adamw"));
+  RankSetup r(make_config(Layout::contiguous, 1, OptimizerKind::adamw));
   ParameterBuffers<double> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
   expect_input_error([&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v); },
                      {path + ": dataset /optim/m/wte not found", "adamw"});
@@ -404,7 +406,7 @@ TEST(Checkpoint, FileThatIsNotACheckpoint) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("weights.h5");
-  RankSetup s(make_config("contiguous", 1));
+  RankSetup s(make_config(Layout::contiguous, 1));
   auto params = make_buffers<double>(s, 1, "p");
   {
     // Parameters and config, as an init file has them, but no step.
@@ -423,7 +425,7 @@ TEST(Checkpoint, TruncatedFile) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
-  RankSetup s(make_config("contiguous", 1));
+  RankSetup s(make_config(Layout::contiguous, 1));
   auto params = make_buffers<double>(s, 1, "p");
   write_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr, {});
   if (world_rank() == 0) fs::resize_file(path, fs::file_size(path) / 2);

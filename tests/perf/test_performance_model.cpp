@@ -32,7 +32,7 @@ MachineDescription test_machine() {
   return m;
 }
 
-StepConfig config(const std::string& strategy, int sp, std::int64_t seq_len, int ulysses = 1) {
+StepConfig config(Strategy strategy, int sp, std::int64_t seq_len, int ulysses = 1) {
   StepConfig c;
   c.model.vocab = 256;
   c.model.d_model = 256;
@@ -43,14 +43,14 @@ StepConfig config(const std::string& strategy, int sp, std::int64_t seq_len, int
   c.model.causal = true;
   c.model.precision = Precision::fp32;
   c.strategy = strategy;
-  c.layout = "zigzag";
+  c.layout = Layout::zigzag;
   c.sp = sp;
-  c.ulysses = strategy == "ulysses" ? sp : ulysses;
+  c.ulysses = strategy == Strategy::ulysses ? sp : ulysses;
   return c;
 }
 
 TEST(PerformanceModel, StepIsComputePlusExchangeMinusHidden) {
-  const StepPrediction p = predict_step(test_machine(), config("ring", 8, 1 << 16));
+  const StepPrediction p = predict_step(test_machine(), config(Strategy::ring, 8, 1 << 16));
   ASSERT_TRUE(p.valid) << p.problem;
   double compute = 0, exchange = 0;
   for (const auto& [name, s] : p.compute_parts) compute += s;
@@ -65,8 +65,8 @@ TEST(PerformanceModel, StepIsComputePlusExchangeMinusHidden) {
 TEST(PerformanceModel, LocalAttentionTimeIsItsFlopsOverTheRate) {
   // One rank, causal: 4 B N^2 D per layer times the computed tile fraction.
   const MachineDescription m = test_machine();
-  StepConfig c = config("local", 1, 8192);
-  c.layout = "contiguous";
+  StepConfig c = config(Strategy::local, 1, 8192);
+  c.layout = Layout::contiguous;
   const StepPrediction p = predict_step(m, c);
   const double N = 8192, D = 256, L = 2;
   const double fraction = causal_diagonal_fraction(8192, 64, 64);
@@ -91,8 +91,8 @@ TEST(PerformanceModel, DiagonalFractionOfUnevenTiles) {
 
 TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
   const MachineDescription m = test_machine();
-  StepConfig zigzag = config("ring", 4, 1 << 16), contiguous = zigzag;
-  contiguous.layout = "contiguous";
+  StepConfig zigzag = config(Strategy::ring, 4, 1 << 16), contiguous = zigzag;
+  contiguous.layout = Layout::contiguous;
   const StepPrediction z = predict_step(m, zigzag), c = predict_step(m, contiguous);
   // Contiguous: the slowest rank of every later step meets a whole block, so
   // the ring takes about twice as long as zigzag's balanced half blocks.
@@ -103,7 +103,7 @@ TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
 
 TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
   MachineDescription m = test_machine();
-  const StepConfig c = config("ring", 16, 1 << 14);  // crosses nodes
+  const StepConfig c = config(Strategy::ring, 16, 1 << 14);  // crosses nodes
   const StepPrediction slow = predict_step(m, c);
   m.bandwidth_inter *= 2;
   const StepPrediction fast = predict_step(m, c);
@@ -116,7 +116,7 @@ TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
 
 TEST(PerformanceModel, RingInsideOneNodeUsesIntraNodeBandwidth) {
   MachineDescription m = test_machine();
-  const StepConfig inside = config("ring", 4, 1 << 14), across = config("ring", 8, 1 << 14);
+  const StepConfig inside = config(Strategy::ring, 4, 1 << 14), across = config(Strategy::ring, 8, 1 << 14);
   const StepPrediction a = predict_step(m, inside), b = predict_step(m, across);
   m.bandwidth_inter /= 10;
   EXPECT_DOUBLE_EQ(predict_step(m, inside).exchange_seconds, a.exchange_seconds);
@@ -126,18 +126,18 @@ TEST(PerformanceModel, RingInsideOneNodeUsesIntraNodeBandwidth) {
 TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
   MachineDescription m = test_machine();
   // Long sequence, 4 ranks on one node: every step's block compute outlasts its K/V transfer.
-  const StepPrediction p = predict_step(m, config("ring", 4, 1 << 18));
+  const StepPrediction p = predict_step(m, config(Strategy::ring, 4, 1 << 18));
   const double posted = p.exchange_parts.at("ring.forward.kv") + p.exchange_parts.at("ring.backward.kv");
   EXPECT_NEAR(p.hidden_seconds, posted, 1e-9 * posted);
   // The travelling dK/dV are posted after the compute and stay exposed.
   EXPECT_NEAR(p.step_seconds, p.compute_seconds + p.exchange_seconds - posted, 1e-9 * p.step_seconds);
   // Without asynchronous progress nothing hides.
   m.overlap_efficiency = 0;
-  EXPECT_EQ(predict_step(m, config("ring", 4, 1 << 18)).hidden_seconds, 0.0);
+  EXPECT_EQ(predict_step(m, config(Strategy::ring, 4, 1 << 18)).hidden_seconds, 0.0);
   // When the transfer outlasts the compute, only the compute's length hides.
   m = test_machine();
   m.bandwidth_intra = 1e6;
-  const StepPrediction slow_link = predict_step(m, config("ring", 4, 1 << 12));
+  const StepPrediction slow_link = predict_step(m, config(Strategy::ring, 4, 1 << 12));
   // Zigzag on 4 ranks: step 0 computes 1 + 2f chunk blocks, each later step 2;
   // the last step posts nothing, so (1 + 2f + 2 + 2) of (1 + 2f + 3 x 2) hide.
   const double f = causal_diagonal_fraction((1 << 12) / 8, 64, 64);
@@ -149,23 +149,23 @@ TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
 
 TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
   const MachineDescription m = test_machine();
-  const double base = predict_step(m, config("rsa", 4, 1 << 14)).memory_parts.at("attention");
-  const double twice_n = predict_step(m, config("rsa", 4, 1 << 15)).memory_parts.at("attention");
-  const double twice_p = predict_step(m, config("rsa", 8, 1 << 14)).memory_parts.at("attention");
+  const double base = predict_step(m, config(Strategy::rsa, 4, 1 << 14)).memory_parts.at("attention");
+  const double twice_n = predict_step(m, config(Strategy::rsa, 4, 1 << 15)).memory_parts.at("attention");
+  const double twice_p = predict_step(m, config(Strategy::rsa, 8, 1 << 14)).memory_parts.at("attention");
   EXPECT_NEAR(twice_n / base, 4.0, 0.05);
   EXPECT_NEAR(twice_p / base, 0.5, 0.01);
   // Ring attention's memory stays linear in N / P.
-  const double ring = predict_step(m, config("ring", 4, 1 << 14)).memory_bytes_per_rank;
-  const double ring_twice_n = predict_step(m, config("ring", 4, 1 << 15)).memory_bytes_per_rank;
+  const double ring = predict_step(m, config(Strategy::ring, 4, 1 << 14)).memory_bytes_per_rank;
+  const double ring_twice_n = predict_step(m, config(Strategy::ring, 4, 1 << 15)).memory_bytes_per_rank;
   EXPECT_LT(ring_twice_n / ring, 2.01);
 }
 
 TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
-  const StepConfig c = config("hybrid", 8, 1 << 14, 4);
+  const StepConfig c = config(Strategy::hybrid, 8, 1 << 14, 4);
   const StepPrediction p = predict_step(test_machine(), c);
   ExchangeModelInput in;
   in.model = c.model;
-  in.strategy = "hybrid";
+  in.strategy = Strategy::hybrid;
   in.world_size = 8;
   in.sp = 8;
   in.ulysses = 4;
@@ -188,11 +188,11 @@ TEST(PerformanceModel, ReplicatedParametersMatchTheLayout) {
 
 TEST(PerformanceModel, BestStrategySwitchesWithTheMachine) {
   MachineDescription m = test_machine();
-  StepConfig deck = config("ring", 1, 1 << 16);
+  StepConfig deck = config(Strategy::ring, 1, 1 << 16);
   // One rank: everything is local attention; local wins (ulysses adds layout copies).
   auto choices = predict_strategies(m, deck, 1);
   ASSERT_GE(best_strategy(choices), 0);
-  EXPECT_EQ(choices[static_cast<std::size_t>(best_strategy(choices))].config.strategy, "local");
+  EXPECT_EQ(choices[static_cast<std::size_t>(best_strategy(choices))].config.strategy, Strategy::local);
   // 16 ranks over 4 nodes, slow network, short sequence: hybrid keeps the
   // all-to-all inside nodes and rings 4 x fewer hops across nodes than ring.
   m.bandwidth_inter = 1e9;
@@ -200,7 +200,7 @@ TEST(PerformanceModel, BestStrategySwitchesWithTheMachine) {
   choices = predict_strategies(m, deck, 16);
   int best = best_strategy(choices);
   ASSERT_GE(best, 0);
-  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, "hybrid");
+  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, Strategy::hybrid);
   EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.ulysses, 4);
   // Plenty of memory, free communication and slow blockwise kernels: RSA's dense kernels win.
   m = test_machine();
@@ -210,13 +210,13 @@ TEST(PerformanceModel, BestStrategySwitchesWithTheMachine) {
   choices = predict_strategies(m, deck, 4);
   best = best_strategy(choices);
   ASSERT_GE(best, 0);
-  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, "rsa");
+  EXPECT_EQ(choices[static_cast<std::size_t>(best)].config.strategy, Strategy::rsa);
   // ... but not when its n x N rows do not fit.
   m.memory_bytes_per_rank = 0.5e9;  // RSA needs 2 layers x 2048 x 8 x 8192 x 4 bytes = 1.07 GB
   choices = predict_strategies(m, deck, 4);
   best = best_strategy(choices);
   ASSERT_GE(best, 0);
-  EXPECT_NE(choices[static_cast<std::size_t>(best)].config.strategy, "rsa");
+  EXPECT_NE(choices[static_cast<std::size_t>(best)].config.strategy, Strategy::rsa);
   EXPECT_FALSE(choices[2].prediction.fits);
   // Nothing fits in a kilobyte.
   m.memory_bytes_per_rank = 1e3;
@@ -236,10 +236,10 @@ TEST(PerformanceModel, ActiveRanksShareTheNode) {
   // Unset alone rates: the busy ones at any occupancy.
   EXPECT_DOUBLE_EQ(m.shared_by(1).attention_flops_forward, m.attention_flops_forward);
   // A 1-rank step uses the rates alone, an 8-rank one the busy rates.
-  StepConfig one = config("local", 1, 1 << 12);
+  StepConfig one = config(Strategy::local, 1, 1 << 12);
   const double busy_gemm = predict_step(test_machine(), one).compute_parts.at("gemm");
   EXPECT_NEAR(predict_step(m, one).compute_parts.at("gemm"), busy_gemm / 2.5, 1e-12);
-  const StepConfig eight = config("ring", 8, 1 << 12);
+  const StepConfig eight = config(Strategy::ring, 8, 1 << 12);
   EXPECT_DOUBLE_EQ(predict_step(m, eight).compute_parts.at("gemm"), predict_step(test_machine(), eight).compute_parts.at("gemm"));
   // The machine file carries them.
   const MachineDescription back = parse_machine_text(machine_to_yaml(m, "test"), "test.yaml");
@@ -249,10 +249,10 @@ TEST(PerformanceModel, ActiveRanksShareTheNode) {
 
 TEST(PerformanceModel, ImpossibleDecompositionsAreMarked) {
   const MachineDescription m = test_machine();
-  EXPECT_FALSE(predict_step(m, config("ulysses", 16, 1 << 14)).valid);  // 8 heads
-  StepConfig local = config("local", 2, 1 << 14);
+  EXPECT_FALSE(predict_step(m, config(Strategy::ulysses, 16, 1 << 14)).valid);  // 8 heads
+  StepConfig local = config(Strategy::local, 2, 1 << 14);
   EXPECT_FALSE(predict_step(m, local).valid);
-  StepConfig odd = config("ring", 3, 1000);
+  StepConfig odd = config(Strategy::ring, 3, 1000);
   EXPECT_FALSE(predict_step(m, odd).valid);
   EXPECT_NE(predict_step(m, odd).problem.find("2 sp"), std::string::npos);
 }
@@ -293,22 +293,22 @@ TEST(MachineFile, RoundTripAndErrors) {
 TEST(PerformanceModel, LongestFittingSequenceIsTheEdgeOfTheMemoryPlan) {
   MachineDescription m = test_machine();
   m.memory_bytes_per_rank = 2e9;
-  for (const std::string strategy : {"ring", "rsa", "ulysses"}) {
+  for (const Strategy strategy : {Strategy::ring, Strategy::rsa, Strategy::ulysses}) {
     const StepConfig c = config(strategy, 4, 1 << 12);
     const std::int64_t n = longest_fitting_seq_len(m, c);
-    ASSERT_GT(n, 0) << strategy;
-    EXPECT_EQ(n % 8, 0) << strategy;  // a multiple of 2 sp
+    ASSERT_GT(n, 0) << to_string(strategy);
+    EXPECT_EQ(n % 8, 0) << to_string(strategy);  // a multiple of 2 sp
     StepConfig at = c, beyond = c;
     at.model.seq_len = n;
     beyond.model.seq_len = n + 8;
-    EXPECT_TRUE(predict_step(m, at).fits) << strategy;
-    EXPECT_FALSE(predict_step(m, beyond).fits) << strategy;
+    EXPECT_TRUE(predict_step(m, at).fits) << to_string(strategy);
+    EXPECT_FALSE(predict_step(m, beyond).fits) << to_string(strategy);
   }
   // RSA keeps n x N scores: it runs out long before ring does.
-  EXPECT_LT(longest_fitting_seq_len(m, config("rsa", 4, 1 << 12)) * 4,
-            longest_fitting_seq_len(m, config("ring", 4, 1 << 12)));
+  EXPECT_LT(longest_fitting_seq_len(m, config(Strategy::rsa, 4, 1 << 12)) * 4,
+            longest_fitting_seq_len(m, config(Strategy::ring, 4, 1 << 12)));
   m.memory_bytes_per_rank = 1e3;  // not even the parameters fit
-  EXPECT_EQ(longest_fitting_seq_len(m, config("ring", 4, 1 << 12)), 0);
+  EXPECT_EQ(longest_fitting_seq_len(m, config(Strategy::ring, 4, 1 << 12)), 0);
 }
 
 }  // namespace

@@ -1,0 +1,37 @@
+// The deck words of every enumeration of config.hpp, in declaration order.
+#include "core/config.hpp"
+
+namespace miniattn {
+
+template <>
+const std::vector<std::string>& enum_names<Precision>() {
+  static const std::vector<std::string> names = {"fp32", "fp64"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<Strategy>() {
+  static const std::vector<std::string> names = {"local", "rsa", "ring", "ulysses", "hybrid"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<Layout>() {
+  static const std::vector<std::string> names = {"contiguous", "zigzag"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<CommBackend>() {
+  static const std::vector<std::string> names = {"mpi", "nccl"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<OptimizerKind>() {
+  static const std::vector<std::string> names = {"adamw", "sgd"};
+  return names;
+}
+template <>
+const std::vector<std::string>& enum_names<RunMode>() {
+  static const std::vector<std::string> names = {"train", "bench", "predict", "calibrate"};
+  return names;
+}
+
+}  // namespace miniattn
