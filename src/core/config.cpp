@@ -109,8 +109,6 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-// The sequence-parallel strategies this build runs. The checks for the others
-// still run first, so that a deck gets the most specific message.
 std::string join(const std::vector<std::string>& items, const char* separator = ", ") {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -604,12 +602,12 @@ Config parse_config(const std::string& deck_path, const std::vector<std::string>
   return parse_text(text.str(), deck_path, deck_path, overrides, world_size);
 }
 
-void validate_config(const Config& c, int world_size) {
-  if (world_size < 1) throw std::invalid_argument("validate_config: world_size must be >= 1");
-  Config& values = const_cast<Config&>(c);  // read only: the table hands out references
+namespace {
 
-  // Enumerations and finite numbers (already checked for parsed decks; not for
-  // a Config built in code).
+// Enumerations and finite numbers (already checked for parsed decks; not for
+// a Config built in code).
+void check_enums_and_reals(const Config& c) {
+  Config& values = const_cast<Config&>(c);  // read only: the table hands out references
   for (const Field& field : config_fields::fields()) {
     if (const auto* e = std::get_if<config_fields::EnumRef>(&field.ref)) {
       if (e->get(values) >= e->names().size())
@@ -619,8 +617,10 @@ void validate_config(const Config& c, int world_size) {
       if (!std::isfinite(value)) reject(field.name(), "must be a finite number, got " + number_text(value));
     }
   }
+}
 
-  // Sizes and counts.
+// Sizes and counts.
+void check_sizes_and_counts(const Config& c) {
   const ModelConfig& m = c.model;
   require_at_least("model.vocab", m.vocab, 1);
   require_at_least("model.d_model", m.d_model, 1);
@@ -647,8 +647,12 @@ void validate_config(const Config& c, int world_size) {
     reject("model.heads", "must divide model.d_model (" + std::to_string(m.d_model) + " % " + std::to_string(m.heads) +
                               " != 0)");
   }
+}
 
-  // Training.
+// Training, memory and the performance model's keys (run.machine itself is
+// checked by the predict and calibrate modes, before any work; the list only
+// matters to predict).
+void check_training(const Config& c) {
   const TrainConfig& t = c.train;
   if (!(t.lr > 0.0)) reject("train.lr", "must be > 0, got " + number_text(t.lr));
   if (t.weight_decay < 0.0) reject("train.weight_decay", "must be >= 0, got " + number_text(t.weight_decay));
@@ -660,14 +664,15 @@ void validate_config(const Config& c, int world_size) {
     reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
                                           number_text(c.run.memory_per_rank_gib));
 
-  // The performance model's keys (run.machine itself is checked by the predict
-  // and calibrate modes, before any work; the list only matters to predict).
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
+}
 
-  // The process grid: world = dp x sp.
+// The process grid: world = dp x sp.
+void check_process_grid(const Config& c, int world_size) {
+  const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
   const std::int64_t world = world_size;
   if (world % p.dp != 0) {
@@ -681,42 +686,43 @@ void validate_config(const Config& c, int world_size) {
   }
   const std::string sp_text = "sp = " + std::to_string(world) + " ranks / parallel.dp " + std::to_string(p.dp) +
                               " = " + std::to_string(sp);
-  if (p.strategy == Strategy::local) {
-    if (sp != 1) {
-      reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
-                                      " (use parallel.dp = " + std::to_string(world) +
-                                      " = world size, or a sequence-parallel strategy)");
+  if (p.strategy == Strategy::local && sp != 1) {
+    reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
+                                    " (use parallel.dp = " + std::to_string(world) +
+                                    " = world size, or a sequence-parallel strategy)");
+  }
+  // The layout splits the sequence for 'local' too (zigzag: 2 chunks on 1 rank).
+  if (p.layout == Layout::contiguous && m.seq_len % sp != 0) {
+    reject("model.seq_len", "must be divisible by sp for parallel.layout contiguous (" + sp_text + "; " +
+                                std::to_string(m.seq_len) + " % " + std::to_string(sp) + " != 0)");
+  }
+  if (p.layout == Layout::zigzag && m.seq_len % (2 * sp) != 0) {
+    reject("model.seq_len", "must be divisible by 2 * sp for parallel.layout zigzag (" + sp_text + "; " +
+                                std::to_string(m.seq_len) + " % " + std::to_string(2 * sp) + " != 0)");
+  }
+  if (p.strategy == Strategy::ulysses && m.heads % sp != 0) {
+    reject("model.heads", "must be divisible by sp for parallel.strategy ulysses (" + sp_text + "; " +
+                              std::to_string(m.heads) + " % " + std::to_string(sp) + " != 0)");
+  }
+  if (p.strategy == Strategy::hybrid) {
+    if (sp % p.ulysses_degree != 0) {
+      reject("parallel.ulysses_degree", "must divide sp for parallel.strategy hybrid (" + sp_text + "; " +
+                                            std::to_string(sp) + " % " + std::to_string(p.ulysses_degree) +
+                                            " != 0)");
     }
-  } else {
-    if (p.layout == Layout::contiguous && m.seq_len % sp != 0) {
-      reject("model.seq_len", "must be divisible by sp for parallel.layout contiguous (" + sp_text + "; " +
-                                  std::to_string(m.seq_len) + " % " + std::to_string(sp) + " != 0)");
-    }
-    if (p.layout == Layout::zigzag && m.seq_len % (2 * sp) != 0) {
-      reject("model.seq_len", "must be divisible by 2 * sp for parallel.layout zigzag (" + sp_text + "; " +
-                                  std::to_string(m.seq_len) + " % " + std::to_string(2 * sp) + " != 0)");
-    }
-    if (p.strategy == Strategy::ulysses && m.heads % sp != 0) {
-      reject("model.heads", "must be divisible by sp for parallel.strategy ulysses (" + sp_text + "; " +
-                                std::to_string(m.heads) + " % " + std::to_string(sp) + " != 0)");
-    }
-    if (p.strategy == Strategy::hybrid) {
-      if (sp % p.ulysses_degree != 0) {
-        reject("parallel.ulysses_degree", "must divide sp for parallel.strategy hybrid (" + sp_text + "; " +
-                                              std::to_string(sp) + " % " + std::to_string(p.ulysses_degree) +
-                                              " != 0)");
-      }
-      if (m.heads % p.ulysses_degree != 0) {
-        reject("model.heads", "must be divisible by parallel.ulysses_degree for parallel.strategy hybrid (" +
-                                  std::to_string(m.heads) + " % " + std::to_string(p.ulysses_degree) + " != 0)");
-      }
+    if (m.heads % p.ulysses_degree != 0) {
+      reject("model.heads", "must be divisible by parallel.ulysses_degree for parallel.strategy hybrid (" +
+                                std::to_string(m.heads) + " % " + std::to_string(p.ulysses_degree) + " != 0)");
     }
   }
 #ifndef MINIATTN_HAVE_NCCL
   if (p.comm == CommBackend::nccl) reject("parallel.comm", "'nccl' needs a build with MINIATTN_ENABLE_NCCL=ON");
 #endif
+}
 
-  // Files and steps.
+// Files and steps.
+void check_files(const Config& c) {
+  const TrainConfig& t = c.train;
   const IoConfig& io = c.io;
   if (io.init.empty()) {
     reject("io.init", "must be 'random' or the path of an HDF5 weights file, got an empty string");
@@ -732,6 +738,17 @@ void validate_config(const Config& c, int world_size) {
   if (!io.restart.empty() && io.init != "random") {
     reject("io.init", "cannot be combined with io.restart (a checkpoint already holds the parameters)");
   }
+}
+
+}  // namespace
+
+void validate_config(const Config& c, int world_size) {
+  if (world_size < 1) throw std::invalid_argument("validate_config: world_size must be >= 1");
+  check_enums_and_reals(c);
+  check_sizes_and_counts(c);
+  check_training(c);
+  check_process_grid(c, world_size);
+  check_files(c);
 }
 
 std::vector<std::int64_t> parse_predict_seq_lens(const std::string& text) {

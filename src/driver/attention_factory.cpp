@@ -32,9 +32,7 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   const ModelConfig& m = c.model;
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
-  kernels::AttentionBlocking blocking;
-  blocking.query_block = c.kernels.query_block;
-  blocking.key_block = c.kernels.key_block;
+  const auto blocking = kernels::AttentionBlocking::of(c.kernels);
   const index_t B = m.batch / grid.dp_size, H = m.heads, Dh = m.head_dim();
   const index_t n = m.seq_len / grid.sp_size;
 

@@ -27,30 +27,33 @@
 #include "perf/gemm_rate.hpp"
 #include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
+#include "io/text_file.hpp"
 #include "perf/phase_timer.hpp"
 
 namespace miniattn {
 
 namespace {
 
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n == 0 ? 0.0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+// The median of `repeats` values of `sample` after one warm-up call.
+double median_after_warmup(int repeats, const std::function<double()>& sample) {
+  std::vector<double> values;
+  for (int r = 0; r <= repeats; ++r) {
+    const double value = sample();
+    if (r > 0) values.push_back(value);
+  }
+  return median(values);
 }
 
 // Median seconds of `repeats` calls after one warm-up call; all ranks start together.
 double time_median(MPI_Comm world, int repeats, const std::function<void()>& work) {
-  std::vector<double> seconds;
   MPI_Barrier(world);
-  for (int r = 0; r <= repeats; ++r) {
+  return median_after_warmup(repeats, [&] {
     compat::fence("miniattn::calibrate");
     const double t0 = wall_seconds();
     work();
     compat::fence("miniattn::calibrate");
-    if (r > 0) seconds.push_back(wall_seconds() - t0);
-  }
-  return median_of(seconds);
+    return wall_seconds() - t0;
+  });
 }
 
 // The median over ranks of one value per rank (every rank measured at once).
@@ -59,7 +62,7 @@ double median_over_ranks(double value, MPI_Comm world) {
   MPI_Comm_size(world, &size);
   std::vector<double> all(static_cast<std::size_t>(size));
   MPI_Allgather(&value, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, world);
-  return median_of(all);
+  return median(all);
 }
 
 template <class T>
@@ -106,77 +109,75 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   return flops / seconds;
 }
 
-struct AttentionRates {
-  double forward = 0, backward = 0;
-};
-
-// The blockwise kernel on one non-causal block (all tiles full): B = 1, the
-// deck's heads and head width, n query and key rows.
-template <class T>
-AttentionRates measure_attention(const Config& c, index_t n, MPI_Comm world) {
-  const index_t B = 1, H = c.model.heads, Dh = c.model.head_dim();
-  View4<T> q("calibrate.q", B, H, n, Dh), k("calibrate.k", B, H, n, Dh), v("calibrate.v", B, H, n, Dh);
-  View4<T> out("calibrate.out", B, H, n, Dh), dout("calibrate.dout", B, H, n, Dh);
-  View4<T> dq("calibrate.dq", B, H, n, Dh), dk("calibrate.dk", B, H, n, Dh), dv("calibrate.dv", B, H, n, Dh);
-  View3<T> lse("calibrate.lse", B, H, n), row_sum("calibrate.row_sum", B, H, n), delta("calibrate.delta", B, H, n);
-  View1<index_t> pos("calibrate.positions", n);
+View1<index_t> positions_up_to(index_t n) {
+  View1<index_t> positions("calibrate.positions", n);
   Kokkos::parallel_for(
-      "miniattn::calibrate_positions", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { pos(i) = i; });
-  for (const auto& view : {q, k, v, dout}) fill_view(view, 1.0);
-  kernels::AttentionBlocking blocking;
-  blocking.query_block = c.kernels.query_block;
-  blocking.key_block = c.kernels.key_block;
-  const double flops = 4.0 * double(B * H) * double(n) * double(n) * double(Dh);
-  AttentionRates r;
-  const double tf = time_median(world, 3, [&] {
-    kernels::attention_forward<T>(q, k, v, pos, pos, false, blocking, out, lse, row_sum);
-  });
-  const kernels::TransposedKeys<T> transposed(B, H, Dh, n);
-  const double tb = time_median(world, 3, [&] {
-    kernels::attention_backward_delta<T>(out, dout, delta);
-    Kokkos::deep_copy(dq, T(0));
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
-    kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, false, blocking, dq, dk, dv,
-                                              transposed);
-  });
-  r.forward = flops / tf;
-  r.backward = 2.5 * flops / tb;
-  return r;
+      "miniattn::calibrate_positions", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { positions(i) = i; });
+  return positions;
 }
 
-// RSA's dense kernels on one non-causal n x n block: score + softmax + apply
-// (forward), dense block backward.
+// One non-causal n x n block of attention: B = 1, the deck's heads and head
+// width; q, k, v and dout filled, positions 0 .. n-1.
 template <class T>
-AttentionRates measure_rsa(const Config& c, index_t n, MPI_Comm world) {
-  const index_t B = 1, H = c.model.heads, Dh = c.model.head_dim();
-  View4<T> q("calibrate.q", B, H, n, Dh), k("calibrate.k", B, H, n, Dh), v("calibrate.v", B, H, n, Dh);
-  View4<T> out("calibrate.out", B, H, n, Dh), dout("calibrate.dout", B, H, n, Dh);
-  View4<T> dq("calibrate.dq", B, H, n, Dh), dk("calibrate.dk", B, H, n, Dh), dv("calibrate.dv", B, H, n, Dh);
-  kernels::View5<T> blocks("calibrate.p", 1, B, H, n, n);  // one block of the score row
+struct AttentionBlock {
+  index_t H, n, Dh;
+  View4<T> q, k, v, out, dout, dq, dk, dv;
+  View3<T> lse, delta;
+  View1<index_t> positions;
+
+  AttentionBlock(const ModelConfig& m, index_t rows)
+      : H(m.heads), n(rows), Dh(m.head_dim()), q("calibrate.q", 1, H, n, Dh), k("calibrate.k", 1, H, n, Dh),
+        v("calibrate.v", 1, H, n, Dh), out("calibrate.out", 1, H, n, Dh), dout("calibrate.dout", 1, H, n, Dh),
+        dq("calibrate.dq", 1, H, n, Dh), dk("calibrate.dk", 1, H, n, Dh), dv("calibrate.dv", 1, H, n, Dh),
+        lse("calibrate.lse", 1, H, n), delta("calibrate.delta", 1, H, n), positions(positions_up_to(n)) {
+    for (const auto& view : {q, k, v, dout}) fill_view(view, 1.0);
+  }
+  // Query-key pairs over all heads.
+  double pairs() const { return double(H) * double(n) * double(n); }
+};
+
+// The blockwise kernel on a block with all tiles full.
+template <class T>
+void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
+  AttentionBlock<T> a(c.model, n);
+  View3<T> row_sum("calibrate.row_sum", 1, a.H, n);
+  const auto blocking = kernels::AttentionBlocking::of(c.kernels);
+  const double tf = time_median(world, 3, [&] {
+    kernels::attention_forward<T>(a.q, a.k, a.v, a.positions, a.positions, false, blocking, a.out, a.lse, row_sum);
+  });
+  const kernels::TransposedKeys<T> transposed(1, a.H, a.Dh, n);
+  const double tb = time_median(world, 3, [&] {
+    kernels::attention_backward_delta<T>(a.out, a.dout, a.delta);
+    Kokkos::deep_copy(a.dq, T(0));
+    Kokkos::deep_copy(a.dk, T(0));
+    Kokkos::deep_copy(a.dv, T(0));
+    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.dout, a.lse, a.delta, a.positions, a.positions, false,
+                                              blocking, a.dq, a.dk, a.dv, transposed);
+  });
+  const double flops = 4.0 * a.pairs() * double(a.Dh);
+  rates.attention_flops_forward = flops / tf;
+  rates.attention_flops_backward = 2.5 * flops / tb;
+}
+
+// RSA's dense kernels: score + softmax + apply (forward), dense block backward.
+template <class T>
+void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
+  AttentionBlock<T> a(c.model, n);
+  kernels::View5<T> blocks("calibrate.p", 1, 1, a.H, n, n);  // one block of the score row
   const View4<T> probabilities = Kokkos::subview(blocks, 0, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL());
-  View3<T> lse("calibrate.lse", B, H, n);
-  View3<T> delta("calibrate.delta", B, H, n);
-  View1<index_t> pos("calibrate.positions", n);
-  Kokkos::parallel_for(
-      "miniattn::calibrate_positions", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { pos(i) = i; });
-  for (const auto& view : {q, k, v, dout}) fill_view(view, 1.0);
-  fill_view(delta, 0.1);
-  const double pairs = double(B * H) * double(n) * double(n);
-  AttentionRates r;
+  fill_view(a.delta, 0.1);
   const double tf = time_median(world, 2, [&] {
-    kernels::score_block<T>(q, k, pos, pos, false, probabilities);
-    kernels::softmax_over_blocks<T>(blocks, lse);
-    Kokkos::deep_copy(out, T(0));
-    kernels::apply_probabilities<T>(probabilities, v, out);
+    kernels::score_block<T>(a.q, a.k, a.positions, a.positions, false, probabilities);
+    kernels::softmax_over_blocks<T>(blocks, a.lse);
+    Kokkos::deep_copy(a.out, T(0));
+    kernels::apply_probabilities<T>(probabilities, a.v, a.out);
   });
   fill_view(probabilities, 0.001);  // no zero probabilities: every pair is worked on
   const double tb = time_median(world, 2, [&] {
-    kernels::dense_block_backward<T>(probabilities, q, k, v, dout, delta, dq, dk, dv);
+    kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, a.dq, a.dk, a.dv);
   });
-  r.forward = pairs * 4.0 * double(Dh) / tf;
-  r.backward = pairs * 10.0 * double(Dh) / tb;
-  return r;
+  rates.rsa_flops_forward = a.pairs() * 4.0 * double(a.Dh) / tf;
+  rates.rsa_flops_backward = a.pairs() * 10.0 * double(a.Dh) / tb;
 }
 
 // The elementwise kernels of one transformer block, forward and backward, on
@@ -235,98 +236,77 @@ struct LinkFigures {
   double overlap = 1.0;           // fraction of a posted exchange that progresses during compute
 };
 
-// Between world ranks 0 and `partner`; every rank must call it.
+// Between world ranks `rank` and `other`, one of them 0, both calling.
+LinkFigures measure_link_between(int rank, int other, MPI_Comm world) {
+  const int big = 16 << 20;
+  std::vector<char> send(big, 1), recv(big, 0);
+  const auto pingpong = [&](int bytes) {
+    const double t0 = wall_seconds();
+    if (rank == 0) MPI_Send(send.data(), bytes, MPI_BYTE, other, 1, world);
+    MPI_Recv(recv.data(), bytes, MPI_BYTE, other, 1, world, MPI_STATUS_IGNORE);
+    if (rank != 0) MPI_Send(send.data(), bytes, MPI_BYTE, other, 1, world);
+    return (wall_seconds() - t0) / 2;
+  };
+  // Seconds of `work` started together with the partner, during a big
+  // exchange both ways (posted before, waited for after) when `exchanging`.
+  const auto timed = [&](bool exchanging, const std::function<void()>& work) {
+    MPI_Sendrecv(nullptr, 0, MPI_BYTE, other, 3, nullptr, 0, MPI_BYTE, other, 3, world, MPI_STATUS_IGNORE);
+    const double t0 = wall_seconds();
+    MPI_Request requests[2];
+    if (exchanging) MPI_Irecv(recv.data(), big, MPI_BYTE, other, 2, world, &requests[0]);
+    if (exchanging) MPI_Isend(send.data(), big, MPI_BYTE, other, 2, world, &requests[1]);
+    work();
+    if (exchanging) MPI_Waitall(2, requests, MPI_STATUSES_IGNORE);
+    return wall_seconds() - t0;
+  };
+  LinkFigures f;
+  f.measured = true;
+  for (int warm = 0; warm < 100; ++warm) median_after_warmup(1, [&] { return pingpong(8); });
+  f.latency = median_after_warmup(2000, [&] { return pingpong(8); });
+  f.pingpong_bandwidth = big / median_after_warmup(10, [&] { return pingpong(big); });
+  const double t_exchange = median_after_warmup(10, [&] { return timed(true, [] {}); });
+  f.exchange_bandwidth = big / t_exchange;
+
+  // Overlap: post the exchange, compute about twice its time, then wait, as
+  // the ring does; hidden = exchange + compute - both.
+  const index_t n = 256;
+  View2<float> a("calibrate.a", n, n), b("calibrate.b", n, n), c("calibrate.c", n, n);
+  Kokkos::deep_copy(a, 1.0f);
+  Kokkos::deep_copy(b, 0.5f);
+  int calls = 1;
+  const auto compute = [&] {
+    for (int i = 0; i < calls; ++i) kernels::gemm<float>('N', 'N', 1.0f, a, b, 0.0f, c);
+    compat::fence("miniattn::calibrate");
+  };
+  compute();
+  calls = 4;
+  const double t_one = timed(false, compute) / 4;
+  calls = static_cast<int>(std::ceil(2 * t_exchange / std::max(t_one, 1e-7)));
+  int agreed = calls;  // both partners must do the same work
+  MPI_Sendrecv(&calls, 1, MPI_INT, other, 4, &agreed, 1, MPI_INT, other, 4, world, MPI_STATUS_IGNORE);
+  calls = std::max(calls, agreed);
+  std::vector<double> t_compute, t_both;
+  for (int i = 0; i <= 5; ++i) {
+    const double alone = timed(false, compute), both = timed(true, compute);
+    if (i == 0) continue;
+    t_compute.push_back(alone);
+    t_both.push_back(both);
+  }
+  const double hidden = t_exchange + median(t_compute) - median(t_both);
+  f.overlap = std::min(1.0, std::max(0.0, hidden / t_exchange));
+  return f;
+}
+
+// Between world ranks 0 and `partner`: rank 0's figures, on every rank (every rank calls it).
 LinkFigures measure_link(int partner, MPI_Comm world) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   LinkFigures f;
-  const bool active = rank == 0 || rank == partner;
-  const int other = rank == 0 ? partner : 0;
-  const std::size_t big = std::size_t{16} << 20;  // 16 MiB
-  std::vector<char> send(active ? big : 1, 1), recv(active ? big : 1, 0);
   MPI_Barrier(world);
-  if (active) {
-    auto pingpong = [&](std::size_t bytes, int iterations) {
-      std::vector<double> times;
-      for (int i = 0; i <= iterations; ++i) {
-        const double t0 = wall_seconds();
-        if (rank == 0) {
-          MPI_Send(send.data(), static_cast<int>(bytes), MPI_BYTE, other, 1, world);
-          MPI_Recv(recv.data(), static_cast<int>(bytes), MPI_BYTE, other, 1, world, MPI_STATUS_IGNORE);
-        } else {
-          MPI_Recv(recv.data(), static_cast<int>(bytes), MPI_BYTE, other, 1, world, MPI_STATUS_IGNORE);
-          MPI_Send(send.data(), static_cast<int>(bytes), MPI_BYTE, other, 1, world);
-        }
-        if (i > 0) times.push_back((wall_seconds() - t0) / 2);
-      }
-      return median_of(times);
-    };
-    for (int warm = 0; warm < 100; ++warm) pingpong(8, 1);
-    f.latency = pingpong(8, 2000);
-    f.pingpong_bandwidth = double(big) / pingpong(big, 10);
-    auto exchange = [&]() {
-      MPI_Request reqs[2];
-      MPI_Irecv(recv.data(), static_cast<int>(big), MPI_BYTE, other, 2, world, &reqs[0]);
-      MPI_Isend(send.data(), static_cast<int>(big), MPI_BYTE, other, 2, world, &reqs[1]);
-      MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
-    };
-    std::vector<double> times;
-    for (int i = 0; i <= 10; ++i) {
-      MPI_Sendrecv(nullptr, 0, MPI_BYTE, other, 3, nullptr, 0, MPI_BYTE, other, 3, world, MPI_STATUS_IGNORE);
-      const double t0 = wall_seconds();
-      exchange();
-      if (i > 0) times.push_back(wall_seconds() - t0);
-    }
-    const double t_exchange = median_of(times);
-    f.exchange_bandwidth = double(big) / t_exchange;
-
-    // Overlap: post the exchange, compute about twice its time, then wait, as
-    // the ring does; hidden = exchange + compute - both.
-    const index_t n = 256;
-    View2<float> a("calibrate.a", n, n), b("calibrate.b", n, n), c("calibrate.c", n, n);
-    Kokkos::deep_copy(a, 1.0f);
-    Kokkos::deep_copy(b, 0.5f);
-    auto compute = [&](int calls) {
-      for (int i = 0; i < calls; ++i) kernels::gemm<float>('N', 'N', 1.0f, a, b, 0.0f, c);
-      compat::fence("miniattn::calibrate");
-    };
-    compute(1);
-    double t_one = wall_seconds();
-    compute(4);
-    t_one = (wall_seconds() - t_one) / 4;
-    int calls = static_cast<int>(std::ceil(2 * t_exchange / std::max(t_one, 1e-7)));
-    // Both partners must agree on the work.
-    int agreed = calls;
-    MPI_Sendrecv(&calls, 1, MPI_INT, other, 4, &agreed, 1, MPI_INT, other, 4, world, MPI_STATUS_IGNORE);
-    calls = std::max(calls, agreed);
-    std::vector<double> t_compute, t_both;
-    for (int i = 0; i <= 5; ++i) {
-      MPI_Sendrecv(nullptr, 0, MPI_BYTE, other, 3, nullptr, 0, MPI_BYTE, other, 3, world, MPI_STATUS_IGNORE);
-      double t0 = wall_seconds();
-      compute(calls);
-      if (i > 0) t_compute.push_back(wall_seconds() - t0);
-      MPI_Sendrecv(nullptr, 0, MPI_BYTE, other, 3, nullptr, 0, MPI_BYTE, other, 3, world, MPI_STATUS_IGNORE);
-      t0 = wall_seconds();
-      MPI_Request reqs[2];
-      MPI_Irecv(recv.data(), static_cast<int>(big), MPI_BYTE, other, 2, world, &reqs[0]);
-      MPI_Isend(send.data(), static_cast<int>(big), MPI_BYTE, other, 2, world, &reqs[1]);
-      compute(calls);
-      MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
-      if (i > 0) t_both.push_back(wall_seconds() - t0);
-    }
-    const double hidden = t_exchange + median_of(t_compute) - median_of(t_both);
-    f.overlap = std::min(1.0, std::max(0.0, hidden / t_exchange));
-    f.measured = true;
-  }
-  // Rank 0's figures for everyone.
-  double values[5] = {f.latency, f.pingpong_bandwidth, f.exchange_bandwidth, f.overlap, f.measured ? 1.0 : 0.0};
+  if (rank == 0 || rank == partner) f = measure_link_between(rank, rank == 0 ? partner : 0, world);
+  double values[] = {f.measured ? 1.0 : 0.0, f.latency, f.pingpong_bandwidth, f.exchange_bandwidth, f.overlap};
   MPI_Bcast(values, 5, MPI_DOUBLE, 0, world);
-  f.latency = values[0];
-  f.pingpong_bandwidth = values[1];
-  f.exchange_bandwidth = values[2];
-  f.overlap = values[3];
-  f.measured = values[4] > 0;
-  return f;
+  return {values[0] > 0, values[1], values[2], values[3], values[4]};
 }
 
 std::string format_value(double value) {
@@ -335,216 +315,184 @@ std::string format_value(double value) {
   return buf;
 }
 
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text;
-    if (!out) throw InputError("run.machine: cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError("run.machine: cannot rename " + tmp + " to " + path);
-}
-
-struct CalibrationSizes {
-  index_t rows = 0, attention_n = 0, rsa_n = 0;
+// What calibrate measures, at which sizes, and what it found.
+struct Calibration {
+  int ranks = 1;
+  int off_node = 0;  // the first world rank on another node than rank 0's (ranks: none)
+  index_t rows = 0, attention_n = 0, rsa_n = 0;  // GEMM rows; attention and RSA block rows
+  MachineDescription machine;                    // ranks_per_node: the size of rank 0's node
+  double square_gemm = 0, copy_bandwidth = 0;
+  LinkFigures intra, inter;
 };
+
+// The ranks and nodes (ranks sharing memory) of this run, and the sizes to
+// measure at: GEMMs at its local rows, kernels at its sequence length, within
+// bounds that keep calibration short.
+Calibration plan_calibration(const Config& c, MPI_Comm world) {
+  Calibration k;
+  int rank = 0, ranks_per_node = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &k.ranks);
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int node_first = rank;
+  MPI_Comm_size(node, &ranks_per_node);
+  MPI_Allreduce(&rank, &node_first, 1, MPI_INT, MPI_MIN, node);
+  MPI_Comm_free(&node);
+  MPI_Bcast(&ranks_per_node, 1, MPI_INT, 0, world);
+  k.machine.ranks_per_node = ranks_per_node;
+  const int candidate = node_first == 0 ? k.ranks : rank;
+  MPI_Allreduce(&candidate, &k.off_node, 1, MPI_INT, MPI_MIN, world);
+
+  const ModelConfig& m = c.model;
+  const index_t local_rows = std::max<index_t>(1, m.batch / c.parallel.dp) *
+                             std::max<index_t>(1, m.seq_len / (k.ranks / c.parallel.dp));
+  k.rows = std::min<index_t>(std::max<index_t>(local_rows, 256), 8192);
+  k.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), 2048);
+  k.rsa_n = std::min<index_t>(k.attention_n, 1024);
+  return k;
+}
 
 // Every compute rate, timed with the ranks of `comm` working at once.
 template <class T>
-RankRates measure_rates(const Config& c, const CalibrationSizes& sizes, MPI_Comm comm) {
+RankRates measure_rates(const Config& c, const Calibration& k, MPI_Comm comm) {
   RankRates r;
-  r.gemm_flops = measure_model_gemm_flops<T>(c.model, sizes.rows, comm);
-  const AttentionRates attention = measure_attention<T>(c, sizes.attention_n, comm);
-  r.attention_flops_forward = attention.forward;
-  r.attention_flops_backward = attention.backward;
-  const AttentionRates rsa = measure_rsa<T>(c, sizes.rsa_n, comm);
-  r.rsa_flops_forward = rsa.forward;
-  r.rsa_flops_backward = rsa.backward;
-  r.elementwise_bandwidth = measure_elementwise_bandwidth<T>(c.model, sizes.rows, comm);
-  return r;
-}
-
-std::vector<double> as_vector(const RankRates& r) {
-  return {r.gemm_flops, r.attention_flops_forward, r.attention_flops_backward, r.rsa_flops_forward,
-          r.rsa_flops_backward, r.elementwise_bandwidth};
-}
-
-RankRates from_vector(const std::vector<double>& v) {
-  RankRates r;
-  r.gemm_flops = v[0];
-  r.attention_flops_forward = v[1];
-  r.attention_flops_backward = v[2];
-  r.rsa_flops_forward = v[3];
-  r.rsa_flops_backward = v[4];
-  r.elementwise_bandwidth = v[5];
+  r.gemm_flops = measure_model_gemm_flops<T>(c.model, k.rows, comm);
+  measure_attention<T>(c, k.attention_n, comm, r);
+  measure_rsa<T>(c, k.rsa_n, comm, r);
+  r.elementwise_bandwidth = measure_elementwise_bandwidth<T>(c.model, k.rows, comm);
   return r;
 }
 
 // Rank 0 measures alone while the other ranks sleep (a polled non-blocking
 // barrier, so that no rank spins on a core the measurement may share).
 template <class T>
-RankRates measure_rates_alone(const Config& c, const CalibrationSizes& sizes, MPI_Comm world) {
+RankRates measure_rates_alone(const Config& c, const Calibration& k, MPI_Comm world) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
-  std::vector<double> values(6, 0.0);
-  if (rank == 0) values = as_vector(measure_rates<T>(c, sizes, MPI_COMM_SELF));
+  RankRates rates;
+  if (rank == 0) rates = measure_rates<T>(c, k, MPI_COMM_SELF);
   MPI_Request request;
   MPI_Ibarrier(world, &request);
   for (int done = 0; !done;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (!done) usleep(2000);
   }
-  MPI_Bcast(values.data(), static_cast<int>(values.size()), MPI_DOUBLE, 0, world);
-  return from_vector(values);
+  for (const RateField& f : kRateFields) MPI_Bcast(&(rates.*f.member), 1, MPI_DOUBLE, 0, world);
+  return rates;
+}
+
+// The links: rank 1 shares rank 0's node unless the second node starts at
+// rank 1; without a partner, nominal defaults (intra) or the intra figures (inter).
+void measure_links(Calibration& k, MPI_Comm world) {
+  if (k.ranks >= 2 && k.off_node > 1) k.intra = measure_link(1, world);
+  if (k.off_node < k.ranks) k.inter = measure_link(k.off_node, world);
+  const LinkFigures& any = k.intra.measured ? k.intra : k.inter;
+  MachineDescription& m = k.machine;
+  m.latency_intra = any.measured ? any.latency : 1e-6;
+  m.bandwidth_intra = any.measured ? any.exchange_bandwidth : k.copy_bandwidth / 2;
+  m.latency_inter = k.inter.measured ? k.inter.latency : m.latency_intra;
+  m.bandwidth_inter = k.inter.measured ? k.inter.exchange_bandwidth : m.bandwidth_intra;
+  m.overlap_efficiency = any.measured ? any.overlap : 0.0;
+}
+
+template <class T>
+void measure(const Config& c, Calibration& k, MPI_Comm world) {
+  MachineDescription& m = k.machine;
+  static_cast<RankRates&>(m) = measure_rates<T>(c, k, world);  // every rank at once; the median over ranks
+  for (const RateField& f : kRateFields) m.*f.member = median_over_ranks(m.*f.member, world);
+  if (k.ranks > 1 && m.ranks_per_node > 1) m.alone = measure_rates_alone<T>(c, k, world);
+  k.square_gemm = median_over_ranks(measure_gemm_flops<T>(), world);
+  k.copy_bandwidth = median_over_ranks(measure_copy_bandwidth<T>(std::size_t{1} << 23, world), world);
+  const int ranks_per_node = static_cast<int>(m.ranks_per_node);
+  double memory = static_cast<double>(memory_available_per_rank(c.run.memory_per_rank_gib, ranks_per_node));
+  MPI_Bcast(&memory, 1, MPI_DOUBLE, 0, world);
+  m.memory_bytes_per_rank = memory > 0 ? memory : 1.0;
+  measure_links(k, world);
+}
+
+void describe(const Config& c, Calibration& k) {
+  MachineDescription& m = k.machine;
+  char host[256] = "this machine";
+  int host_length = 0;
+  MPI_Get_processor_name(host, &host_length);
+  m.name = std::string("calibrated on ") + host;
+  m.precision = to_string(c.model.precision);
+  std::ostringstream text;
+  text << "Measured by miniattn run.mode calibrate on " << k.ranks << " ranks (" << m.ranks_per_node << " per node), "
+       << m.precision << ", model D=" << c.model.d_model << " H=" << c.model.heads << " F=" << c.model.ffn_width()
+       << " V=" << c.model.vocab << ". ";
+  if (!k.intra.measured) text << "Intra-node link not measured (one rank per node or one rank): defaults. ";
+  if (!k.inter.measured) text << "Inter-node link not measured (one node): set to the intra-node figures.";
+  m.description = text.str();
+}
+
+// The "calibration:" mapping of the machine file.
+std::string calibration_notes(const Calibration& k) {
+  std::ostringstream notes;
+  const auto note = [&](const std::string& key, double value) { notes << "  " << key << ": " << format_value(value) << "\n"; };
+  notes << "# How the figures were measured (informational; predict ignores this mapping).\ncalibration:\n";
+  note("ranks", k.ranks);
+  note("gemm_rows", static_cast<double>(k.rows));
+  note("gemm_square_1024_flops", k.square_gemm);
+  note("attention_block_rows", static_cast<double>(k.attention_n));
+  note("rsa_block_rows", static_cast<double>(k.rsa_n));
+  note("copy_bandwidth", k.copy_bandwidth);
+  for (const auto& [where, link] : {std::make_pair("intra_", &k.intra), std::make_pair("inter_", &k.inter)}) {
+    if (!link->measured) continue;
+    note(where + std::string("pingpong_latency"), link->latency);
+    note(where + std::string("pingpong_bandwidth"), link->pingpong_bandwidth);
+    note(where + std::string("exchange_bandwidth"), link->exchange_bandwidth);
+    note(where + std::string("overlap"), link->overlap);
+  }
+  return notes.str();
+}
+
+nlohmann::json calibration_json(const Config& c, const Calibration& k) {
+  nlohmann::json machine = machine_to_json(k.machine);
+  for (const char* key : {"name", "description", "precision"}) machine.erase(key);
+  machine.update({{"gemm_square_1024_flops", k.square_gemm},
+                  {"copy_bandwidth", k.copy_bandwidth},
+                  {"intra_measured", k.intra.measured},
+                  {"inter_measured", k.inter.measured}});
+  return {{"program", "miniattn"},         {"mode", "calibrate"},
+          {"config", config_to_json(c)},   {"ranks", k.ranks},
+          {"precision", k.machine.precision}, {"machine_file", c.run.machine},
+          {"machine", machine}};
 }
 
 }  // namespace
 
 template <class T>
 nlohmann::json run_calibrate(const Config& c, MPI_Comm world) {
-  int rank = 0, world_size = 1;
+  int rank = 0;
   MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &world_size);
-  const bool root = rank == 0;
-  // Nodes: ranks sharing memory. ranks_per_node is the size of rank 0's node;
-  // off_node the first world rank on another node (world_size if none).
-  MPI_Comm node;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-  int ranks_per_node = 1, node_first = rank;
-  MPI_Comm_size(node, &ranks_per_node);
-  MPI_Allreduce(&rank, &node_first, 1, MPI_INT, MPI_MIN, node);
-  MPI_Comm_free(&node);
-  MPI_Bcast(&ranks_per_node, 1, MPI_INT, 0, world);
-  const int candidate = node_first == 0 ? world_size : rank;
-  int off_node = world_size;
-  MPI_Allreduce(&candidate, &off_node, 1, MPI_INT, MPI_MIN, world);
-
+  Calibration k = plan_calibration(c, world);
   const ModelConfig& m = c.model;
-  const index_t local_rows = std::max<index_t>(1, m.batch / c.parallel.dp) * std::max<index_t>(1, m.seq_len / (world_size / c.parallel.dp));
-  CalibrationSizes sizes;
-  sizes.rows = std::min<index_t>(std::max<index_t>(local_rows, 256), 8192);
-  sizes.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), 2048);
-  sizes.rsa_n = std::min<index_t>(sizes.attention_n, 1024);
-  if (root) {
+  if (rank == 0) {
     std::printf("miniattn: calibrate, %s, %d ranks (%d per node), model D=%lld H=%lld F=%lld V=%lld L=%lld; "
                 "GEMMs at %lld rows, attention at n=%lld, RSA at n=%lld; rates with every rank busy%s\n",
-                to_string(m.precision), world_size, ranks_per_node, static_cast<long long>(m.d_model),
-                static_cast<long long>(m.heads), static_cast<long long>(m.ffn_width()), static_cast<long long>(m.vocab),
-                static_cast<long long>(m.layers), static_cast<long long>(sizes.rows),
-                static_cast<long long>(sizes.attention_n), static_cast<long long>(sizes.rsa_n),
-                world_size > 1 ? ", then rank 0 alone" : "");
+                to_string(m.precision), k.ranks, static_cast<int>(k.machine.ranks_per_node),
+                static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
+                static_cast<long long>(m.ffn_width()), static_cast<long long>(m.vocab), static_cast<long long>(m.layers),
+                static_cast<long long>(k.rows), static_cast<long long>(k.attention_n),
+                static_cast<long long>(k.rsa_n), k.ranks > 1 ? ", then rank 0 alone" : "");
     std::fflush(stdout);
   }
-
-  MachineDescription machine;
-  machine.precision = to_string(m.precision);
-  {
-    // Every rank at once; the median over ranks.
-    std::vector<double> busy = as_vector(measure_rates<T>(c, sizes, world));
-    for (double& value : busy) value = median_over_ranks(value, world);
-    const RankRates rates = from_vector(busy);
-    machine.gemm_flops = rates.gemm_flops;
-    machine.attention_flops_forward = rates.attention_flops_forward;
-    machine.attention_flops_backward = rates.attention_flops_backward;
-    machine.rsa_flops_forward = rates.rsa_flops_forward;
-    machine.rsa_flops_backward = rates.rsa_flops_backward;
-    machine.elementwise_bandwidth = rates.elementwise_bandwidth;
-  }
-  if (world_size > 1 && ranks_per_node > 1) machine.alone = measure_rates_alone<T>(c, sizes, world);
-  const double square_gemm = median_over_ranks(measure_gemm_flops<T>(), world);
-  const double copy_bandwidth = median_over_ranks(measure_copy_bandwidth<T>(std::size_t{1} << 23, world), world);
-  const std::size_t available = memory_available_per_rank(c.run.memory_per_rank_gib, ranks_per_node);
-  double memory = static_cast<double>(available);
-  MPI_Bcast(&memory, 1, MPI_DOUBLE, 0, world);
-  machine.memory_bytes_per_rank = memory > 0 ? memory : 1.0;
-  machine.ranks_per_node = ranks_per_node;
-
-  LinkFigures intra, inter;
-  if (world_size >= 2 && off_node > 1) intra = measure_link(1, world);  // rank 1 shares rank 0's node
-  if (off_node < world_size) inter = measure_link(off_node, world);
-  const LinkFigures& any = intra.measured ? intra : inter;
-  const double default_latency = 1e-6, default_bandwidth = copy_bandwidth / 2;
-  machine.latency_intra = intra.measured ? intra.latency : (any.measured ? any.latency : default_latency);
-  machine.bandwidth_intra = intra.measured ? intra.exchange_bandwidth : (any.measured ? any.exchange_bandwidth : default_bandwidth);
-  machine.latency_inter = inter.measured ? inter.latency : machine.latency_intra;
-  machine.bandwidth_inter = inter.measured ? inter.exchange_bandwidth : machine.bandwidth_intra;
-  machine.overlap_efficiency = any.measured ? any.overlap : 0.0;
-
-  char host[256] = "this machine";
-  int host_length = 0;
-  MPI_Get_processor_name(host, &host_length);
-  machine.name = std::string("calibrated on ") + host;
-  std::ostringstream description;
-  description << "Measured by miniattn run.mode calibrate on " << world_size << " ranks (" << ranks_per_node
-              << " per node), " << to_string(m.precision) << ", model D=" << m.d_model << " H=" << m.heads
-              << " F=" << m.ffn_width() << " V=" << m.vocab << ". ";
-  if (!intra.measured) description << "Intra-node link not measured (one rank per node or one rank): defaults. ";
-  if (!inter.measured) description << "Inter-node link not measured (one node): set to the intra-node figures.";
-  machine.description = description.str();
-  validate_machine(machine, "calibrate");
-
-  std::ostringstream notes;
-  notes << "# How the figures were measured (informational; predict ignores this mapping).\n"
-        << "calibration:\n"
-        << "  ranks: " << world_size << "\n"
-        << "  gemm_rows: " << sizes.rows << "\n"
-        << "  gemm_square_1024_flops: " << format_value(square_gemm) << "\n"
-        << "  attention_block_rows: " << sizes.attention_n << "\n"
-        << "  rsa_block_rows: " << sizes.rsa_n << "\n"
-        << "  copy_bandwidth: " << format_value(copy_bandwidth) << "\n";
-  if (intra.measured)
-    notes << "  intra_pingpong_latency: " << format_value(intra.latency) << "\n"
-          << "  intra_pingpong_bandwidth: " << format_value(intra.pingpong_bandwidth) << "\n"
-          << "  intra_exchange_bandwidth: " << format_value(intra.exchange_bandwidth) << "\n"
-          << "  intra_overlap: " << format_value(intra.overlap) << "\n";
-  if (inter.measured)
-    notes << "  inter_pingpong_latency: " << format_value(inter.latency) << "\n"
-          << "  inter_pingpong_bandwidth: " << format_value(inter.pingpong_bandwidth) << "\n"
-          << "  inter_exchange_bandwidth: " << format_value(inter.exchange_bandwidth) << "\n"
-          << "  inter_overlap: " << format_value(inter.overlap) << "\n";
+  measure<T>(c, k, world);
+  describe(c, k);
+  validate_machine(k.machine, "calibrate");
   const std::string yaml = machine_to_yaml(
-      machine,
+      k.machine,
       "miniattn machine description, written by run.mode calibrate (measured, not nominal).\n"
       "Per rank; rates for the precision below. Read by run.mode predict (run.machine).",
-      notes.str());
-  if (root) {
-    write_file_atomically(c.run.machine, yaml);
-    std::printf("%s", yaml.c_str());
-    std::printf("miniattn: machine description written to %s\n", c.run.machine.c_str());
+      calibration_notes(k));
+  if (rank == 0) {
+    write_file_atomically(c.run.machine, yaml, "run.machine");
+    std::printf("%sminiattn: machine description written to %s\n", yaml.c_str(), c.run.machine.c_str());
     std::fflush(stdout);
   }
-
-  nlohmann::json result;
-  result["program"] = "miniattn";
-  result["mode"] = "calibrate";
-  result["config"] = config_to_json(c);
-  result["ranks"] = world_size;
-  result["precision"] = to_string(m.precision);
-  result["machine_file"] = c.run.machine;
-  result["machine"] = {{"gemm_flops", machine.gemm_flops},
-                       {"gemm_square_1024_flops", square_gemm},
-                       {"attention_flops_forward", machine.attention_flops_forward},
-                       {"attention_flops_backward", machine.attention_flops_backward},
-                       {"rsa_flops_forward", machine.rsa_flops_forward},
-                       {"rsa_flops_backward", machine.rsa_flops_backward},
-                       {"elementwise_bandwidth", machine.elementwise_bandwidth},
-                       {"copy_bandwidth", copy_bandwidth},
-                       {"memory_bytes_per_rank", machine.memory_bytes_per_rank},
-                       {"bandwidth_intra", machine.bandwidth_intra},
-                       {"bandwidth_inter", machine.bandwidth_inter},
-                       {"latency_intra", machine.latency_intra},
-                       {"latency_inter", machine.latency_inter},
-                       {"ranks_per_node", machine.ranks_per_node},
-                       {"overlap_efficiency", machine.overlap_efficiency},
-                       {"alone", {{"gemm_flops", machine.alone.gemm_flops},
-                                  {"attention_flops_forward", machine.alone.attention_flops_forward},
-                                  {"attention_flops_backward", machine.alone.attention_flops_backward},
-                                  {"rsa_flops_forward", machine.alone.rsa_flops_forward},
-                                  {"rsa_flops_backward", machine.alone.rsa_flops_backward},
-                                  {"elementwise_bandwidth", machine.alone.elementwise_bandwidth}}},
-                       {"intra_measured", intra.measured},
-                       {"inter_measured", inter.measured}};
-  return result;
+  return calibration_json(c, k);
 }
 
 template nlohmann::json run_calibrate<float>(const Config&, MPI_Comm);

@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,22 +13,13 @@
 #include "core/error.hpp"
 #include "driver/predict_mode.hpp"
 #include "driver/training_run.hpp"
+#include "io/text_file.hpp"
+#include "model/synthetic_task.hpp"
+#include "perf/memory_plan.hpp"
 
 namespace miniattn {
 
 namespace {
-
-// Writes the result file next to its final name and renames it, so a reader
-// never sees half a file and an existing result survives a failed write.
-void write_result_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << text << '\n';
-    if (!out) throw InputError("run.result: cannot write " + tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw InputError("run.result: cannot rename " + tmp + " to " + path);
-}
 
 // Refuses an output path whose directory does not exist or is not writable,
 // before any work, instead of failing after a long run.
@@ -38,6 +31,29 @@ void require_writable_directory(const std::string& key, const std::string& path)
     throw InputError(key + ": directory " + parent.string() + " of " + path + " does not exist");
   if (access(parent.c_str(), W_OK) != 0)
     throw InputError(key + ": directory " + parent.string() + " of " + path + " is not writable");
+}
+
+// A few lines for a person at the end of a training or bench run: what the
+// RESULT line says, in words.
+void print_summary(const nlohmann::json& r, const Config& config) {
+  double exchanged = 0.0;
+  for (const auto& [label, e] : r.at("exchange").items()) exchanged += e.value("bytes_per_step", 0.0);
+  const double steps = r.at("steps").get<double>() - r.at("first_step").get<double>();
+  std::printf("miniattn: %.0f steps in %.1f s on %d ranks: %.4g tokens/s (%.4g per rank), %s exchanged per step, "
+              "peak memory %s per rank\n",
+              steps, r.at("total_seconds").get<double>(), r.at("ranks").get<int>(),
+              r.at("tokens_per_second").get<double>(), r.at("tokens_per_second_per_rank").get<double>(),
+              format_bytes(exchanged).c_str(), format_bytes(r.at("peak_memory_bytes_per_rank").at("max")).c_str());
+  const auto& losses = r.at("losses");
+  const double vocab = static_cast<double>(config.model.vocab);
+  const double alphabet = std::min(vocab, static_cast<double>(SyntheticTask::kAlphabetSize));
+  if (!losses.empty() && losses.front().is_number() && losses.back().is_number())
+    std::printf("miniattn: loss %.4f -> %.4f (ln %.0f = %.4f: guessing; ln %.0f = %.4f: each sample's alphabet known; "
+                "below: copying)\n",
+                losses.front().get<double>(), losses.back().get<double>(), vocab, std::log(vocab), alphabet,
+                std::log(alphabet));
+  std::printf("miniattn: the whole report is the RESULT line above%s\n",
+              config.run.result.empty() ? "" : (" and " + config.run.result + " (with every step's loss)").c_str());
 }
 
 }  // namespace
@@ -64,10 +80,13 @@ int run_miniattn(const Config& config, MPI_Comm world) {
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   if (rank == 0) {
-    const std::string line = result.dump();
-    std::printf("RESULT %s\n", line.c_str());
+    // One line however long the run: every step's loss goes to the file only.
+    nlohmann::json line = result;
+    line.erase("losses");
+    std::printf("RESULT %s\n", line.dump().c_str());
+    if (!config.run.result.empty()) write_file_atomically(config.run.result, result.dump(2) + "\n", "run.result");
+    if (!model_mode) print_summary(result, config);
     std::fflush(stdout);
-    if (!config.run.result.empty()) write_result_file(config.run.result, result.dump(2));
   }
   return 0;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Restart checkpoints (DESIGN.md section 4, "weights/checkpoint").
+// Restart checkpoints (docs/design.md section 4, "weights/checkpoint").
 //
 // File layout (HDF5, written collectively, temp file + rename):
 //   /params/<name>      every parameter, float32 or float64 as run, global

@@ -296,9 +296,13 @@ Selection select_rows(const RowBlock& block) {
   return s;
 }
 
-Handle collective_transfer() {
+// Raw data moves independently: a rank whose write fails (disk full, quota)
+// then returns at once and reaches the agree() that follows, as do the others.
+// In collective mode HDF5 would leave the others inside its own collectives,
+// waiting for the failed rank forever.
+Handle independent_transfer() {
   Handle dxpl = checked(H5Pcreate(H5P_DATASET_XFER), H5Pclose, "cannot create a transfer property list");
-  check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), "cannot request collective I/O");
+  check_status(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_INDEPENDENT), "cannot request independent I/O");
   return dxpl;
 }
 
@@ -454,6 +458,9 @@ Hdf5File Hdf5File::create(const std::string& path, MPI_Comm comm) {
   std::string error = attempt([&] {
     Handle fapl = mpio_access(c);
     // All metadata writes are collective anyway; let HDF5 write them collectively.
+    // A limit: HDF5 writes metadata when the file is flushed or closed, inside
+    // its own collectives; a rank whose metadata write fails there (and not
+    // the others') leaves them waiting, and only the job's time limit ends it.
     H5Pset_coll_metadata_write(fapl.get(), true);
     const hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
     if (file < 0) fail_hdf5(path + ": cannot create file " + temp);
@@ -541,9 +548,9 @@ void Hdf5File::write(const std::string& dataset, DType dtype, const RowBlock& bl
                       H5Dclose, where + ": cannot create it");
         }));
 
-  // 3. Collective transfer.
+  // 3. Each rank's rows.
   agree(f.comm, attempt([&] {
-          Handle dxpl = collective_transfer();
+          Handle dxpl = independent_transfer();
           static const double dummy = 0;
           const void* buffer = data != nullptr ? data : &dummy;
           check_status(H5Dwrite(d.get(), memory_type(dtype), sel.memory_space.get(), sel.file_space.get(),
@@ -578,7 +585,7 @@ void Hdf5File::read(const std::string& dataset, DType dtype, const RowBlock& blo
         }));
 
   agree(f.comm, attempt([&] {
-          Handle dxpl = collective_transfer();
+          Handle dxpl = independent_transfer();
           double dummy = 0;
           void* buffer = data != nullptr ? data : &dummy;
           check_status(H5Dread(d.get(), memory_type(dtype), sel.memory_space.get(), sel.file_space.get(),

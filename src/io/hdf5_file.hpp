@@ -1,10 +1,12 @@
 #pragma once
 // Parallel HDF5 files (MPI-IO driver), opened and closed collectively by all
 // ranks of a communicator. Global arrays are stored whole, in global order;
-// each rank reads or writes a block of rows (dimension 0) of each dataset.
+// each rank reads or writes a block of rows (dimension 0) of each dataset,
+// independently (metadata collectively), so that an I/O error on one rank is
+// agreed on by all instead of hanging them.
 //
 // Files opened for writing are created under a temporary name
-// (<path>.tmp.<random>) and renamed onto <path> only by commit(), so a crash
+// (<path>.tmp.<pid of rank 0>) and renamed onto <path> only by commit(), so a crash
 // never leaves a broken file and never damages an existing one.
 #include <mpi.h>
 

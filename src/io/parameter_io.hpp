@@ -1,5 +1,5 @@
 #pragma once
-// Parameters and verification snapshots in HDF5 (DESIGN.md section 4).
+// Parameters and verification snapshots in HDF5 (docs/design.md section 4).
 // Global arrays are stored whole in global position order whatever the rank
 // layout: replicated tensors are written by world rank 0, wpe rows and token
 // rows by the ranks that own them (one replica per DP group).

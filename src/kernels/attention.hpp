@@ -12,13 +12,15 @@
 //
 // The accumulate functions take one block of keys at a time so that ring
 // strategies can feed key/value blocks as they arrive from other ranks.
+#include "core/config.hpp"
 #include "core/types.hpp"
 
 namespace miniattn::kernels {
 
 struct AttentionBlocking {
-  index_t query_block = 64;
-  index_t key_block = 64;
+  index_t query_block = KernelConfig{}.query_block;
+  index_t key_block = KernelConfig{}.key_block;
+  static AttentionBlocking of(const KernelConfig& k) { return {k.query_block, k.key_block}; }
 };
 
 // out_acc = 0, row_max = -inf, row_sum = 0.

@@ -4,6 +4,8 @@
 
 #include <Kokkos_Random.hpp>
 #include <algorithm>
+#include <cstdio>
+#include <type_traits>
 #include <cstdlib>
 #include <fstream>
 #include <vector>
@@ -22,12 +24,32 @@ F blas_symbol(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
 }
 
-bool cpu_has_avx512() {
+bool cpu_has(const char* flag) {
   std::ifstream cpuinfo("/proc/cpuinfo");
+  const std::string word = std::string(" ") + flag;
   std::string line;
   while (std::getline(cpuinfo, line))
-    if (line.rfind("flags", 0) == 0) return line.find(" avx512f") != std::string::npos;
+    if (line.rfind("flags", 0) == 0) return (line + " ").find(word + " ") != std::string::npos;
   return false;
+}
+
+// Adds per second of a chain of dependent integer adds: the core's clock
+// (each add waits one cycle for the previous), turbo included, where
+// /proc/cpuinfo's "cpu MHz" may be a nominal figure (virtual machines).
+double measured_clock_hz() {
+#if defined(__x86_64__)
+  constexpr long kAddsPerBlock = 1000, kBlocks = 100000;
+  double best = 0;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    unsigned long chain = 0;
+    const double t0 = wall_seconds();
+    for (long b = 0; b < kBlocks; ++b) asm volatile(".rept 1000\n\taddq $1, %0\n\t.endr" : "+r"(chain));
+    best = std::max(best, kAddsPerBlock * kBlocks / (wall_seconds() - t0));
+  }
+  return best;
+#else
+  return 0;
+#endif
 }
 
 }  // namespace
@@ -42,7 +64,7 @@ BlasInfo blas_info() {
   // OpenBLAS before 0.3.26 does not know recent AVX-512 CPUs (AMD Zen 4/5) and
   // falls back to its AVX2 kernels: about half the SGEMM rate.
   const bool avx2_kernels = info.core == "Haswell" || info.core == "Zen";
-  if (avx2_kernels && cpu_has_avx512())
+  if (avx2_kernels && cpu_has("avx512f"))
     info.warning = "OpenBLAS runs its " + info.core +
                    " (AVX2) kernels on a CPU with AVX-512: set OPENBLAS_CORETYPE=SkylakeX for about twice the rate";
   return info;
@@ -53,6 +75,25 @@ void match_blas_threads_to_kokkos() {
   using SetThreads = void (*)(int);
   if (auto set_threads = blas_symbol<SetThreads>("openblas_set_num_threads"))
     set_threads(static_cast<int>(ExecSpace().concurrency()));
+}
+
+CorePeak core_peak(std::size_t scalar_bytes) {
+  CorePeak peak;
+  if (!std::is_same<ExecSpace::memory_space, Kokkos::HostSpace>::value) return peak;
+  peak.clock_hz = measured_clock_hz();
+  if (peak.clock_hz <= 0) return peak;
+  const int vector_bits = cpu_has("avx512f") ? 512 : (cpu_has("avx2") && cpu_has("fma")) ? 256 : 128;
+  constexpr int kFmaPipes = 2, kFlopsPerFma = 2;
+  peak.flops_per_cycle = kFmaPipes * kFlopsPerFma * vector_bits / (8.0 * static_cast<double>(scalar_bytes));
+  peak.cores = static_cast<int>(ExecSpace().concurrency());
+  peak.known = true;
+  char text[200];
+  std::snprintf(text, sizeof text,
+                "assumed: %d FMA pipes of %d-bit vectors per core at %.2f GHz (measured by a dependent add chain), "
+                "%d core(s)",
+                kFmaPipes, vector_bits, peak.clock_hz * 1e-9, peak.cores);
+  peak.assumption = text;
+  return peak;
 }
 
 template <class T>

@@ -2,13 +2,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <limits>
-#include <set>
+#include <iterator>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "perf/exchange_model.hpp"
@@ -21,44 +23,55 @@ namespace miniattn {
 
 namespace {
 
-struct MachineKey {
+struct TextField {
   const char* key;
-  bool required;
+  std::string MachineDescription::*member;
   const char* comment;
 };
+const TextField kTextFields[] = {
+    {"name", &MachineDescription::name, "a short name for tables"},
+    {"description", &MachineDescription::description, "what the figures are and where they come from"},
+    {"precision", &MachineDescription::precision, "the scalar type the rates are for (fp32 | fp64); predict refuses another"},
+};
 
-// Every key of a machine file, in the order they are written.
-const std::vector<MachineKey>& machine_keys() {
-  static const std::vector<MachineKey> keys = {
-      {"name", false, "a short name for tables"},
-      {"description", false, "what the figures are and where they come from"},
-      {"precision", false, "the scalar type the rates are for (fp32 | fp64); predict refuses another"},
-      {"gemm_flops", true, "FLOP/s of one rank's dense-layer GEMMs (2 FLOPs per multiply-add)"},
-      {"attention_flops_forward", true, "FLOP/s of the blockwise attention forward on full tiles (4 n^2 D per head set)"},
-      {"attention_flops_backward", true, "FLOP/s of the blockwise attention backward (counted as 2.5 x the forward FLOPs)"},
-      {"rsa_flops_forward", false, "FLOP/s of RSA's score + softmax + apply kernels, 4 Dh per pair (default: attention_flops_forward)"},
-      {"rsa_flops_backward", false, "FLOP/s of RSA's dense block backward, 10 Dh per pair (default: attention_flops_backward)"},
-      {"elementwise_bandwidth", true, "bytes/s (read + written) of the elementwise kernels (LayerNorm, GELU, layouts)"},
-      {"memory_bytes_per_rank", true, "bytes of memory one rank may use (device memory on GPUs)"},
-      {"bandwidth_intra", true, "bytes/s one rank sends to a partner on the same node, all ranks exchanging"},
-      {"bandwidth_inter", true, "bytes/s one rank sends to a partner on another node"},
-      {"latency_intra", true, "seconds per message between ranks of one node"},
-      {"latency_inter", true, "seconds per message between nodes"},
-      {"ranks_per_node", true, "ranks sharing a node; consecutive world ranks share a node"},
-      {"overlap_efficiency", false, "fraction (0..1) of a posted transfer that progresses during compute (default 1)"},
-      {"alone", false, "rates of one rank with the rest of its node idle (keys gemm_flops .. elementwise_bandwidth; default: the rates above)"},
-  };
-  return keys;
-}
+// `unset`: >= 0, where 0 means "not given" and the key is left out of the file.
+enum class Bound { positive, non_negative, unset, fraction, count };
 
-double number_of(const YAML::Node& node, const std::string& where, const std::string& key) {
-  if (!node.IsScalar()) throw InputError(where + ": " + key + ": expected a number");
-  const std::string text = node.Scalar();
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(value))
-    throw InputError(where + ": " + key + ": expected a number, got '" + text + "'");
-  return value;
+// A number of the machine file; `member` is null for the one integer, ranks_per_node.
+struct NumberField {
+  const char* key;
+  double MachineDescription::*member;
+  bool required;
+  Bound bound;
+  const char* comment;
+};
+const NumberField kLinkFields[] = {
+    {"memory_bytes_per_rank", &MachineDescription::memory_bytes_per_rank, true, Bound::positive,
+     "bytes of memory one rank may use (device memory on GPUs)"},
+    {"bandwidth_intra", &MachineDescription::bandwidth_intra, true, Bound::positive,
+     "bytes/s one rank sends to a partner on the same node, all ranks exchanging"},
+    {"bandwidth_inter", &MachineDescription::bandwidth_inter, true, Bound::positive,
+     "bytes/s one rank sends to a partner on another node"},
+    {"latency_intra", &MachineDescription::latency_intra, true, Bound::non_negative,
+     "seconds per message between ranks of one node"},
+    {"latency_inter", &MachineDescription::latency_inter, true, Bound::non_negative, "seconds per message between nodes"},
+    {"ranks_per_node", nullptr, true, Bound::count, "ranks sharing a node; consecutive world ranks share a node"},
+    {"overlap_efficiency", &MachineDescription::overlap_efficiency, false, Bound::fraction,
+     "fraction (0..1) of a posted transfer that progresses during compute (default 1)"},
+};
+const char* const kAloneComment =
+    "rates of one rank with the rest of its node idle (keys gemm_flops .. elementwise_bandwidth; default: the rates above)";
+
+// The rates, then the link figures: every number of the file, in file order.
+const std::vector<NumberField>& number_fields() {
+  static const std::vector<NumberField> fields = [] {
+    std::vector<NumberField> all;
+    for (const RateField& r : kRateFields)
+      all.push_back({r.key, r.member, r.required, r.required ? Bound::positive : Bound::unset, r.comment});
+    all.insert(all.end(), std::begin(kLinkFields), std::end(kLinkFields));
+    return all;
+  }();
+  return fields;
 }
 
 std::string format_number(double value) {
@@ -72,17 +85,60 @@ std::string format_number(double value) {
   return text;
 }
 
-std::string quoted(const std::string& text) {
-  std::string out = "\"";
-  for (char ch : text) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (ch == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += ch;
+double value_of(const MachineDescription& m, const NumberField& f) {
+  return f.member ? m.*f.member : static_cast<double>(m.ranks_per_node);
+}
+
+std::string text_of(const MachineDescription& m, const NumberField& f) {
+  return f.member ? format_number(m.*f.member) : std::to_string(m.ranks_per_node);
+}
+
+void check_bound(const std::string& where, const std::string& key, double value, Bound bound, const std::string& text) {
+  const char* broken = nullptr;
+  switch (bound) {
+    case Bound::positive: broken = value > 0 ? nullptr : "must be > 0"; break;
+    case Bound::non_negative:
+    case Bound::unset: broken = value >= 0 ? nullptr : "must be >= 0"; break;
+    case Bound::fraction: broken = value >= 0 && value <= 1 ? nullptr : "must be in [0, 1]"; break;
+    case Bound::count: broken = value >= 1 ? nullptr : "must be >= 1"; break;
   }
-  return out + "\"";
+  if (broken) throw InputError(where + ": " + key + ": " + broken + ", got " + text);
+}
+
+double number_of(const YAML::Node& node, const std::string& where, const std::string& key) {
+  if (!node.IsScalar()) throw InputError(where + ": " + key + ": expected a number");
+  const std::string text = node.Scalar();
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == text.c_str() || *end != '\0' || !std::isfinite(value))
+    throw InputError(where + ": " + key + ": expected a number, got '" + text + "'");
+  return value;
+}
+
+// Throws unless every key of `map` is one of `known` (", "-separated in the message).
+void check_keys(const YAML::Node& map, const std::vector<std::string>& known, const std::string& where,
+                const std::string& prefix) {
+  for (const auto& entry : map) {
+    const std::string key = entry.first.Scalar();
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string list;
+    for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+    throw InputError(where + ": " + prefix + key + ": unknown key (known: " + list + ")");
+  }
+}
+
+void parse_number(const YAML::Node& node, const NumberField& f, const std::string& where, MachineDescription& m) {
+  if (!node) {
+    if (f.required) throw InputError(where + ": " + f.key + ": missing (" + f.comment + ")");
+    return;
+  }
+  const double value = number_of(node, where, f.key);
+  if (f.member) {
+    m.*f.member = value;
+    return;
+  }
+  if (value != std::floor(value)) throw InputError(where + ": " + f.key + ": expected an integer, got " + format_number(value));
+  m.ranks_per_node = static_cast<std::int64_t>(value);
 }
 
 }  // namespace
@@ -95,100 +151,34 @@ MachineDescription parse_machine_text(const std::string& yaml_text, const std::s
     throw InputError(where + ": not valid YAML: " + e.msg);
   }
   if (!root.IsMap()) throw InputError(where + ": a machine file is a YAML mapping of keys");
-  std::set<std::string> known;
-  for (const MachineKey& k : machine_keys()) known.insert(k.key);
-  known.insert("calibration");  // free-form notes of how the figures were measured
-  for (const auto& entry : root) {
-    const std::string key = entry.first.Scalar();
-    if (!known.count(key)) {
-      std::string list;
-      for (const MachineKey& k : machine_keys()) list += std::string(list.empty() ? "" : ", ") + k.key;
-      throw InputError(where + ": " + key + ": unknown key (known: " + list + ", calibration)");
-    }
-  }
-  for (const MachineKey& k : machine_keys()) {
-    if (k.required && !root[k.key]) throw InputError(where + ": " + k.key + ": missing (" + k.comment + ")");
-  }
+  std::vector<std::string> keys, rate_keys;
+  for (const TextField& f : kTextFields) keys.push_back(f.key);
+  for (const NumberField& f : number_fields()) keys.push_back(f.key);
+  keys.insert(keys.end(), {"alone", "calibration"});  // calibration: free-form notes of how the figures were measured
+  check_keys(root, keys, where, "");
   MachineDescription m;
-  auto text = [&](const char* key, std::string& out) {
-    if (root[key]) {
-      if (!root[key].IsScalar()) throw InputError(where + ": " + key + ": expected a string");
-      out = root[key].Scalar();
-    }
-  };
-  auto number = [&](const char* key, double& out) {
-    if (root[key]) out = number_of(root[key], where, key);
-  };
-  text("name", m.name);
-  text("description", m.description);
-  text("precision", m.precision);
-  number("gemm_flops", m.gemm_flops);
-  number("attention_flops_forward", m.attention_flops_forward);
-  number("attention_flops_backward", m.attention_flops_backward);
-  number("rsa_flops_forward", m.rsa_flops_forward);
-  number("rsa_flops_backward", m.rsa_flops_backward);
-  number("elementwise_bandwidth", m.elementwise_bandwidth);
-  number("memory_bytes_per_rank", m.memory_bytes_per_rank);
-  number("bandwidth_intra", m.bandwidth_intra);
-  number("bandwidth_inter", m.bandwidth_inter);
-  number("latency_intra", m.latency_intra);
-  number("latency_inter", m.latency_inter);
-  number("overlap_efficiency", m.overlap_efficiency);
+  for (const TextField& f : kTextFields) {
+    if (root[f.key] && !root[f.key].IsScalar()) throw InputError(where + ": " + f.key + ": expected a string");
+    if (root[f.key]) m.*f.member = root[f.key].Scalar();
+  }
+  for (const NumberField& f : number_fields()) parse_number(root[f.key], f, where, m);
   if (const YAML::Node alone = root["alone"]) {
     if (!alone.IsMap()) throw InputError(where + ": alone: expected a mapping of rates");
-    const std::vector<std::pair<const char*, double*>> rates = {
-        {"gemm_flops", &m.alone.gemm_flops},
-        {"attention_flops_forward", &m.alone.attention_flops_forward},
-        {"attention_flops_backward", &m.alone.attention_flops_backward},
-        {"rsa_flops_forward", &m.alone.rsa_flops_forward},
-        {"rsa_flops_backward", &m.alone.rsa_flops_backward},
-        {"elementwise_bandwidth", &m.alone.elementwise_bandwidth}};
-    for (const auto& entry : alone) {
-      const std::string key = entry.first.Scalar();
-      auto it = std::find_if(rates.begin(), rates.end(), [&](const auto& r) { return key == r.first; });
-      if (it == rates.end())
-        throw InputError(where + ": alone." + key + ": unknown key (known: gemm_flops, attention_flops_forward, "
-                         "attention_flops_backward, rsa_flops_forward, rsa_flops_backward, elementwise_bandwidth)");
-      *it->second = number_of(entry.second, where, "alone." + key);
-    }
+    for (const RateField& r : kRateFields) rate_keys.push_back(r.key);
+    check_keys(alone, rate_keys, where, "alone.");
+    for (const RateField& r : kRateFields)
+      if (alone[r.key]) m.alone.*r.member = number_of(alone[r.key], where, std::string("alone.") + r.key);
   }
-  double rpn = number_of(root["ranks_per_node"], where, "ranks_per_node");
-  if (rpn != std::floor(rpn)) throw InputError(where + ": ranks_per_node: expected an integer, got " + format_number(rpn));
-  m.ranks_per_node = static_cast<std::int64_t>(rpn);
   validate_machine(m, where);
   return m;
 }
 
 void validate_machine(const MachineDescription& m, const std::string& where) {
-  auto positive = [&](const char* key, double value) {
-    if (!(value > 0)) throw InputError(where + ": " + key + ": must be > 0, got " + format_number(value));
-  };
-  auto non_negative = [&](const char* key, double value) {
-    if (!(value >= 0)) throw InputError(where + ": " + key + ": must be >= 0, got " + format_number(value));
-  };
   if (!m.precision.empty() && m.precision != "fp32" && m.precision != "fp64")
     throw InputError(where + ": precision: expected fp32 or fp64, got '" + m.precision + "'");
-  positive("gemm_flops", m.gemm_flops);
-  positive("attention_flops_forward", m.attention_flops_forward);
-  positive("attention_flops_backward", m.attention_flops_backward);
-  non_negative("rsa_flops_forward", m.rsa_flops_forward);
-  non_negative("rsa_flops_backward", m.rsa_flops_backward);
-  positive("elementwise_bandwidth", m.elementwise_bandwidth);
-  positive("memory_bytes_per_rank", m.memory_bytes_per_rank);
-  positive("bandwidth_intra", m.bandwidth_intra);
-  positive("bandwidth_inter", m.bandwidth_inter);
-  non_negative("latency_intra", m.latency_intra);
-  non_negative("latency_inter", m.latency_inter);
-  if (m.ranks_per_node < 1)
-    throw InputError(where + ": ranks_per_node: must be >= 1, got " + std::to_string(m.ranks_per_node));
-  non_negative("alone.gemm_flops", m.alone.gemm_flops);
-  non_negative("alone.attention_flops_forward", m.alone.attention_flops_forward);
-  non_negative("alone.attention_flops_backward", m.alone.attention_flops_backward);
-  non_negative("alone.rsa_flops_forward", m.alone.rsa_flops_forward);
-  non_negative("alone.rsa_flops_backward", m.alone.rsa_flops_backward);
-  non_negative("alone.elementwise_bandwidth", m.alone.elementwise_bandwidth);
-  if (!(m.overlap_efficiency >= 0 && m.overlap_efficiency <= 1))
-    throw InputError(where + ": overlap_efficiency: must be in [0, 1], got " + format_number(m.overlap_efficiency));
+  for (const NumberField& f : number_fields()) check_bound(where, f.key, value_of(m, f), f.bound, text_of(m, f));
+  for (const RateField& r : kRateFields)
+    check_bound(where, std::string("alone.") + r.key, m.alone.*r.member, Bound::non_negative, format_number(m.alone.*r.member));
 }
 
 MachineDescription read_machine_file(const std::string& path, const std::string& key_name) {
@@ -201,71 +191,36 @@ MachineDescription read_machine_file(const std::string& path, const std::string&
 }
 
 std::string machine_to_yaml(const MachineDescription& m, const std::string& header_comment, const std::string& extra) {
-  std::ostringstream out;
+  std::ostringstream out, alone;
   std::istringstream header(header_comment);
   for (std::string line; std::getline(header, line);) out << "# " << line << "\n";
-  auto comment = [&](const char* key) {
-    for (const MachineKey& k : machine_keys())
-      if (std::string(k.key) == key) out << "# " << k.comment << "\n";
-  };
-  auto text = [&](const char* key, const std::string& value) {
-    if (value.empty()) return;
-    comment(key);
-    out << key << ": " << quoted(value) << "\n";
-  };
-  auto number = [&](const char* key, double value) {
-    comment(key);
-    out << key << ": " << format_number(value) << "\n";
-  };
-  text("name", m.name);
-  text("description", m.description);
-  text("precision", m.precision);
-  number("gemm_flops", m.gemm_flops);
-  number("attention_flops_forward", m.attention_flops_forward);
-  number("attention_flops_backward", m.attention_flops_backward);
-  if (m.rsa_flops_forward > 0) number("rsa_flops_forward", m.rsa_flops_forward);
-  if (m.rsa_flops_backward > 0) number("rsa_flops_backward", m.rsa_flops_backward);
-  number("elementwise_bandwidth", m.elementwise_bandwidth);
-  number("memory_bytes_per_rank", m.memory_bytes_per_rank);
-  number("bandwidth_intra", m.bandwidth_intra);
-  number("bandwidth_inter", m.bandwidth_inter);
-  number("latency_intra", m.latency_intra);
-  number("latency_inter", m.latency_inter);
-  comment("ranks_per_node");
-  out << "ranks_per_node: " << m.ranks_per_node << "\n";
-  number("overlap_efficiency", m.overlap_efficiency);
-  const RankRates& a = m.alone;
-  if (a.gemm_flops > 0 || a.attention_flops_forward > 0 || a.attention_flops_backward > 0 || a.rsa_flops_forward > 0 ||
-      a.rsa_flops_backward > 0 || a.elementwise_bandwidth > 0) {
-    comment("alone");
-    out << "alone:\n";
-    auto alone_number = [&](const char* key, double value) {
-      if (value > 0) out << "  " << key << ": " << format_number(value) << "\n";
-    };
-    alone_number("gemm_flops", a.gemm_flops);
-    alone_number("attention_flops_forward", a.attention_flops_forward);
-    alone_number("attention_flops_backward", a.attention_flops_backward);
-    alone_number("rsa_flops_forward", a.rsa_flops_forward);
-    alone_number("rsa_flops_backward", a.rsa_flops_backward);
-    alone_number("elementwise_bandwidth", a.elementwise_bandwidth);
-  }
-  out << extra;
-  return out.str();
+  for (const TextField& f : kTextFields)  // a JSON string is a double-quoted YAML scalar
+    if (!(m.*f.member).empty()) out << "# " << f.comment << "\n" << f.key << ": " << nlohmann::json(m.*f.member).dump() << "\n";
+  for (const NumberField& f : number_fields())
+    if (f.bound != Bound::unset || value_of(m, f) > 0) out << "# " << f.comment << "\n" << f.key << ": " << text_of(m, f) << "\n";
+  for (const RateField& r : kRateFields)
+    if (m.alone.*r.member > 0) alone << "  " << r.key << ": " << format_number(m.alone.*r.member) << "\n";
+  if (!alone.str().empty()) out << "# " << kAloneComment << "\nalone:\n" << alone.str();
+  return out.str() + extra;
+}
+
+nlohmann::json machine_to_json(const MachineDescription& m) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const TextField& f : kTextFields) j[f.key] = m.*f.member;
+  for (const NumberField& f : number_fields()) j[f.key] = f.member ? nlohmann::json(m.*f.member) : nlohmann::json(m.ranks_per_node);
+  for (const RateField& r : kRateFields) j["alone"][r.key] = m.alone.*r.member;
+  j["rsa_flops_forward"] = m.rsa_forward_rate();
+  j["rsa_flops_backward"] = m.rsa_backward_rate();
+  return j;
 }
 
 MachineDescription MachineDescription::shared_by(std::int64_t active) const {
   MachineDescription m = *this;
   const double share = static_cast<double>(ranks_per_node) / static_cast<double>(std::max<std::int64_t>(1, active));
-  auto rate = [&](double busy, double alone_rate) {
-    if (busy <= 0) return busy;  // RSA rates unset: stay unset
-    return std::min(alone_rate > 0 ? alone_rate : busy, busy * share);
-  };
-  m.gemm_flops = rate(gemm_flops, alone.gemm_flops);
-  m.attention_flops_forward = rate(attention_flops_forward, alone.attention_flops_forward);
-  m.attention_flops_backward = rate(attention_flops_backward, alone.attention_flops_backward);
-  m.rsa_flops_forward = rate(rsa_flops_forward, alone.rsa_flops_forward);
-  m.rsa_flops_backward = rate(rsa_flops_backward, alone.rsa_flops_backward);
-  m.elementwise_bandwidth = rate(elementwise_bandwidth, alone.elementwise_bandwidth);
+  for (const RateField& r : kRateFields) {
+    const double busy = this->*r.member, alone_rate = alone.*r.member;
+    if (busy > 0) m.*r.member = std::min(alone_rate > 0 ? alone_rate : busy, busy * share);  // unset stays unset
+  }
   return m;
 }
 
@@ -299,10 +254,7 @@ std::string step_config_problem(const StepConfig& c) {
   const std::string sp_text = " (sp = " + std::to_string(c.sp) + ")";
   if (c.dp < 1 || c.sp < 1) return "dp and sp must be >= 1";
   if (m.batch % c.dp != 0) return "model.batch " + std::to_string(m.batch) + " is not divisible by dp " + std::to_string(c.dp);
-  if (c.strategy == Strategy::local) {
-    if (c.sp != 1) return "local needs sp == 1" + sp_text;
-    return "";
-  }
+  if (c.strategy == Strategy::local) return c.sp != 1 ? "local needs sp == 1" + sp_text : "";
   if (c.layout == Layout::zigzag && m.seq_len % (2 * c.sp) != 0) return "seq_len is not divisible by 2 sp" + sp_text;
   if (c.layout != Layout::zigzag && m.seq_len % c.sp != 0) return "seq_len is not divisible by sp" + sp_text;
   if (c.strategy == Strategy::ulysses && m.heads % c.sp != 0) return "heads " + std::to_string(m.heads) + " not divisible by sp" + sp_text;
@@ -329,33 +281,33 @@ bool range_spans_nodes(std::int64_t first, std::int64_t count, std::int64_t rpn)
   return count > 1 && first / rpn != (first + count - 1) / rpn;
 }
 
-Placement place(const StepConfig& c, std::int64_t rpn) {
-  Placement p;
-  const std::int64_t world = c.world_size(), sp = c.sp, U = c.ulysses;
-  p.world_inter = world > rpn;
-  for (std::int64_t g = 0; g < c.dp && !p.sp_inter; ++g) p.sp_inter = range_spans_nodes(g * sp, sp, rpn);
-  p.dp_inter = c.dp > 1 && (c.dp - 1) * sp >= rpn;  // members at stride sp
-  p.ring_inter = (sp / U) > 1 && p.sp_inter;
-  if (U > 1) {
-    double worst = 0;
-    for (std::int64_t start = 0; start < world; start += U) {
-      if (!range_spans_nodes(start, U, rpn)) continue;
-      // Members per node of [start, start + U): the smallest share has the most peers elsewhere.
-      std::int64_t smallest = U;
-      for (std::int64_t r = start; r < start + U;) {
-        const std::int64_t node_end = (r / rpn + 1) * rpn;
-        const std::int64_t here = std::min(node_end, start + U) - r;
-        smallest = std::min(smallest, here);
-        r += here;
-      }
-      worst = std::max(worst, static_cast<double>(U - smallest) / static_cast<double>(U - 1));
+// Over the Ulysses groups [start, start + U) that span nodes: the largest
+// fraction of a member's peers on other nodes (the member with the smallest share of its node).
+double ulysses_off_node(std::int64_t world, std::int64_t U, std::int64_t rpn) {
+  double worst = 0;
+  for (std::int64_t start = 0; U > 1 && start < world; start += U) {
+    if (!range_spans_nodes(start, U, rpn)) continue;
+    std::int64_t smallest = U;
+    for (std::int64_t r = start; r < start + U;) {
+      const std::int64_t here = std::min((r / rpn + 1) * rpn, start + U) - r;
+      smallest = std::min(smallest, here);
+      r += here;
     }
-    p.ulysses_off_node = worst;
+    worst = std::max(worst, static_cast<double>(U - smallest) / static_cast<double>(U - 1));
   }
-  return p;
+  return worst;
 }
 
-double log2_ceil(double p) { return p <= 1 ? 0.0 : std::ceil(std::log2(p)); }
+Placement place(const StepConfig& c, std::int64_t rpn) {
+  Placement p;
+  const std::int64_t sp = c.sp;
+  p.world_inter = c.world_size() > rpn;
+  for (std::int64_t g = 0; g < c.dp && !p.sp_inter; ++g) p.sp_inter = range_spans_nodes(g * sp, sp, rpn);
+  p.dp_inter = c.dp > 1 && (c.dp - 1) * sp >= rpn;  // members at stride sp
+  p.ring_inter = (sp / c.ulysses) > 1 && p.sp_inter;
+  p.ulysses_off_node = ulysses_off_node(c.world_size(), c.ulysses, rpn);
+  return p;
+}
 
 // Units of c x c blocks (per rank's head set) that one ring step computes on
 // the slowest rank; `first` is step 0 (its own keys), `other` every later step.
@@ -364,14 +316,15 @@ struct RingWork {
   double first = 0, other = 0;
 };
 
-RingWork ring_work(const StepConfig& c, bool tile_level) {
+// For Ulysses groups of U ranks; counting the tiles the blockwise kernel
+// computes (tile_level) or the elements (RSA's dense kernels skip masked entries).
+RingWork ring_work(const StepConfig& c, double U, bool tile_level) {
   const ModelConfig& m = c.model;
-  const double U = c.ulysses;
   const bool zigzag = c.layout == Layout::zigzag && c.strategy != Strategy::local;
   RingWork w;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
   w.chunk = static_cast<double>(chunk);
-  // Diagonal chunk pair: tiles (blockwise kernel) or elements (RSA) on and below the diagonal.
+  // Diagonal chunk pair: the part on and below the diagonal.
   const double f = tile_level ? causal_diagonal_fraction(chunk, c.query_block, c.key_block)
                               : (static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk));
   if (!m.causal) {
@@ -391,46 +344,22 @@ RingWork ring_work(const StepConfig& c, bool tile_level) {
   return w;
 }
 
-// Time of `bytes` in `messages` messages over a link.
-double transfer_seconds(double bytes, double messages, double bandwidth, double latency) {
-  return messages * latency + bytes / bandwidth;
+// Seconds of `bytes` in `messages` messages to a partner on another node (inter) or on this one.
+double transfer_seconds(const MachineDescription& m, bool inter, double bytes, double messages) {
+  return messages * (inter ? m.latency_inter : m.latency_intra) + bytes / (inter ? m.bandwidth_inter : m.bandwidth_intra);
 }
 
-double get(const std::map<std::string, double>& map, const std::string& key) {
-  const auto it = map.find(key);
-  return it == map.end() ? 0.0 : it->second;
-}
-
-}  // namespace
-
-StepPrediction predict_step(const MachineDescription& node_machine, const StepConfig& c) {
-  // The rates of a rank when min(world, ranks_per_node) ranks share its node.
-  const MachineDescription machine =
-      node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
-  StepPrediction out;
-  out.problem = step_config_problem(c);
-  if (!out.problem.empty()) {
-    out.valid = false;
-    return out;
-  }
+// Dense-layer GEMMs, elementwise kernels and the optimizer.
+void add_dense_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
   const ModelConfig& m = c.model;
   const double s = static_cast<double>(c.scalar_bytes());
   const double L = static_cast<double>(m.layers), D = static_cast<double>(m.d_model);
-  const double H = static_cast<double>(m.heads), Dh = static_cast<double>(m.head_dim());
   const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
-  const double N = static_cast<double>(m.seq_len);
-  const double b = static_cast<double>(m.batch / c.dp), n = N / c.sp;
-  const double R = b * n;  // local rows
-  const double U = c.ulysses, P = c.sp, G = static_cast<double>(c.sp / c.ulysses);
-  const double world = c.world_size();
-  const std::int64_t replicated = replicated_parameter_count(m);
-  const double local_parameters = static_cast<double>(replicated) + n * D;
-  const Placement where = place(c, machine.ranks_per_node);
-
-  // --- compute
+  const double n = static_cast<double>(m.seq_len) / c.sp;
+  const double R = static_cast<double>(m.batch / c.dp) * n;  // local rows
   const FlopCount all = training_step_flops(m);
-  const AttentionFlops attention_all = attention_flops(m);
-  const double dense_flops = (all.total() - attention_all.forward - attention_all.backward) / world;
+  const AttentionFlops attention = attention_flops(m);
+  const double dense_flops = (all.total() - attention.forward - attention.backward) / c.world_size();
   // The backward pass recomputes each block's QKV and fc1 projections
   // (src/model/transformer.cpp): work the model's FLOP count leaves out.
   const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F);
@@ -450,126 +379,127 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
   // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written).
   const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
+  const double local_parameters = static_cast<double>(replicated_parameter_count(m)) + n * D;
   out.compute_parts["optimizer"] = optimizer_passes * local_parameters * s / machine.elementwise_bandwidth;
+}
 
-  // --- exchanges (bytes reused from the exchange model)
-  ExchangeModelInput ex;
-  ex.model = m;
-  ex.strategy = c.strategy;
-  ex.world_size = c.world_size();
-  ex.dp = c.dp;
-  ex.sp = c.sp;
-  ex.ulysses = c.ulysses;
-  ex.scalar_bytes = c.scalar_bytes();
-  ex.replicated_parameters = replicated;
-  ex.local_wpe_parameters = static_cast<std::int64_t>(n * D);
-  out.exchange_bytes = modelled_exchange_bytes(ex);
+// The all-reduces: a ring's 2 (p-1)/p bytes and a tree's 2 log2(p) latencies.
+void add_allreduces(const MachineDescription& machine, const StepConfig& c, const Placement& where, StepPrediction& out) {
+  const double world = c.world_size();
+  const std::tuple<const char*, double, bool> allreduces[] = {{"gradients.replicated", world, where.world_inter},
+                                                             {"loss", world, where.world_inter},
+                                                             {"gradients.wpe", c.dp, where.dp_inter},
+                                                             {"grad_norm", c.sp, where.sp_inter}};
+  for (const auto& [label, p, inter] : allreduces)
+    if (p > 1)
+      out.exchange_parts[label] = transfer_seconds(machine, inter, 2.0 * (p - 1) / p * out.exchange_bytes.at(label),
+                                                   2.0 * std::ceil(std::log2(p)));
+}
 
-  const double bw_ring = where.ring_inter ? machine.bandwidth_inter : machine.bandwidth_intra;
-  const double lat_ring = where.ring_inter ? machine.latency_inter : machine.latency_intra;
-  const double e = machine.overlap_efficiency;
-
-  auto allreduce = [&](double bytes, double members, bool inter) {
-    if (members <= 1) return 0.0;
-    const double bw = inter ? machine.bandwidth_inter : machine.bandwidth_intra;
-    const double lat = inter ? machine.latency_inter : machine.latency_intra;
-    return 2.0 * (members - 1) / members * bytes / bw + 2.0 * log2_ceil(members) * lat;
-  };
-  if (world > 1) {
-    out.exchange_parts["gradients.replicated"] = allreduce(get(out.exchange_bytes, "gradients.replicated"), world, where.world_inter);
-    out.exchange_parts["loss"] = allreduce(8, world, where.world_inter);
+// Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
+// U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
+// and its K/V transfers, part of each hidden by the step's block compute.
+void add_ring_attention(const MachineDescription& machine, const StepConfig& c, bool ring_inter, StepPrediction& out) {
+  const ModelConfig& m = c.model;
+  const bool rsa = c.strategy == Strategy::rsa;
+  const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
+  const double L = static_cast<double>(m.layers), b = static_cast<double>(m.batch / c.dp);
+  const double X = b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model * c.scalar_bytes());
+  const RingWork w = ring_work(c, U, !rsa);
+  // Forward FLOPs of one c x c block over the rank's heads; the backward's are 2.5x.
+  const double block_flops = 4.0 * b * (static_cast<double>(m.heads) / U) * w.chunk * w.chunk * m.head_dim();
+  const double rate_f = rsa ? machine.rsa_forward_rate() : machine.attention_flops_forward;
+  const double rate_b = rsa ? machine.rsa_backward_rate() : machine.attention_flops_backward;
+  const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
+  // RSA posts K during its score pass and V during its apply pass, half the forward each.
+  const double pieces = rsa ? 2 : 1, t_piece = transfer_seconds(machine, ring_inter, 2 * X / pieces, 2 / pieces);
+  double forward = 0, backward = 0, hidden = 0;
+  for (int step = 0; step < G; ++step) {
+    const double blocks = step == 0 ? w.first : w.other;
+    const double f = blocks * block_flops / rate_f, bwd = blocks * 2.5 * block_flops / rate_b;
+    forward += f;
+    backward += bwd;
+    if (step + 1 < G) hidden += pieces * std::min(f / pieces, e * t_piece) + std::min(bwd, e * t_kv);
   }
-  if (c.dp > 1) out.exchange_parts["gradients.wpe"] = allreduce(get(out.exchange_bytes, "gradients.wpe"), c.dp, where.dp_inter);
-  if (c.sp > 1) out.exchange_parts["grad_norm"] = allreduce(8, P, where.sp_inter);
+  out.compute_parts["attention_forward"] = L * forward;
+  out.compute_parts["attention_backward"] = L * backward;
+  out.hidden_seconds = L * hidden;
+  if (G < 2) return;
+  if (rsa) out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (G - 1) * t_piece;
+  else out.exchange_parts["ring.forward.kv"] = L * (G - 1) * t_piece;
+  const std::string ring = rsa ? "rsa" : "ring";
+  out.exchange_parts[ring + ".backward.kv"] = L * (G - 1) * t_kv;
+  out.exchange_parts[ring + ".backward.dkdv"] = L * G * t_kv;
+}
 
-  double hidden = 0.0, attention_forward = 0.0, attention_backward = 0.0;
-  if (c.strategy == Strategy::rsa) {
-    // Element-exact work (the dense kernels skip masked entries), per step on the slowest rank.
-    StepConfig ring = c;
-    ring.ulysses = 1;
-    const RingWork w = ring_work(ring, false);
-    const double per_block = b * H * w.chunk * w.chunk;  // pairs in one c x c block, all heads
-    const double rate_f = machine.rsa_forward_rate(), rate_b = machine.rsa_backward_rate();
-    const double X = b * n * D * s;
-    const double t_one = transfer_seconds(X, 1, bw_ring, lat_ring), t_two = transfer_seconds(2 * X, 2, bw_ring, lat_ring);
-    for (int step = 0; step < c.sp; ++step) {
-      const double pairs = (step == 0 ? w.first : w.other) * per_block;
-      const double half_f = pairs * 2 * Dh / rate_f;  // score (K pass) or apply (V pass)
-      const double back = pairs * 10 * Dh / rate_b;
-      attention_forward += 2 * half_f;
-      attention_backward += back;
-      if (step + 1 < c.sp) hidden += 2 * std::min(half_f, e * t_one) + std::min(back, e * t_two);
-    }
-    attention_forward *= L;
-    attention_backward *= L;
-    hidden *= L;
-    const double steps = P - 1;
-    if (P > 1) {
-      out.exchange_parts["rsa.forward.k"] = L * steps * t_one;
-      out.exchange_parts["rsa.forward.v"] = L * steps * t_one;
-      out.exchange_parts["rsa.backward.kv"] = L * steps * t_two;
-      out.exchange_parts["rsa.backward.dkdv"] = L * P * t_two;
-    }
-  } else {
-    // Blockwise kernel, one ring of G ranks (G = 1: local attention), head set H / U.
-    const RingWork w = ring_work(c, true);
-    const double per_block_f = 4.0 * b * (H / U) * w.chunk * w.chunk * Dh;
-    const double X = b * n * D * s;
-    const double t_kv = transfer_seconds(2 * X, 2, bw_ring, lat_ring);
-    for (int step = 0; step < static_cast<int>(G); ++step) {
-      const double blocks = step == 0 ? w.first : w.other;
-      const double fwd = blocks * per_block_f / machine.attention_flops_forward;
-      const double bwd = blocks * 2.5 * per_block_f / machine.attention_flops_backward;
-      attention_forward += fwd;
-      attention_backward += bwd;
-      if (step + 1 < G) hidden += std::min(fwd, e * t_kv) + std::min(bwd, e * t_kv);
-    }
-    attention_forward *= L;
-    attention_backward *= L;
-    hidden *= L;
-    if (G > 1) {
-      out.exchange_parts["ring.forward.kv"] = L * (G - 1) * t_kv;
-      out.exchange_parts["ring.backward.kv"] = L * (G - 1) * t_kv;
-      out.exchange_parts["ring.backward.dkdv"] = L * G * t_kv;
-    }
-    if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid) {
-      // All-to-all over U consecutive ranks: the on-node and off-node shares travel side by side.
-      const double off = where.ulysses_off_node;
-      auto alltoall = [&](const std::string& label, double count_per_layer) {
-        const double bytes = get(out.exchange_bytes, label);
-        const double on_time = (1 - off) * bytes / machine.bandwidth_intra, off_time = off * bytes / machine.bandwidth_inter;
-        const double latency = off > 0 ? machine.latency_inter : machine.latency_intra;
-        out.exchange_parts[label] = std::max(on_time, off_time) + L * count_per_layer * (U - 1) * latency;
-      };
-      if (U > 1) {
-        alltoall("ulysses.forward.qkv", 3);
-        alltoall("ulysses.forward.out", 1);
-        alltoall("ulysses.forward.lse", 1);
-        alltoall("ulysses.backward.dout", 1);
-        alltoall("ulysses.backward.dqkv", 3);
-      }
-    }
+// All-to-alls over U consecutive ranks, each U - 1 messages: the on-node and
+// off-node shares travel side by side.
+void add_alltoalls(const MachineDescription& machine, const StepConfig& c, double off_node, StepPrediction& out) {
+  const double L = static_cast<double>(c.model.layers), U = c.ulysses;
+  const double latency = off_node > 0 ? machine.latency_inter : machine.latency_intra;
+  const std::pair<const char*, double> calls_per_layer[] = {{"ulysses.forward.qkv", 3}, {"ulysses.forward.out", 1},
+                                                            {"ulysses.forward.lse", 1}, {"ulysses.backward.dout", 1},
+                                                            {"ulysses.backward.dqkv", 3}};
+  for (const auto& [label, calls] : calls_per_layer) {
+    const double bytes = out.exchange_bytes.at(label);
+    const double on_time = (1 - off_node) * bytes / machine.bandwidth_intra;
+    const double off_time = off_node * bytes / machine.bandwidth_inter;
+    out.exchange_parts[label] = std::max(on_time, off_time) + L * calls * (U - 1) * latency;
   }
-  out.compute_parts["attention_forward"] = attention_forward;
-  out.compute_parts["attention_backward"] = attention_backward;
+}
+
+std::map<std::string, double> exchange_bytes(const StepConfig& c) {
+  ExchangeModelInput in;
+  in.model = c.model;
+  in.strategy = c.strategy;
+  in.world_size = c.world_size();
+  in.dp = c.dp;
+  in.sp = c.sp;
+  in.ulysses = c.ulysses;
+  in.scalar_bytes = c.scalar_bytes();
+  in.replicated_parameters = replicated_parameter_count(c.model);
+  in.local_wpe_parameters = c.model.seq_len / c.sp * c.model.d_model;
+  return modelled_exchange_bytes(in);
+}
+
+MemoryPlan memory_plan(const StepConfig& c) {
+  MemoryPlanInput in;
+  in.model = c.model;
+  in.strategy = c.strategy;
+  in.optimizer = c.optimizer;
+  in.dp = c.dp;
+  in.sp = c.sp;
+  in.ulysses = c.ulysses;
+  in.scalar_bytes = c.scalar_bytes();
+  in.replicated_parameters = replicated_parameter_count(c.model);
+  return plan_memory(in);
+}
+
+}  // namespace
+
+StepPrediction predict_step(const MachineDescription& node_machine, const StepConfig& c) {
+  StepPrediction out;
+  out.problem = step_config_problem(c);
+  out.valid = out.problem.empty();
+  if (!out.valid) return out;
+  // The rates of a rank when min(world, ranks_per_node) ranks share its node.
+  const MachineDescription machine =
+      node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
+  const Placement where = place(c, machine.ranks_per_node);
+  out.exchange_bytes = exchange_bytes(c);
+  add_dense_compute(machine, c, out);
+  add_allreduces(machine, c, where, out);
+  add_ring_attention(machine, c, where.ring_inter, out);
+  if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
+    add_alltoalls(machine, c, where.ulysses_off_node, out);
 
   for (const auto& [name, seconds] : out.compute_parts) out.compute_seconds += seconds;
   for (const auto& [name, seconds] : out.exchange_parts) out.exchange_seconds += seconds;
-  out.hidden_seconds = hidden;
   out.step_seconds = out.compute_seconds + out.exchange_seconds - out.hidden_seconds;
-  out.tokens_per_second = out.step_seconds > 0 ? N * static_cast<double>(m.batch) / out.step_seconds : 0.0;
+  const double tokens = static_cast<double>(c.model.seq_len) * static_cast<double>(c.model.batch);
+  out.tokens_per_second = out.step_seconds > 0 ? tokens / out.step_seconds : 0.0;
 
-  // --- memory (the planner the run itself checks against)
-  MemoryPlanInput plan_input;
-  plan_input.model = m;
-  plan_input.strategy = c.strategy;
-  plan_input.optimizer = c.optimizer;
-  plan_input.dp = c.dp;
-  plan_input.sp = c.sp;
-  plan_input.ulysses = c.ulysses;
-  plan_input.scalar_bytes = c.scalar_bytes();
-  plan_input.replicated_parameters = replicated;
-  const MemoryPlan plan = plan_memory(plan_input);
+  const MemoryPlan plan = memory_plan(c);  // the planner the run itself checks against
   out.memory_parts = plan.parts;
   out.memory_bytes_per_rank = static_cast<double>(plan.total());
   out.fits = out.memory_bytes_per_rank <= machine.memory_bytes_per_rank;
@@ -578,38 +508,34 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
 
 // ---------------------------------------------------------------- strategy comparison
 
+namespace {
+
+// The deck's ulysses_degree when it fits sp and the heads, else the largest
+// degree that divides sp and the heads and fits in a node.
+int hybrid_degree(const StepConfig& deck, int sp, std::int64_t ranks_per_node) {
+  const std::int64_t heads = deck.model.heads;
+  if (deck.ulysses > 1 && sp % deck.ulysses == 0 && heads % deck.ulysses == 0) return deck.ulysses;
+  for (std::int64_t u = std::min<std::int64_t>(sp, ranks_per_node); u > 1; --u)
+    if (sp % u == 0 && heads % u == 0) return static_cast<int>(u);
+  return 1;
+}
+
+}  // namespace
+
 std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine, const StepConfig& deck, int ranks) {
-  std::vector<StrategyChoice> choices;
   const std::int64_t batch = deck.model.batch;
   const int dp = (deck.dp > 1 && ranks % deck.dp == 0 && batch % deck.dp == 0) ? deck.dp : 1;
   const int sp = ranks / dp;
+  std::vector<StrategyChoice> choices;
   for (const Strategy strategy : kPredictedStrategies) {
-    StrategyChoice choice;
-    StepConfig& c = choice.config;
-    c = deck;
+    StepConfig c = deck;
     c.strategy = strategy;
-    c.dp = dp;
-    c.sp = sp;
-    c.ulysses = 1;
-    if (strategy == Strategy::local) {
-      c.dp = ranks;  // data parallelism only
-      c.sp = 1;
-    } else if (strategy == Strategy::ulysses) {
-      c.ulysses = sp;
-    } else if (strategy == Strategy::hybrid) {
-      std::int64_t u = deck.ulysses;
-      if (!(u > 1 && sp % u == 0 && deck.model.heads % u == 0)) {
-        u = 1;  // the largest degree that divides sp and the heads and fits in a node
-        for (std::int64_t cand = std::min<std::int64_t>(sp, machine.ranks_per_node); cand >= 1; --cand)
-          if (sp % cand == 0 && deck.model.heads % cand == 0) {
-            u = cand;
-            break;
-          }
-      }
-      c.ulysses = static_cast<int>(u);
-    }
-    choice.prediction = predict_step(machine, c);
-    choices.push_back(choice);
+    c.dp = strategy == Strategy::local ? ranks : dp;  // local: data parallelism only
+    c.sp = strategy == Strategy::local ? 1 : sp;
+    c.ulysses = strategy == Strategy::ulysses  ? sp
+                : strategy == Strategy::hybrid ? hybrid_degree(deck, sp, machine.ranks_per_node)
+                                               : 1;
+    choices.push_back({c, predict_step(machine, c)});
   }
   return choices;
 }

@@ -29,54 +29,72 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/config.hpp"
 
 namespace miniattn {
 
-// The compute rates of one rank.
+// The compute rates of one rank; kRateFields says what each is.
 struct RankRates {
-  double gemm_flops = 0;                // FLOP/s of the dense layers' GEMMs on one rank
-  double attention_flops_forward = 0;   // FLOP/s of the blockwise attention forward (full tiles)
-  double attention_flops_backward = 0;  // FLOP/s of its backward (FLOPs = 2.5 x forward)
-  double rsa_flops_forward = 0;         // RSA's score + softmax + apply kernels; 0: the attention rates
-  double rsa_flops_backward = 0;        // RSA's dense block backward; 0: attention_flops_backward
-  double elementwise_bandwidth = 0;     // bytes/s (read + written) of the elementwise kernels
+  double gemm_flops = 0;
+  double attention_flops_forward = 0;
+  double attention_flops_backward = 0;
+  double rsa_flops_forward = 0;
+  double rsa_flops_backward = 0;
+  double elementwise_bandwidth = 0;
+
+  double rsa_forward_rate() const { return rsa_flops_forward > 0 ? rsa_flops_forward : attention_flops_forward; }
+  double rsa_backward_rate() const { return rsa_flops_backward > 0 ? rsa_flops_backward : attention_flops_backward; }
+};
+
+// A rate's machine-file key (the same under `alone:`), its member and the
+// comment written above it. Optional rates are 0 when unset.
+struct RateField {
+  const char* key;
+  double RankRates::*member;
+  bool required;
+  const char* comment;
+};
+inline constexpr RateField kRateFields[] = {
+    {"gemm_flops", &RankRates::gemm_flops, true, "FLOP/s of one rank's dense-layer GEMMs (2 FLOPs per multiply-add)"},
+    {"attention_flops_forward", &RankRates::attention_flops_forward, true,
+     "FLOP/s of the blockwise attention forward on full tiles (4 n^2 D per head set)"},
+    {"attention_flops_backward", &RankRates::attention_flops_backward, true,
+     "FLOP/s of the blockwise attention backward (counted as 2.5 x the forward FLOPs)"},
+    {"rsa_flops_forward", &RankRates::rsa_flops_forward, false,
+     "FLOP/s of RSA's score + softmax + apply kernels, 4 Dh per pair (default: attention_flops_forward)"},
+    {"rsa_flops_backward", &RankRates::rsa_flops_backward, false,
+     "FLOP/s of RSA's dense block backward, 10 Dh per pair (default: attention_flops_backward)"},
+    {"elementwise_bandwidth", &RankRates::elementwise_bandwidth, true,
+     "bytes/s (read + written) of the elementwise kernels (LayerNorm, GELU, layouts)"},
 };
 
 // A machine, per rank (one rank = one GPU or one CPU core/socket, as run).
 // All rates are for one precision (`precision`, empty = not stated).
 //
-// Node sharing: the top-level rates are per rank with every rank of a node
+// Node sharing: the inherited rates are per rank with every rank of a node
 // busy (ranks share memory bandwidth, caches and clock headroom). `alone`
 // holds the rates of one rank with the rest of its node idle (0: the same).
 // A run with `active` ranks on a node gets, for every rate,
 //   min(alone, busy * ranks_per_node / active)
 // (the node's busy throughput shared by the active ranks, capped by what one
 // rank reaches alone): busy when the node is full, alone for one rank.
-struct MachineDescription {
+struct MachineDescription : RankRates {
   std::string name;
   std::string description;
-  std::string precision;                  // fp32 | fp64 | "" (any)
-  double gemm_flops = 0;                  // FLOP/s of the dense layers' GEMMs on one rank
-  double attention_flops_forward = 0;     // FLOP/s of the blockwise attention forward (full tiles)
-  double attention_flops_backward = 0;    // FLOP/s of its backward (FLOPs = 2.5 x forward)
-  double rsa_flops_forward = 0;           // RSA's score + softmax + apply kernels; 0: the attention rates
-  double rsa_flops_backward = 0;          // RSA's dense block backward; 0: attention_flops_backward
-  double elementwise_bandwidth = 0;       // bytes/s (read + written) of the elementwise kernels
-  double memory_bytes_per_rank = 0;       // bytes one rank may use
-  double bandwidth_intra = 0;             // bytes/s one rank sends to a partner on its node
-  double bandwidth_inter = 0;             // bytes/s one rank sends to a partner on another node
-  double latency_intra = 0;               // seconds per message on a node
-  double latency_inter = 0;               // seconds per message between nodes
-  std::int64_t ranks_per_node = 1;        // consecutive world ranks share a node
-  double overlap_efficiency = 1.0;        // fraction of a posted transfer that progresses during compute
-  RankRates alone;                        // one rank with its node otherwise idle; 0 entries: the busy rate
+  std::string precision;                // fp32 | fp64 | "" (any)
+  double memory_bytes_per_rank = 0;     // bytes one rank may use
+  double bandwidth_intra = 0;           // bytes/s one rank sends to a partner on its node
+  double bandwidth_inter = 0;           // bytes/s one rank sends to a partner on another node
+  double latency_intra = 0;             // seconds per message on a node
+  double latency_inter = 0;             // seconds per message between nodes
+  std::int64_t ranks_per_node = 1;      // consecutive world ranks share a node
+  double overlap_efficiency = 1.0;      // fraction of a posted transfer that progresses during compute
+  RankRates alone;
 
   // The rates a rank gets when `active` ranks of its node run (see above).
   MachineDescription shared_by(std::int64_t active) const;
-
-  double rsa_forward_rate() const { return rsa_flops_forward > 0 ? rsa_flops_forward : attention_flops_forward; }
-  double rsa_backward_rate() const { return rsa_flops_backward > 0 ? rsa_flops_backward : attention_flops_backward; }
 };
 
 // Reads a machine YAML file. Errors are InputError naming `key_name` (e.g.
@@ -89,6 +107,8 @@ void validate_machine(const MachineDescription& machine, const std::string& wher
 // appended as-is (e.g. a "calibration:" mapping with what was measured how).
 std::string machine_to_yaml(const MachineDescription& machine, const std::string& header_comment,
                             const std::string& extra = "");
+// The same keys as JSON, RSA's rates as predict uses them (the attention rates when unset).
+nlohmann::json machine_to_json(const MachineDescription& machine);
 
 // One decomposition of one model.
 struct StepConfig {
@@ -97,7 +117,7 @@ struct StepConfig {
   Layout layout = Layout::contiguous;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
-  std::int64_t query_block = 64, key_block = 64;
+  std::int64_t query_block = KernelConfig{}.query_block, key_block = KernelConfig{}.key_block;
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
   int world_size() const { return dp * sp; }
 };

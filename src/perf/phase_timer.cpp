@@ -33,13 +33,16 @@ double PhaseTimer::total(const std::string& phase) const {
   return sum;
 }
 
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 double PhaseTimer::median(const std::string& phase) const {
   auto it = samples_.find(phase);
-  if (it == samples_.end() || it->second.empty()) return 0.0;
-  std::vector<double> v = it->second;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return it == samples_.end() ? 0.0 : miniattn::median(it->second);
 }
 
 }  // namespace miniattn

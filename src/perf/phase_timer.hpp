@@ -36,5 +36,7 @@ class PhaseTimer {
 };
 
 double wall_seconds();
+// The median of values (0 for none).
+double median(std::vector<double> values);
 
 }  // namespace miniattn

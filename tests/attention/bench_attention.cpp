@@ -193,8 +193,18 @@ int main(int argc, char** argv) {
               g_cpu_clock ? "CPU" : "wall-clock");
   const double sgemm = o.fp32 ? miniattn::measure_gemm_flops<float>(o.gemm_n) * 1e-9 : 0.0;
   const double dgemm = o.fp64 ? miniattn::measure_gemm_flops<double>(o.gemm_n) * 1e-9 : 0.0;
-  if (o.fp32) std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7)\n", long(o.gemm_n), sgemm);
-  if (o.fp64) std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7)\n", long(o.gemm_n), dgemm);
+  auto of_peak = [](double gflops, std::size_t scalar_bytes) {
+    const miniattn::CorePeak peak = miniattn::core_peak(scalar_bytes);
+    if (!peak.known) return std::string();
+    char text[300];
+    std::snprintf(text, sizeof text, ", %.0f%% of the FMA peak %.1f GFLOP/s (%s)", 100.0 * gflops * 1e9 / peak.flops(),
+                  peak.flops() * 1e-9, peak.assumption.c_str());
+    return std::string(text);
+  };
+  if (o.fp32)
+    std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7)%s\n", long(o.gemm_n), sgemm, of_peak(sgemm, 4).c_str());
+  if (o.fp64)
+    std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7)%s\n", long(o.gemm_n), dgemm, of_peak(dgemm, 8).c_str());
   if (o.fp32) run_attention<float>(o, sgemm);
   if (o.fp64) run_attention<double>(o, dgemm);
   if (!g_cpu_clock && g_worst_wall_over_cpu > 1.15)

@@ -42,6 +42,7 @@ StepConfig config(Strategy strategy, int sp, std::int64_t seq_len, int ulysses =
   c.model.batch = 1;
   c.model.causal = true;
   c.model.precision = Precision::fp32;
+  c.query_block = c.key_block = 64;  // the tile the expectations below are written for
   c.strategy = strategy;
   c.layout = Layout::zigzag;
   c.sp = sp;
@@ -289,6 +290,26 @@ TEST(MachineFile, RoundTripAndErrors) {
   EXPECT_THROW(read_machine_file("/nonexistent/machine.yaml"), InputError);
 }
 
+TEST(MachineFile, EveryRateRoundTripsBusyAndAlone) {
+  MachineDescription m = test_machine();
+  double value = 0;
+  for (const RateField& r : kRateFields) {
+    m.*r.member = (value += 1e9);
+    m.alone.*r.member = 2 * value;
+  }
+  m.overlap_efficiency = 0;  // written, not taken for "unset"
+  const MachineDescription back = parse_machine_text(machine_to_yaml(m, "test"), "test.yaml");
+  for (const RateField& r : kRateFields) {
+    EXPECT_EQ(back.*r.member, m.*r.member) << r.key;
+    EXPECT_EQ(back.alone.*r.member, m.alone.*r.member) << "alone." << r.key;
+  }
+  EXPECT_EQ(back.overlap_efficiency, 0.0);
+  // Unset RSA rates stay out of the file and fall back to the attention rates.
+  m.rsa_flops_forward = 0;
+  const std::string text = machine_to_yaml(m, "test");
+  EXPECT_EQ(text.find("\nrsa_flops_forward:"), std::string::npos);
+  EXPECT_EQ(parse_machine_text(text, "test.yaml").rsa_forward_rate(), m.attention_flops_forward);
+}
 
 TEST(PerformanceModel, LongestFittingSequenceIsTheEdgeOfTheMemoryPlan) {
   MachineDescription m = test_machine();

@@ -1,0 +1,181 @@
+// The RESULT object of a training or bench run: what ran, how fast, what was
+// exchanged (measured and modelled), memory, losses; the bench's rates
+// against this machine's own GEMM.
+#include <algorithm>
+
+#include "core/config_json.hpp"
+#include "driver/ring_overlap.hpp"
+#include "driver/training_state.hpp"
+#include "perf/exchange_model.hpp"
+#include "perf/flop_count.hpp"
+#include "perf/gemm_rate.hpp"
+#include "perf/memory_usage.hpp"
+
+namespace miniattn {
+
+namespace {
+
+// {min, max, mean} of a value over the ranks of comm.
+nlohmann::json spread_over_ranks(double value, MPI_Comm comm) {
+  int size = 1;
+  MPI_Comm_size(comm, &size);
+  double min = 0, max = 0, sum = 0;
+  MPI_Allreduce(&value, &min, 1, MPI_DOUBLE, MPI_MIN, comm);
+  MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+  return {{"min", min}, {"max", max}, {"mean", sum / size}};
+}
+
+// Bytes per step by Comm label: measured by the Comm counters and modelled
+// from the sizes; adds the totals to `result`.
+template <class T>
+nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nlohmann::json& result) {
+  ExchangeModelInput in;
+  in.model = s.config.model;
+  in.strategy = s.config.parallel.strategy;
+  in.world_size = s.grid.world_size;
+  in.dp = s.grid.dp_size;
+  in.sp = s.grid.sp_size;
+  in.ulysses = s.grid.ulysses_size;
+  in.scalar_bytes = sizeof(T);
+  in.replicated_parameters = s.layout.replicated_size();
+  in.local_wpe_parameters = s.layout.sharded_size();
+  const std::map<std::string, double> modelled = modelled_exchange_bytes(in);
+  nlohmann::json table = nlohmann::json::object();
+  double measured_total = 0.0, modelled_total = 0.0, seconds = 0.0;
+  for (const auto& [label, stats] : s.comm->stats()) {
+    const double per_step = static_cast<double>(stats.bytes_sent) / step_count;
+    const auto model_it = modelled.find(label);
+    table[label] = {{"bytes_per_step", per_step},
+                    {"bytes_per_step_model", model_it == modelled.end() ? 0.0 : model_it->second},
+                    {"calls", stats.calls},
+                    {"seconds", stats.seconds}};
+    measured_total += per_step;
+    seconds += stats.seconds;
+  }
+  for (const auto& [label, bytes] : modelled) {
+    modelled_total += bytes;
+    if (!table.contains(label)) table[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
+  }
+  result["exchange_seconds_per_step"] = seconds / step_count;
+  result["exchange_bytes_per_step_measured"] = measured_total;
+  result["exchange_bytes_per_step_model"] = modelled_total;
+  return table;
+}
+
+// run.mode bench: each phase's rate per rank against this machine's own GEMM
+// rate, measured now with the same scalar type; the ring's hidden fraction.
+template <class T>
+nlohmann::json bench_section(TrainingState<T>& s, double step_median, double step_count) {
+  const ModelConfig& m = s.config.model;
+  const double ranks = s.grid.world_size;
+  const double gemm_rate = measure_gemm_flops<T>();
+  const CorePeak peak = core_peak(sizeof(T));
+  auto rate_of = [&](double seconds, double flops) {
+    const double rate = seconds > 0 ? flops / ranks / seconds : 0.0;
+    nlohmann::json j{{"seconds", seconds}, {"gflops_per_rank", rate * 1e-9}, {"fraction_of_gemm", rate / gemm_rate}};
+    if (peak.known) j["fraction_of_peak"] = rate / peak.flops();
+    return j;
+  };
+  const FlopCount flops = training_step_flops(m);
+  const AttentionFlops attention = attention_flops(m);
+  const double layers = static_cast<double>(m.layers);
+  const BlasInfo blas = blas_info();
+  nlohmann::json b;
+  b["gemm_gflops_per_rank"] = gemm_rate * 1e-9;
+  if (peak.known) {
+    b["core_peak"] = {{"gflops_per_rank", peak.flops() * 1e-9},
+                      {"clock_ghz", peak.clock_hz * 1e-9},
+                      {"flops_per_cycle_per_core", peak.flops_per_cycle},
+                      {"cores", peak.cores},
+                      {"assumption", peak.assumption}};
+    b["gemm_fraction_of_peak"] = gemm_rate / peak.flops();
+  }
+  b["blas"] = {{"library", blas.library}, {"core", blas.core}, {"threads", blas.threads}, {"warning", blas.warning}};
+  b["step"] = rate_of(step_median, flops.total());
+  b["forward"] = rate_of(s.timer.median("forward"), flops.forward);
+  b["backward"] = rate_of(s.timer.median("backward"), flops.backward);
+  b["attention_forward"] = rate_of(s.timer.median("attention_forward"), attention.forward / layers);
+  b["attention_backward"] = rate_of(s.timer.median("attention_backward"), attention.backward / layers);
+  const double nan_check_per_step = s.timer.total("nan_check") / step_count;
+  b["nan_check"] = {{"seconds_per_step", nan_check_per_step},
+                    {"fraction_of_step", step_median > 0 ? nan_check_per_step / step_median : 0.0}};
+  b["figure_of_merit_tokens_per_second_per_rank"] =
+      step_median > 0 ? static_cast<double>(m.batch * m.seq_len) / step_median / ranks : 0.0;
+  const RingOverlap overlap =
+      measure_ring_overlap(s.config, s.grid, *s.comm, sizeof(T), s.share.rows() * m.d_model, step_count);
+  if (overlap.measured) {
+    b["ring_overlap"] = {{"exchange_alone_seconds_per_step", overlap.alone_seconds},
+                         {"exchange_exposed_seconds_per_step", overlap.exposed_seconds},
+                         {"hidden_fraction", overlap.hidden_fraction()}};
+  }
+  return b;
+}
+
+nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, std::size_t baseline_resident) {
+  nlohmann::json parts = nlohmann::json::object();
+  for (const auto& [name, bytes] : memory.plan.parts) parts[name] = bytes;
+  return {{"planned_bytes_per_rank", memory.plan.total()},
+          {"planned_parts", parts},
+          {"allocated_bytes_per_rank", allocated},
+          {"baseline_resident_bytes", baseline_resident},
+          {"available_bytes_per_rank", memory.available.bytes}};
+}
+
+}  // namespace
+
+template <class T>
+nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, const StepRecord& record,
+                               MPI_Comm world) {
+  const Config& c = s.config;
+  const ModelConfig& m = c.model;
+  const double step_count = static_cast<double>(c.train.steps - record.first_step);
+  const double tokens_per_step = static_cast<double>(m.batch * m.seq_len);
+  // Step time: median over steps after the first (warm-up) when there are more.
+  const auto& times = record.step_times;
+  const double step_median = median(std::vector<double>(times.begin() + (times.size() > 1 ? 1 : 0), times.end()));
+  const double tokens_per_second = step_median > 0 ? tokens_per_step / step_median : 0.0;
+  const FlopCount flops = training_step_flops(m);
+  nlohmann::json phases = nlohmann::json::object();
+  for (const auto& [phase, samples] : s.timer.samples())
+    phases[phase] = {{"median_s", s.timer.median(phase)}, {"total_s", s.timer.total(phase)}, {"calls", samples.size()}};
+
+  nlohmann::json r;
+  r["program"] = "miniattn";
+  r["mode"] = to_string(c.run.mode);
+  r["config"] = config_to_json(c);
+  r["ranks"] = s.grid.world_size;
+  r["dp"] = s.grid.dp_size;
+  r["sp"] = s.grid.sp_size;
+  r["ulysses_degree"] = s.grid.ulysses_size;
+  r["strategy"] = to_string(c.parallel.strategy);
+  r["comm"] = s.comm->backend();
+  r["execution_space"] = {
+      {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
+  r["precision"] = to_string(m.precision);
+  r["steps"] = c.train.steps;
+  r["first_step"] = record.first_step;
+  r["parameters"] = s.layout.total_global_count();
+  r["phases"] = phases;
+  r["step_seconds_median"] = step_median;
+  r["total_seconds"] = record.total_seconds;
+  r["tokens_per_second"] = tokens_per_second;
+  r["tokens_per_second_per_rank"] = tokens_per_second / s.grid.world_size;
+  r["flops_per_step"] = {{"forward", flops.forward}, {"backward", flops.backward}, {"total", flops.total()}};
+  r["achieved_flops_per_second"] = step_median > 0 ? flops.total() / step_median : 0.0;
+  r["exchange"] = exchange_table(s, step_count, r);
+  r["memory"] = memory_section(memory, s.allocated_bytes(), record.baseline_resident_bytes);
+  r["peak_memory_bytes_per_rank"] = spread_over_ranks(static_cast<double>(peak_resident_bytes()), world);
+  r["losses"] = record.losses;
+  r["initial_loss"] = record.losses.empty() ? 0.0 : record.losses.front();
+  r["final_loss"] = record.losses.empty() ? 0.0 : record.losses.back();
+  r["final_grad_norm"] = record.last_grad_norm;
+  if (c.run.mode == RunMode::bench) r["bench"] = bench_section(s, step_median, step_count);
+  return r;
+}
+
+template nlohmann::json training_report<float>(TrainingState<float>&, const MemoryCheck&, const StepRecord&, MPI_Comm);
+template nlohmann::json training_report<double>(TrainingState<double>&, const MemoryCheck&, const StepRecord&,
+                                                MPI_Comm);
+
+}  // namespace miniattn

@@ -1,0 +1,228 @@
+// Building one rank's training state: its share, the memory check, the
+// objects, and the parameters (restart, initial file or random).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.hpp"
+#include "driver/ring_overlap.hpp"
+#include "driver/training_state.hpp"
+#include "io/checkpoint.hpp"
+#include "io/parameter_io.hpp"
+
+namespace miniattn {
+
+namespace {
+
+int ranks_on_this_node(MPI_Comm world) {
+  MPI_Comm node;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int size = 1;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  return size;
+}
+
+View1<index_t> to_device(const std::vector<index_t>& values, const std::string& label) {
+  View1<index_t> view(label, values.size());
+  auto host = Kokkos::create_mirror_view(view);
+  for (std::size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(view, host);
+  return view;
+}
+
+AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  struct {
+    double value;
+    int rank;
+  } mine{local == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(local), rank}, least{};
+  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, world);
+  if (std::isinf(least.value)) return {};
+  return {static_cast<std::size_t>(least.value), least.rank};
+}
+
+void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
+                      const MemoryCheck& memory) {
+  const ModelConfig& m = c.model;
+  std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", to_string(c.run.mode),
+              to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, to_string(c.parallel.strategy),
+              static_cast<long long>(layout.total_global_count()));
+  std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
+              "(available %s)\n",
+              static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
+              static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
+              static_cast<long long>(m.seq_len), static_cast<long long>(m.batch), m.causal ? "causal" : "non-causal",
+              format_bytes(static_cast<double>(memory.plan.total())).c_str(),
+              memory.available.bytes ? format_bytes(static_cast<double>(memory.available.bytes)).c_str()
+                                     : "not checked");
+  std::fflush(stdout);
+}
+
+void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_on_node) {
+  const std::size_t needed = memory.plan.total(), available = memory.available.bytes;
+  if (available == 0 || needed <= available) return;
+  std::string parts;
+  for (const auto& [name, bytes] : memory.plan.parts)
+    parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
+  const std::string amount = format_bytes(static_cast<double>(available));
+  const std::string where = c.run.memory_per_rank_gib > 0
+                                ? "run.memory_per_rank_gib allows " + amount
+                                : amount + " are available per rank on rank " +
+                                      std::to_string(memory.available.rank) + "'s node (the least of all ranks; " +
+                                      std::to_string(ranks_on_node) + " ranks share rank 0's node)";
+  throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(needed)) + " per rank (" +
+                   parts.substr(1) + ") but " + where +
+                   "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
+}
+
+// io.restart: parameters, moments and step from a checkpoint of the same run.
+template <class T>
+index_t restart(TrainingState<T>& s) {
+  const Config& c = s.config;
+  io::CheckpointState state;
+  try {
+    state = io::read_checkpoint<T>(c.io.restart, c, s.layout, s.grid, s.share.positions, s.params, s.first_moment(),
+                                   s.second_moment());
+  } catch (const InputError& e) {
+    throw InputError(std::string("io.restart: ") + e.what());
+  }
+  if (state.seed != c.train.seed)
+    throw InputError("io.restart: " + c.io.restart + " was written with train.seed " + std::to_string(state.seed) +
+                     ", the deck says " + std::to_string(c.train.seed));
+  if (state.step >= c.train.steps)
+    throw InputError("train.steps: " + c.io.restart + " is at step " + std::to_string(state.step) +
+                     "; train.steps (the total, counted from step 0) must be larger to continue");
+  if (!c.io.snapshot.empty() && c.io.snapshot_step < state.step)
+    throw InputError("io.snapshot_step: " + std::to_string(c.io.snapshot_step) + " comes before step " +
+                     std::to_string(state.step) + ", where the restart from " + c.io.restart +
+                     " begins; no snapshot would be written");
+  s.optimizer.set_steps_taken(state.optimizer_steps);
+  return state.step;
+}
+
+}  // namespace
+
+RankShare rank_share(const Config& c, const ProcessGrid& grid) {
+  RankShare share;
+  share.positions = owned_positions(c.model.seq_len, grid.sp_size, grid.sp_rank, c.parallel.layout);
+  share.n = static_cast<index_t>(share.positions.size());
+  share.local_batch = c.model.batch / grid.dp_size;
+  share.first_sample = grid.dp_rank * share.local_batch;
+  return share;
+}
+
+InjectedFault injected_fault(int world_rank) {
+  InjectedFault fault;
+  const char* text = std::getenv("MINIATTN_FAULT");
+  if (!text) return fault;
+  long rank = -1, step = -1, kib = -1;
+  double gib = -1.0;
+  if (std::sscanf(text, "rank=%ld,step=%ld", &rank, &step) == 2) {
+    fault.step = step;
+  } else if (std::sscanf(text, "rank=%ld,memory_gib=%lf", &rank, &gib) == 2) {
+    fault.memory_gib = gib;
+  } else if (std::sscanf(text, "rank=%ld,file_limit_kib=%ld", &rank, &kib) == 2) {
+    fault.file_limit_kib = kib;
+  }
+  fault.rank = static_cast<int>(rank);
+  if (fault.rank == world_rank && fault.file_limit_kib >= 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // a write past the limit then fails (EFBIG) instead of killing the rank
+    const rlim_t bytes = static_cast<rlim_t>(fault.file_limit_kib) * 1024;
+    const rlimit limit{bytes, bytes};
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  return fault;
+}
+
+MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
+                         std::size_t scalar_bytes, const InjectedFault& fault) {
+  MemoryPlanInput in;
+  in.model = c.model;
+  in.strategy = c.parallel.strategy;
+  in.optimizer = c.train.optimizer;
+  in.dp = grid.dp_size;
+  in.sp = grid.sp_size;
+  in.ulysses = grid.ulysses_size;
+  in.scalar_bytes = scalar_bytes;
+  in.replicated_parameters = layout.replicated_size();
+  MemoryCheck memory;
+  memory.plan = plan_memory(in);
+  const int node_ranks = ranks_on_this_node(grid.world);
+  const bool faulty = fault.rank == grid.world_rank && fault.memory_gib >= 0;
+  const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
+  memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, node_ranks), grid.world);
+  if (grid.world_rank == 0) print_run_header(c, grid, layout, memory);
+  refuse_if_too_large(c, memory, node_ranks);
+  return memory;
+}
+
+template <class T>
+TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l)
+    : config(c),
+      grid(g),
+      share(sh),
+      layout(l),
+      positions(to_device(sh.positions, "positions")),
+      params(l, "params"),
+      grads(l, "grads"),
+      optimizer(c.train, l),
+      gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
+      comm(make_comm(c.parallel.comm, g.world)),
+      attention_positions(ring_positions(c.model, c.parallel, g)),
+      attention(make_attention_layers<T>(c, g, *comm, attention_positions)),
+      model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers)),
+      inputs("inputs", sh.rows()),
+      targets("targets", sh.rows()),
+      task{c.model.vocab, c.model.seq_len, c.train.seed} {
+  if (c.run.mode == RunMode::bench) model.set_timer(&timer);
+}
+
+template <class T>
+const ParameterBuffers<T>* TrainingState<T>::first_moment() const {
+  return optimizer.has_moments() ? &optimizer.first_moment() : nullptr;
+}
+
+template <class T>
+const ParameterBuffers<T>* TrainingState<T>::second_moment() const {
+  return optimizer.has_moments() ? &optimizer.second_moment() : nullptr;
+}
+
+template <class T>
+std::size_t TrainingState<T>::allocated_bytes() const {
+  const std::size_t parameter_copies = optimizer.has_moments() ? 4 : 2;
+  const std::size_t index_elements =
+      inputs.span() + targets.span() + positions.span() + attention_positions.span();
+  return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) +
+         model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
+         index_elements * sizeof(index_t);
+}
+
+template <class T>
+index_t load_or_initialize(TrainingState<T>& s) {
+  const Config& c = s.config;
+  if (!c.io.restart.empty()) return restart(s);
+  if (c.io.init == "random") {
+    initialize_parameters<T>(s.layout, c.train.seed, s.positions, c.model.d_model, s.params);
+    return 0;
+  }
+  try {
+    io::load_parameters<T>(c.io.init, s.layout, s.grid, s.share.positions, c.parallel.layout, s.params);
+  } catch (const InputError& e) {
+    throw InputError(std::string("io.init: ") + e.what());
+  }
+  return 0;
+}
+
+template struct TrainingState<float>;
+template struct TrainingState<double>;
+template index_t load_or_initialize<float>(TrainingState<float>&);
+template index_t load_or_initialize<double>(TrainingState<double>&);
+
+}  // namespace miniattn

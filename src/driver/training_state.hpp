@@ -1,0 +1,118 @@
+#pragma once
+// What one rank holds during a training (or bench) run, and the pieces of
+// run_training that build it (training_setup.cpp) and report on it
+// (training_report.cpp). run_training (training_run.cpp) reads top to bottom:
+// share, memory check, state, first step, the steps, the report.
+#include <mpi.h>
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/comm.hpp"
+#include "comm/process_grid.hpp"
+#include "core/config.hpp"
+#include "driver/attention_factory.hpp"
+#include "kernels/ordered_sum.hpp"
+#include "model/optimizer.hpp"
+#include "model/parameters.hpp"
+#include "model/synthetic_task.hpp"
+#include "model/transformer.hpp"
+#include "perf/memory_plan.hpp"
+#include "perf/phase_timer.hpp"
+
+namespace miniattn {
+
+// This rank's share of the data: samples of its DP group, positions of its SP rank.
+struct RankShare {
+  std::vector<index_t> positions;  // global positions, in local order
+  index_t n = 0;                   // positions.size()
+  index_t local_batch = 0;
+  index_t first_sample = 0;
+  index_t rows() const { return local_batch * n; }
+};
+RankShare rank_share(const Config& c, const ProcessGrid& grid);
+
+// Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
+// world rank R fail at the start of step S, as a failed allocation would;
+// "rank=R,memory_gib=G" makes rank R see G GiB available per rank, as a node
+// with less memory would; "rank=R,file_limit_kib=K" limits the size of every
+// file rank R writes from then on, as a full disk would.
+struct InjectedFault {
+  int rank = -1;
+  index_t step = -1;
+  double memory_gib = -1.0;
+  long file_limit_kib = -1;
+};
+// Reads MINIATTN_FAULT and applies its file size limit on this rank.
+InjectedFault injected_fault(int world_rank);
+
+// The memory one rank may use, agreed by every rank: the smallest of the
+// ranks' own figures (nodes differ; 0, unknown, counts as no limit), and the
+// lowest rank that has it.
+struct AgreedMemory {
+  std::size_t bytes = 0;  // 0: unknown everywhere
+  int rank = 0;
+};
+
+struct MemoryCheck {
+  MemoryPlan plan;
+  AgreedMemory available;
+};
+
+// Plans this rank's memory, agrees on what is available, prints the run's
+// header on world rank 0 and refuses (InputError, the same on every rank) a
+// run that does not fit, before any large allocation.
+MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
+                         std::size_t scalar_bytes, const InjectedFault& fault);
+
+// Everything a step touches, built in dependency order.
+template <class T>
+struct TrainingState {
+  TrainingState(const Config& c, const ProcessGrid& grid, const RankShare& share, const ParameterLayout& layout);
+
+  const Config& config;
+  const ProcessGrid& grid;
+  const RankShare& share;
+  const ParameterLayout& layout;
+  View1<index_t> positions;  // share.positions on the device
+  ParameterBuffers<T> params, grads;
+  Optimizer<T> optimizer;
+  kernels::OrderedSum gradient_sum;
+  std::unique_ptr<Comm> comm;
+  View2<index_t> attention_positions;
+  AttentionLayers<T> attention;  // its layers move into the model
+  Transformer<T> model;
+  View1<index_t> inputs, targets;
+  SyntheticTask task;
+  PhaseTimer timer;
+
+  // Adam's moments for the checkpoint (null for SGD).
+  const ParameterBuffers<T>* first_moment() const;
+  const ParameterBuffers<T>* second_moment() const;
+  // Bytes the objects above allocated (the memory plan must match it).
+  std::size_t allocated_bytes() const;
+};
+
+// Reads io.restart or io.init, or initialises at random; returns the first step.
+template <class T>
+index_t load_or_initialize(TrainingState<T>& s);
+
+// What the steps produced, for the report.
+struct StepRecord {
+  index_t first_step = 0;
+  std::vector<double> losses;      // every step's loss, to compare loss curves between decompositions
+  std::vector<double> step_times;  // every step's seconds without snapshot or checkpoint writing
+  double total_seconds = 0.0;
+  double last_grad_norm = 0.0;
+  std::size_t baseline_resident_bytes = 0;  // before the run allocated anything
+};
+
+// The RESULT object (and, for run.mode bench, its "bench" part). Collective.
+template <class T>
+nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, const StepRecord& record,
+                               MPI_Comm world);
+
+}  // namespace miniattn
