@@ -1,14 +1,16 @@
 """Checks a miniattn verification snapshot against the independent PyTorch float64 reference.
 
 Reads /params/<name>, /inputs/tokens [B, N+1], /loss, /grads/<name> and the
-config attributes on `/` (DESIGN.md section 4), recomputes loss and gradients
+config attributes on `/` (docs/design.md section 4), recomputes loss and gradients
 in float64 with autograd (reference_model.py) from the stored parameters and
 compares:
   loss       |L - Lref| / |Lref|
   gradients  ||g - gref||_2 / ||gref||_2 per parameter (||g|| when gref is 0)
   optional /activations/blocks.{l}.out and /logits, norm-wise like gradients.
 Default tolerances follow the snapshot's `precision` attribute
-(fp64: loss 1e-10, grads 1e-8; fp32: loss 1e-4, grads 1e-4).
+(fp64: loss 1e-10, grads 1e-8; fp32: loss 1e-7, grads 2e-6: measured on the
+test decks, fp32 runs stay within 3.2e-9 (loss) and 3.1e-7 (worst gradient,
+about 2.6 float32 epsilons), on 1 rank and on 4 ranks of hybrid attention).
 
     /usr/bin/python3 check_snapshot.py SNAPSHOT.h5 [--loss-rtol X] [--grad-rtol Y]
 
@@ -26,7 +28,7 @@ import torch
 
 import reference_model as rm
 
-DEFAULT_RTOL = {"fp64": (1e-10, 1e-8), "fp32": (1e-4, 1e-4)}  # (loss, grads)
+DEFAULT_RTOL = {"fp64": (1e-10, 1e-8), "fp32": (1e-7, 2e-6)}  # (loss, grads)
 
 
 class Malformed(Exception):
@@ -126,7 +128,7 @@ def main(argv=None):
         print(f"{label:<36} {shape_text:<16} {ref_norm:12.4e} {err:10.2e}  "
               f"{'PASS' if ok else 'FAIL'}{note}")
 
-    for name in rm.expected_shapes(cfg):  # DESIGN.md order
+    for name in rm.expected_shapes(cfg):  # docs/design.md order
         ref, label = ref_grads[name], f"grad {name}"
         if name not in grads:
             checked += 1

@@ -136,7 +136,7 @@ def torch_worker(spec):
                         ffn=m["ffn"] or 4 * m["d_model"], layers=m["layers"], seq_len=m["seq_len"],
                         batch=m["batch"], causal=m["causal"], precision=m["precision"])
         model = rm.ReferenceGPT(cfg).to(dtype)
-        # DESIGN.md's initialisation (biases 0, LayerNorm 1/0); the values do not matter for timing.
+        # docs/design.md's initialisation (biases 0, LayerNorm 1/0); the values do not matter for timing.
         init = rm.random_params(cfg, seed=t["seed"], perturb_norms=False)
         model.load_state_dict({name: value.to(dtype) for name, value in init.items()})
         del init

@@ -1,6 +1,6 @@
-"""Writes a verification snapshot (DESIGN.md section 4) computed by the PyTorch reference.
+"""Writes a verification snapshot (docs/design.md section 4) computed by the PyTorch reference.
 
-Builds a random model (DESIGN.md's initialisation, with biases and LayerNorm
+Builds a random model (docs/design.md's initialisation, with biases and LayerNorm
 parameters randomised a little so every gradient is exercised), random tokens,
 and stores params, tokens, loss and gradients exactly as miniattn would. With
 `--precision fp32` it imitates an fp32 run: parameters are rounded to float32

@@ -1,7 +1,7 @@
-"""Independent PyTorch float64 reference of the miniattn model (DESIGN.md section 1).
+"""Independent PyTorch float64 reference of the miniattn model (docs/design.md section 1).
 
 A plain, readable re-implementation used to verify the C++ code: the module's
-state_dict names are exactly the HDF5 parameter names of DESIGN.md
+state_dict names are exactly the HDF5 parameter names of docs/design.md
 (`wte`, `wpe`, `blocks.{l}.ln1.weight`, ..., `ln_f.bias`), attention is
 written out explicitly (matmul, masked_fill, softmax) so that no fused kernel
 is involved, and the loss is the mean next-token cross-entropy.
@@ -76,7 +76,7 @@ def load_config(h5file):
 
 
 def expected_shapes(cfg):
-    """Name -> shape of every parameter, in DESIGN.md order."""
+    """Name -> shape of every parameter, in docs/design.md order."""
     V, D, F_, N = cfg.vocab, cfg.d_model, cfg.ffn, cfg.seq_len
     shapes = {"wte": (V, D), "wpe": (N, D)}
     for l in range(cfg.layers):
@@ -199,7 +199,7 @@ def loss_and_grads(params, tokens, cfg, dtype=torch.float64):
 
 
 def random_params(cfg, seed=0, perturb_norms=True):
-    """DESIGN.md's initialisation; with perturb_norms, biases and LayerNorm
+    """docs/design.md's initialisation; with perturb_norms, biases and LayerNorm
     parameters are randomised a little so that every gradient path is exercised."""
     g = torch.Generator().manual_seed(seed)
     params = {}
