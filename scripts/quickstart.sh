@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and trains the example deck on 2 ranks.
+# Installs what is missing, builds, and trains the two example decks on 2
+# ranks of ring attention: a 4096-token sequence (inputs/example.yaml), then a
+# short one on which the copy is learned (inputs/example_copy.yaml).
 # Re-running skips what is already installed and built.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,3 +13,4 @@ mkdir -p "$root/results"
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 cd "$root"
 mpiexec -n 2 "$build/src/miniattn" inputs/example.yaml --set run.result=results/example.json "$@"
+mpiexec -n 2 "$build/src/miniattn" inputs/example_copy.yaml --set run.result=results/example_copy.json "$@"

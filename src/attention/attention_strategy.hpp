@@ -1,6 +1,6 @@
 #pragma once
 // One interface for every way of computing multi-head attention over a
-// sequence that may be split across ranks (DESIGN.md section 3). Inputs and
+// sequence that may be split across ranks (docs/design.md section 3). Inputs and
 // outputs are this rank's local rows in head-major layout [B, H, n, Dh]; a
 // strategy may exchange data with other ranks of its sequence-parallel group.
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-// Exchanges between ranks, behind one interface (DESIGN.md section 3) with an
+// Exchanges between ranks, behind one interface (docs/design.md section 3) with an
 // MPI backend (MpiComm, host or GPU-aware MPI) and an NCCL backend (NcclComm,
 // built with MINIATTN_ENABLE_NCCL). A group of ranks is named by its MPI
 // communicator whatever the backend.

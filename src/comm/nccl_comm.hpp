@@ -1,5 +1,5 @@
 #pragma once
-// The NCCL backend of Comm (DESIGN.md section 3; REFERENCES.md "NCCL from MPI").
+// The NCCL backend of Comm (docs/design.md section 3).
 //
 // A group of ranks is still named by its MPI communicator. The first time a
 // group is used, NcclComm builds an NCCL communicator for it: rank 0 of the
@@ -59,7 +59,7 @@ class NcclComm final : public Comm {
 
 // NCCL_VERSION_CODE of the nccl.h this file was compiled against, and the
 // version the NCCL library loaded at run time reports (ncclGetVersion; needs no
-// GPU). Used by the link check and printed in the run report.
+// GPU). Used by the link check.
 int nccl_header_version();
 int nccl_library_version();
 

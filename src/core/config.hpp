@@ -1,5 +1,5 @@
 #pragma once
-// The run's configuration: every key of the input deck (DESIGN.md section 4),
+// The run's configuration: every key of the input deck (docs/design.md section 4),
 // with its default. parse_config() fills it from YAML plus --set overrides and
 // rejects anything unknown, mistyped or impossible before any work starts.
 #include <cstddef>

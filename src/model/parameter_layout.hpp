@@ -1,5 +1,5 @@
 #pragma once
-// Names, shapes and places of every parameter (DESIGN.md section 1), the same
+// Names, shapes and places of every parameter (docs/design.md section 1), the same
 // names as a PyTorch state_dict. Parameters live in two flat buffers:
 //  * replicated: everything but wpe, identical on every rank; its gradient is
 //    summed over all ranks in one all-reduce;

@@ -35,7 +35,7 @@ UnmanagedView1<T> vector_at(const View1<T>& buffer, index_t offset, index_t n) {
   return UnmanagedView1<T>(buffer.data() + offset, n);
 }
 
-// Deterministic initialisation of DESIGN.md section 1: each element's value is
+// Deterministic initialisation of docs/design.md section 1: each element's value is
 // a function of (seed, parameter, global element index) only, so every rank
 // count produces the same model. positions: global positions of local wpe rows.
 template <class T>

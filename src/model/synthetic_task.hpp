@@ -1,5 +1,5 @@
 #pragma once
-// The synthetic long-range task (DESIGN.md section 2). Each sample is a stream
+// The synthetic long-range task (docs/design.md section 2). Each sample is a stream
 // of N+1 tokens whose second half repeats the first: token[p] depends only on
 // p mod P with P = ceil((N+1)/2). The first half draws from a small per-sample
 // alphabet of min(V, 16) tokens, so a model first learns which tokens a sample

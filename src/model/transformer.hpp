@@ -1,5 +1,5 @@
 #pragma once
-// The model of DESIGN.md section 1 on this rank's rows (rows = local samples x
+// The model of docs/design.md section 1 on this rank's rows (rows = local samples x
 // local positions), forward and backward. All activations are allocated once,
 // here, and reused every step; their size is linear in the local sequence length.
 #include <memory>
