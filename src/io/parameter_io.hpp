@@ -43,7 +43,8 @@ void write_parameter_group(Hdf5File& file, const std::string& group, const Param
                            Layout position_layout, const ParameterBuffers<T>& values);
 
 // The config as attributes on "/" (model sizes as integers, the rest as strings),
-// plus the full resolved deck as the string attribute "config".
+// plus the resolved configuration (every deck key, defaults included) as JSON
+// in the string attribute "config".
 void write_config_attributes(Hdf5File& file, const Config& config, int world_size);
 
 struct SnapshotContent {

@@ -14,9 +14,9 @@
 // (scale, mask, exp, rescale-and-add, ...). The tiling is chosen by execution
 // space, the code is the same:
 //   host (one thread per team): a lane is a "pack" of SIMD registers: W = P
-//     vectors of the target's width (kernels/simd_pack.hpp), R = 6 rows: 12
-//     accumulator registers, 2 for B, 1 broadcast of A - the classic broadcast
-//     + FMA micro-kernel;
+//     vectors of the target's width (kernels/simd_pack.hpp), R rows (Tiling
+//     below): 2R accumulator registers, 2 for B, 1 broadcast of A - the
+//     classic broadcast + FMA micro-kernel;
 //   GPU: R = W = 1 and a pack is one scalar: a lane owns one output element,
 //     lanes run along B's rows.
 // Row-wise passes (online softmax) use the same split: one pack of consecutive
