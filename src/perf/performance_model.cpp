@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "model/parameter_layout.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/memory_plan.hpp"
@@ -226,11 +227,7 @@ MachineDescription MachineDescription::shared_by(std::int64_t active) const {
 
 // ---------------------------------------------------------------- sizes
 
-std::int64_t replicated_parameter_count(const ModelConfig& m) {
-  const std::int64_t D = m.d_model, F = m.ffn_width();
-  const std::int64_t per_layer = 4 * D * D + 2 * D * F + 9 * D + F;  // qkv, proj, fc1, fc2, biases, 2 LayerNorms
-  return m.layers * per_layer + m.vocab * D + 2 * D;                 // + wte + ln_f
-}
+std::int64_t replicated_parameter_count(const ModelConfig& m) { return ParameterLayout(m, 0).replicated_size(); }
 
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block) {
   if (chunk <= 0) return 0.0;
