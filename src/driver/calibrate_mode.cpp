@@ -24,6 +24,7 @@
 #include "kernels/head_layout.hpp"
 #include "kernels/layer_norm.hpp"
 #include "kernels/reduction.hpp"
+#include "perf/flop_count.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
@@ -181,12 +182,9 @@ void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
 }
 
 // The elementwise kernels of one transformer block, forward and backward, on
-// [rows, D] and [rows, F] arrays, in the byte convention of the performance
-// model: forward LayerNorm 2 x 3 RD, q/k/v split 6 RD, head merge 2 RD,
-// residual copies 2 x 2 RD and adds 2 x 3 RD, GELU 2 RF; backward GELU 3 RF,
-// LayerNorm 2 x 5 RD, head split 2 RD, q/k/v merge 6 RD. That is 42 RD + 5 RF
-// of the block's 55 RD + 7 RF (the rest, bias rows and bias gradients, is
-// assumed to run at the same rate).
+// [rows, D] and [rows, F] arrays, counted as the performance model counts them
+// (perf/flop_count.hpp, elementwise_scalars); the block's other element-wise
+// work (bias rows and bias gradients) is assumed to run at the same rate.
 template <class T>
 double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Comm world) {
   const index_t D = m.d_model, F = m.ffn_width(), H = m.heads, Dh = m.head_dim();
@@ -215,7 +213,8 @@ double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Com
     kernels::merge_qkv_heads<T>(q, k, v, qkv);
     kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, partials);
   });
-  const double bytes = 42.0 * double(rows) * double(D) + 5.0 * double(rows) * double(F);
+  namespace e = elementwise_scalars;
+  const double bytes = e::calibrated_block_d * double(rows) * double(D) + e::calibrated_block_f * double(rows) * double(F);
   return bytes * sizeof(T) / t;
 }
 

@@ -362,16 +362,21 @@ void add_dense_compute(const MachineDescription& machine, const StepConfig& c, S
   const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F);
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 
-  // Elementwise bytes per step (read + written), kernel by kernel, in units of
-  // R D, R F and R V scalars: forward block 29 RD + 3 RF (LayerNorms 2 x 3,
-  // bias rows 3 + 1 + 1 RD + 1 RF, q/k/v split 6, head merge 2, two residual
-  // copies 2 x 2 and adds 2 x 3, GELU 2 RF); backward block 26 RD + 4 RF (bias
-  // gradients 1 + 1 + 3 RD + 1 RF, LayerNorms 2 x 5, head split 2 and qkv merge
-  // 6, attention delta 2 + dq zero 1, GELU 3 RF) plus its recomputations
-  // (LayerNorms 2 x 3, qkv and fc1 bias rows 3 RD + 1 RF, q/k/v split 6, head
-  // merge 2); once: embedding 3 + 3, final LayerNorm 3 + 5 and its
-  // recomputation 3, gradient zero 1 RD, cross-entropy 2 + 3 RV.
-  double elementwise = L * (72 * R * D + 8 * R * F) + 18 * R * D + 5 * R * V;
+  // Elementwise scalars per step (read + written), kernel by kernel, per row
+  // of D (F, V): each block's forward (bias rows 3 + 1 + 1 D and 1 F), backward
+  // (bias gradients 1 + 1 + 3 D and 1 F, attention delta 2, dq zero 1) and
+  // the backward's recomputation of the forward's LayerNorms, bias rows, q/k/v
+  // split and head merge; once: embedding 3 + 3, final LayerNorm and its
+  // recomputation, gradient zero 1, cross-entropy 2 + 3 per row of V.
+  namespace e = elementwise_scalars;
+  const double block_forward_d = 2 * e::layer_norm_forward + 5 + e::qkv_split + e::head_merge +
+                                 2 * e::residual_copy + 2 * e::residual_add;
+  const double block_backward_d = 5 + 2 * e::layer_norm_backward + e::head_split + e::qkv_merge + 2 + 1;
+  const double block_recompute_d = 2 * e::layer_norm_forward + 3 + e::qkv_split + e::head_merge;
+  const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;  // GELU and fc1 bias rows / gradients
+  const double once_d = 6 + 2 * e::layer_norm_forward + e::layer_norm_backward + 1;
+  double elementwise = L * (block_forward_d + block_backward_d + block_recompute_d) * R * D + L * block_f * R * F +
+                       once_d * R * D + 5 * R * V;
   if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid) elementwise += L * 32 * R * D;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
   // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written).
