@@ -159,9 +159,10 @@ done
 if [ "$variant" = cuda ]; then
   # nvcc_wrapper defaults to sm_70, which CUDA 13 dropped: give CMake's
   # compiler check an architecture the toolkit knows.
-  compiler=(-DCMAKE_CXX_COMPILER="$src/kokkos-4.6.01/bin/nvcc_wrapper")
+  # Both projects' compiler checks run nvcc_wrapper, so both get the flag.
+  compiler=(-DCMAKE_CXX_COMPILER="$src/kokkos-4.6.01/bin/nvcc_wrapper"
+            -DCMAKE_CXX_FLAGS="-arch=sm_$(echo "$arch" | tr -dc 0-9)")
   export NVCC_WRAPPER_DEFAULT_COMPILER=${CXX:-g++}
-  kokkos_flags+=(-DCMAKE_CXX_FLAGS="-arch=sm_$(echo "$arch" | tr -dc 0-9)")
 fi
 
 start=$(date +%s)

@@ -11,14 +11,13 @@ OrderedSum::OrderedSum(index_t max_count)
     : partials_("ordered_sum.partials", (max_count + kOrderedSumChunk - 1) / kOrderedSumChunk),
       host_partials_(Kokkos::create_mirror_view(partials_)) {}
 
+namespace {
+
+// partials(k) = the sum of chunk k (of squares if kSquares). A free function:
+// CUDA's extended lambdas may not live in a private member function.
 template <class T, bool kSquares>
-double OrderedSum::reduce(const View1<const T>& x) const {
+void chunk_sums(const View1<const T>& x, const View1<double>& partials, index_t chunks) {
   const index_t n = static_cast<index_t>(x.extent(0));
-  const index_t chunks = (n + kOrderedSumChunk - 1) / kOrderedSumChunk;
-  if (chunks > static_cast<index_t>(partials_.extent(0)))
-    throw std::invalid_argument("kernels::OrderedSum: " + std::to_string(n) + " values, room for " +
-                                std::to_string(partials_.extent(0) * kOrderedSumChunk));
-  const View1<double> partials = partials_;
   Kokkos::parallel_for(
       "miniattn::ordered_sum", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, chunks),
       KOKKOS_LAMBDA(const index_t k) {
@@ -36,6 +35,18 @@ double OrderedSum::reduce(const View1<const T>& x) const {
         for (int j = 1; j < 8; ++j) total += s[j];
         partials(k) = total;
       });
+}
+
+}  // namespace
+
+template <class T, bool kSquares>
+double OrderedSum::reduce(const View1<const T>& x) const {
+  const index_t n = static_cast<index_t>(x.extent(0));
+  const index_t chunks = (n + kOrderedSumChunk - 1) / kOrderedSumChunk;
+  if (chunks > static_cast<index_t>(partials_.extent(0)))
+    throw std::invalid_argument("kernels::OrderedSum: " + std::to_string(n) + " values, room for " +
+                                std::to_string(partials_.extent(0) * kOrderedSumChunk));
+  chunk_sums<T, kSquares>(x, partials_, chunks);
   const auto used = Kokkos::make_pair(index_t(0), chunks);
   Kokkos::deep_copy(Kokkos::subview(host_partials_, used), Kokkos::subview(partials_, used));
   double total = 0.0;

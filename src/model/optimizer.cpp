@@ -56,34 +56,54 @@ void Optimizer<T>::step(const ParameterBuffers<T>& params, const ParameterBuffer
   update(params.sharded, grads.sharded, m_.sharded, v_.sharded, sharded_ranges_, static_cast<T>(grad_scale));
 }
 
+namespace {
+
 template <class T>
-void Optimizer<T>::update(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v,
-                          const Ranges& ranges, T grad_scale) const {
-  const T lr = static_cast<T>(train_.lr);
-  const T weight_decay = static_cast<T>(train_.weight_decay);
-  const bool adamw = train_.optimizer == OptimizerKind::adamw;
-  const T beta1 = static_cast<T>(train_.beta1), beta2 = static_cast<T>(train_.beta2), eps = static_cast<T>(train_.eps);
-  const T bias1 = static_cast<T>(1.0 - std::pow(train_.beta1, static_cast<double>(steps_taken_)));
-  const T bias2 = static_cast<T>(1.0 - std::pow(train_.beta2, static_cast<double>(steps_taken_)));
-  const auto bounds = ranges.bounds;
-  const auto decays = ranges.decay;
+struct UpdateCoefficients {
+  bool adamw;
+  T lr, weight_decay, beta1, beta2, eps, bias1, bias2, grad_scale;
+};
+
+// One item per range of elements that share a weight-decay flag. A free
+// function: CUDA's extended lambdas may not live in a private member function.
+template <class T, class Bounds, class Decays>
+void update_ranges(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v, const Bounds& bounds,
+                   const Decays& decays, const UpdateCoefficients<T>& c) {
   Kokkos::parallel_for(
-      adamw ? "miniattn::adamw" : "miniattn::sgd", Kokkos::RangePolicy<ExecSpace>(0, decays.extent(0)),
+      c.adamw ? "miniattn::adamw" : "miniattn::sgd", Kokkos::RangePolicy<ExecSpace>(0, decays.extent(0)),
       KOKKOS_LAMBDA(const index_t item) {
-        const T decay = decays(item) ? weight_decay : T(0);
+        const T decay = decays(item) ? c.weight_decay : T(0);
         for (index_t i = bounds(item, 0); i < bounds(item, 1); ++i) {
-          const T gi = grad_scale * g(i);
-          if (adamw) {
-            m(i) = beta1 * m(i) + (T(1) - beta1) * gi;
-            v(i) = beta2 * v(i) + (T(1) - beta2) * gi * gi;
-            const T m_hat = m(i) / bias1;
-            const T v_hat = v(i) / bias2;
-            p(i) = p(i) * (T(1) - lr * decay) - lr * m_hat / (compat::sqrt(v_hat) + eps);
+          const T gi = c.grad_scale * g(i);
+          if (c.adamw) {
+            m(i) = c.beta1 * m(i) + (T(1) - c.beta1) * gi;
+            v(i) = c.beta2 * v(i) + (T(1) - c.beta2) * gi * gi;
+            const T m_hat = m(i) / c.bias1;
+            const T v_hat = v(i) / c.bias2;
+            p(i) = p(i) * (T(1) - c.lr * decay) - c.lr * m_hat / (compat::sqrt(v_hat) + c.eps);
           } else {
-            p(i) -= lr * (gi + decay * p(i));
+            p(i) -= c.lr * (gi + decay * p(i));
           }
         }
       });
+}
+
+}  // namespace
+
+template <class T>
+void Optimizer<T>::update(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v,
+                          const Ranges& ranges, T grad_scale) const {
+  UpdateCoefficients<T> c;
+  c.adamw = train_.optimizer == OptimizerKind::adamw;
+  c.lr = static_cast<T>(train_.lr);
+  c.weight_decay = static_cast<T>(train_.weight_decay);
+  c.beta1 = static_cast<T>(train_.beta1);
+  c.beta2 = static_cast<T>(train_.beta2);
+  c.eps = static_cast<T>(train_.eps);
+  c.bias1 = static_cast<T>(1.0 - std::pow(train_.beta1, static_cast<double>(steps_taken_)));
+  c.bias2 = static_cast<T>(1.0 - std::pow(train_.beta2, static_cast<double>(steps_taken_)));
+  c.grad_scale = grad_scale;
+  update_ranges(p, g, m, v, ranges.bounds, ranges.decay, c);
 }
 
 template class Optimizer<float>;
