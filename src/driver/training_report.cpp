@@ -1,7 +1,6 @@
 // The RESULT object of a training or bench run: what ran, how fast, what was
 // exchanged (measured and modelled), memory, losses; the bench's rates
 // against this machine's own GEMM.
-#include <algorithm>
 
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"

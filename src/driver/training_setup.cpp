@@ -10,7 +10,6 @@
 #include <limits>
 
 #include "core/error.hpp"
-#include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
