@@ -637,8 +637,8 @@ void check_sizes_and_counts(const Config& c) {
     require_at_least("train.steps", c.train.steps, 1, std::string(" for run.mode ") + to_string(c.run.mode));
   }
   require_at_least("run.log_every", c.run.log_every, 1);
-  require_at_least("kernels.query_block", c.kernels.query_block, 1);
-  require_at_least("kernels.key_block", c.kernels.key_block, 1);
+  require_at_least("kernels.query_block", c.kernels.query_block, 0, " (0 chooses per backend)");
+  require_at_least("kernels.key_block", c.kernels.key_block, 0, " (0 chooses per backend)");
   require_at_least("io.snapshot_step", c.io.snapshot_step, 0);
   require_at_least("io.checkpoint_every", c.io.checkpoint_every, 0, " (0 means no periodic checkpoints)");
   check_sizes(m);

@@ -102,8 +102,8 @@ struct RunConfig {
 // fastest on the AVX2 CPU it was tuned on (tests/attention/bench_attention);
 // on a GPU, tiles of 64 keep the team scratch in fast shared memory.
 struct KernelConfig {
-  std::int64_t query_block = 96;
-  std::int64_t key_block = 96;
+  std::int64_t query_block = 0;  // 0: chosen per backend (kernels::choose_attention_tiles)
+  std::int64_t key_block = 0;
 };
 
 struct Config {

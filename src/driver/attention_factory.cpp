@@ -28,11 +28,11 @@ View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& pa
 
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& grid, Comm& comm,
-                                         const View2<const index_t>& positions) {
+                                         const View2<const index_t>& positions,
+                                         const kernels::AttentionBlocking& blocking) {
   const ModelConfig& m = c.model;
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
-  const auto blocking = kernels::AttentionBlocking::of(c.kernels);
   const index_t B = m.batch / grid.dp_size, H = m.heads, Dh = m.head_dim();
   const index_t n = m.seq_len / grid.sp_size;
 
@@ -62,8 +62,10 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
 }
 
 template AttentionLayers<float> make_attention_layers<float>(const Config&, const ProcessGrid&, Comm&,
-                                                             const View2<const index_t>&);
+                                                             const View2<const index_t>&,
+                                                             const kernels::AttentionBlocking&);
 template AttentionLayers<double> make_attention_layers<double>(const Config&, const ProcessGrid&, Comm&,
-                                                               const View2<const index_t>&);
+                                                               const View2<const index_t>&,
+                                                             const kernels::AttentionBlocking&);
 
 }  // namespace miniattn

@@ -13,6 +13,7 @@
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
+#include "kernels/attention.hpp"
 
 namespace miniattn {
 
@@ -31,6 +32,7 @@ struct AttentionLayers {
 
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& config, const ProcessGrid& grid, Comm& comm,
-                                         const View2<const index_t>& ring_positions);
+                                         const View2<const index_t>& ring_positions,
+                                         const kernels::AttentionBlocking& blocking);
 
 }  // namespace miniattn

@@ -142,7 +142,7 @@ template <class T>
 void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
   AttentionBlock<T> a(c.model, n);
   View3<T> row_sum("calibrate.row_sum", 1, a.H, n);
-  const auto blocking = kernels::AttentionBlocking::of(c.kernels);
+  const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.Dh).blocking;
   const double tf = time_median(world, 3, [&] {
     kernels::attention_forward<T>(a.q, a.k, a.v, a.positions, a.positions, false, blocking, a.out, a.lse, row_sum);
   });

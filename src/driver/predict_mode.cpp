@@ -21,8 +21,12 @@ StepConfig deck_step_config(const Config& c) {
   s.optimizer = c.train.optimizer;
   s.dp = static_cast<int>(c.parallel.dp);
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
-  s.query_block = c.kernels.query_block;
-  s.key_block = c.kernels.key_block;
+  // Tiles given as 0 are the ones this build would choose.
+  const kernels::AttentionBlocking tiles = c.model.precision == Precision::fp32
+      ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
+      : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
+  s.query_block = tiles.query_block;
+  s.key_block = tiles.key_block;
   return s;
 }
 

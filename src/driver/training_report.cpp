@@ -151,6 +151,13 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["comm"] = s.comm->backend();
   r["execution_space"] = {
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
+  const kernels::AttentionTiles& tiles = s.attention_tiles;
+  r["attention_tiles"] = {{"query_block", tiles.blocking.query_block},
+                          {"key_block", tiles.blocking.key_block},
+                          {"forward_scratch_bytes", tiles.forward_scratch_bytes},
+                          {"backward_scratch_bytes", tiles.backward_scratch_bytes},
+                          {"scratch_level", tiles.scratch_level},
+                          {"level0_bytes", tiles.level0_bytes}};
   r["precision"] = to_string(m.precision);
   r["steps"] = c.train.steps;
   r["first_step"] = record.first_step;

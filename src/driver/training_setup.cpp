@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
@@ -45,6 +46,15 @@ AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
   MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, world);
   if (std::isinf(least.value)) return {};
   return {static_cast<std::size_t>(least.value), least.rank};
+}
+
+// The tiles are a function of the build and the device: the same on every
+// rank of a homogeneous job, agreed anyway so that a refusal ends every rank.
+template <class T>
+kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid) {
+  kernels::AttentionTiles tiles;
+  agree_on(grid.world, [&] { tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()); });
+  return tiles;
 }
 
 void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
@@ -173,9 +183,10 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       grads(l, "grads"),
       optimizer(c.train, l),
       gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
+      attention_tiles(agreed_attention_tiles<T>(c, g)),
       comm(make_comm(c.parallel.comm, g.world)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
-      attention(make_attention_layers<T>(c, g, *comm, attention_positions)),
+      attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking)),
       model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers)),
       inputs("inputs", sh.rows()),
       targets("targets", sh.rows()),

@@ -81,6 +81,7 @@ struct TrainingState {
   ParameterBuffers<T> params, grads;
   Optimizer<T> optimizer;
   kernels::OrderedSum gradient_sum;
+  kernels::AttentionTiles attention_tiles;
   std::unique_ptr<Comm> comm;
   View2<index_t> attention_positions;
   AttentionLayers<T> attention;  // its layers move into the model

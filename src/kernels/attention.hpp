@@ -17,11 +17,42 @@
 
 namespace miniattn::kernels {
 
+// Host tile rows: measured best with the host register tiles (attention_tiles.hpp).
+constexpr index_t kHostTileRows = 96;
+
+// Rows of a query tile and of a key tile (both > 0).
 struct AttentionBlocking {
-  index_t query_block = KernelConfig{}.query_block;
-  index_t key_block = KernelConfig{}.key_block;
-  static AttentionBlocking of(const KernelConfig& k) { return {k.query_block, k.key_block}; }
+  index_t query_block = 0;
+  index_t key_block = 0;
 };
+
+// The tiles a run uses and the team scratch they need. A GPU team's scratch
+// must fit level 0 (on-chip shared memory, TeamPolicy::scratch_size_max(0));
+// Kokkos would put more in level 1, global memory, so such tiles are refused,
+// never run slowly in silence. Host backends keep both levels in the same
+// thread-private memory, so host tiles are sized for the caches and register
+// tiles instead and may use level 1.
+struct AttentionTiles {
+  AttentionBlocking blocking;
+  std::size_t forward_scratch_bytes = 0, backward_scratch_bytes = 0;
+  std::size_t level0_bytes = 0;  // scratch_size_max(0) of this backend
+  int scratch_level = 0;         // the level both passes run with
+};
+
+// What the execution space offers a team.
+struct TeamScratchLimits {
+  std::size_t level0_bytes = 0;    // TeamPolicy::scratch_size_max(0)
+  bool level1_is_global = false;   // true on GPUs: level 1 lives in global memory
+  static TeamScratchLimits of_backend();
+};
+
+// requested: kernels.query_block / kernels.key_block, 0 = chosen for the
+// execution space (host: kHostTileRows; GPU: the largest square tile of 128,
+// 96, 64, 48, 32 or 16 rows that fits level 0). Throws InputError naming the
+// keys when tiles do not fit level 0 where level 1 is global memory.
+template <class T>
+AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
+                                      const TeamScratchLimits& limits = TeamScratchLimits::of_backend());
 
 // out_acc = 0, row_max = -inf, row_sum = 0.
 template <class T>

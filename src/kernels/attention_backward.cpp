@@ -54,10 +54,7 @@ struct BackwardTilePair {
     index_t* kpos;   // [kb_ld]: key positions, padding always masked
   };
 
-  std::size_t scratch_bytes() const {
-    return 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
-           2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
-  }
+  std::size_t scratch_bytes() const { return backward_scratch_bytes<T>(qb, kb, dh); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const index_t n_kblocks = (n_ktiles + kBlockTiles - 1) / kBlockTiles;

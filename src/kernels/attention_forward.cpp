@@ -51,10 +51,7 @@ struct ForwardQueryTile {
     index_t* qpos;   // [qb_ld]: query positions, padding never masked
   };
 
-  std::size_t scratch_bytes() const {
-    return scratch_bytes_for<T>(dh * qb_ld) + scratch_bytes_for<T>(kb * qb_ld) + scratch_bytes_for<T>(qb * dh_ld) +
-           3 * scratch_bytes_for<T>(qb_ld) + scratch_bytes_for<index_t>(qb_ld);
-  }
+  std::size_t scratch_bytes() const { return forward_scratch_bytes<T>(qb, kb, dh); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const index_t qt = team.league_rank() % n_qtiles, bh = team.league_rank() / n_qtiles;

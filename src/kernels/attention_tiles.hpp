@@ -58,12 +58,13 @@ struct Tiling {
 
 inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
 inline index_t round_up(index_t a, index_t m) { return ceil_div(a, m) * m; }
-inline index_t clamp_block(index_t requested, index_t extent) {
-  return std::max<index_t>(1, std::min<index_t>(requested, extent));
-}
-
 inline void require(bool condition, const char* what) {
   if (!condition) throw RuntimeFailure(std::string("attention: ") + what);
+}
+
+inline index_t clamp_block(index_t requested, index_t extent) {
+  require(requested > 0, "tile sizes must be > 0 (choose_attention_tiles resolves kernels.* = 0)");
+  return std::max<index_t>(1, std::min<index_t>(requested, extent));
 }
 
 template <class View>
@@ -83,14 +84,40 @@ std::size_t scratch_bytes_for(index_t count) {
   return ScratchView<T>::shmem_size(static_cast<std::size_t>(count));
 }
 
-// A team policy whose scratch holds `scratch_bytes`: level 0 (fast, small)
-// when the tiles fit, level 1 otherwise.
-inline TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_bytes, int& scratch_level) {
-  scratch_level = scratch_bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-  if (scratch_bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1))) {
-    throw RuntimeFailure("attention: tiles need " + std::to_string(scratch_bytes) +
-                         " bytes of team scratch, more than the backend offers; reduce the block sizes");
+// Team scratch of one forward query tile (qb queries against kb keys) and of
+// one backward tile pair; the kernels' Tile and Pair carve it up in this order.
+template <class T>
+std::size_t forward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
+  const index_t qb_ld = round_up(qb, Tiling<T>::W), dh_ld = round_up(dh, Tiling<T>::W);
+  return scratch_bytes_for<T>(dh * qb_ld) + scratch_bytes_for<T>(kb * qb_ld) + scratch_bytes_for<T>(qb * dh_ld) +
+         3 * scratch_bytes_for<T>(qb_ld) + scratch_bytes_for<index_t>(qb_ld);
+}
+
+template <class T>
+std::size_t backward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
+  const index_t kb_ld = round_up(kb, Tiling<T>::W), dh_ld = round_up(dh, Tiling<T>::W);
+  return 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
+         2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
+}
+
+inline std::size_t level0_scratch_bytes() { return static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)); }
+
+// Level 0 when the tiles fit it; on a host backend level 1 otherwise (the same
+// memory there); on a GPU never level 1, which is global memory (see
+// choose_attention_tiles in attention.hpp).
+inline int scratch_level_for(std::size_t scratch_bytes) {
+  if (scratch_bytes <= level0_scratch_bytes()) return 0;
+  if (!kHostExecution || scratch_bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1))) {
+    throw RuntimeFailure("attention: tiles need " + std::to_string(scratch_bytes) + " bytes of team scratch, level 0 "
+                         "holds " + std::to_string(level0_scratch_bytes()) + "; use smaller kernels.query_block / "
+                         "kernels.key_block (0 chooses tiles that fit)");
   }
+  return 1;
+}
+
+// A team policy whose scratch (at scratch_level_for) holds `scratch_bytes`.
+inline TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_bytes, int& scratch_level) {
+  scratch_level = scratch_level_for(scratch_bytes);
   if (kHostExecution) {
     TeamPolicy policy(static_cast<int>(league_size), 1, 1);
     return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));

@@ -32,6 +32,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/config.hpp"
+#include "kernels/attention.hpp"
 
 namespace miniattn {
 
@@ -117,7 +118,7 @@ struct StepConfig {
   Layout layout = Layout::contiguous;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
-  std::int64_t query_block = KernelConfig{}.query_block, key_block = KernelConfig{}.key_block;
+  std::int64_t query_block = kernels::kHostTileRows, key_block = kernels::kHostTileRows;  // attention tiles
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
   int world_size() const { return dp * sp; }
 };

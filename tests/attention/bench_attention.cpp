@@ -4,7 +4,7 @@
 // Usage: bench_attention [n] [Dh] [heads] [query_block] [key_block] [options]
 //   n            sequence length (default 8192); B = 1
 //   Dh, heads    head width (64) and heads (4)
-//   query_block, key_block   tile sizes (default: AttentionBlocking's defaults)
+//   query_block, key_block   tile sizes (default 0: chosen per backend, as miniattn does)
 //   --precision=fp32|fp64|both   (both)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
 //                At n >= 4096 the warm-up is skipped (the first run is timed
@@ -53,7 +53,7 @@ using miniattn::View4;
 
 struct Options {
   index_t n = 8192, dh = 64, heads = 4;
-  miniattn::kernels::AttentionBlocking blocking;
+  miniattn::KernelConfig tiles;  // 0: chosen per backend, as miniattn does
   bool fp32 = true, fp64 = true, backward = true;
   int reps = 2;
   index_t gemm_n = 1024;
@@ -108,10 +108,15 @@ void run_attention(const Options& o, double gemm_gflops) {
   const int warmups = n >= 4096 ? 0 : 1;
   const double flops = 4.0 * double(n) * double(n) * double(dh) * double(heads) * double(batch);
   const miniattn::kernels::TransposedKeys<T> transposed(batch, heads, dh, n);
+  const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, dh);
+  const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
+  std::printf("%s tiles %ldx%ld: team scratch %zu B forward, %zu B backward, level %d (level 0 holds %zu B)\n", prec,
+              long(blocking.query_block), long(blocking.key_block), tiles.forward_scratch_bytes,
+              tiles.backward_scratch_bytes, tiles.scratch_level, tiles.level0_bytes);
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;
     const auto tf = timings(warmups, o.reps, [&] {
-      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, o.blocking, out, lse, row_sum);
+      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, blocking, out, lse, row_sum);
     });
     const double fwd = useful / tf.front() * 1e-9;
     std::printf("%s %-10s forward        %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
@@ -120,7 +125,7 @@ void run_attention(const Options& o, double gemm_gflops) {
     if (!o.backward) continue;
     const auto tb = timings(warmups, o.reps, [&] {
       miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-      miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, o.blocking, dq,
+      miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, blocking, dq,
                                                           dk, dv, transposed);
     });
     const double bwd = 2.5 * useful / tb.front() * 1e-9;
@@ -164,8 +169,8 @@ Options parse(int argc, char** argv) {
         case 0: o.n = value; break;
         case 1: o.dh = value; break;
         case 2: o.heads = value; break;
-        case 3: o.blocking.query_block = value; break;
-        case 4: o.blocking.key_block = value; break;
+        case 3: o.tiles.query_block = value; break;
+        case 4: o.tiles.key_block = value; break;
         default: break;
       }
     } else {
@@ -188,8 +193,7 @@ int main(int argc, char** argv) {
   std::printf("BLAS: %s, kernels %s, %d threads\n", blas.library.c_str(), blas.core.empty() ? "?" : blas.core.c_str(),
               blas.threads);
   if (!blas.warning.empty()) std::printf("warning: %s\n", blas.warning.c_str());
-  std::printf("problem: B=1 H=%ld n=%ld Dh=%ld blocks=%ldx%ld, best of %d, %s time\n", long(o.heads), long(o.n),
-              long(o.dh), long(o.blocking.query_block), long(o.blocking.key_block), o.reps,
+  std::printf("problem: B=1 H=%ld n=%ld Dh=%ld, best of %d, %s time\n", long(o.heads), long(o.n), long(o.dh), o.reps,
               g_cpu_clock ? "CPU" : "wall-clock");
   const double sgemm = o.fp32 ? miniattn::measure_gemm_flops<float>(o.gemm_n) * 1e-9 : 0.0;
   const double dgemm = o.fp64 ? miniattn::measure_gemm_flops<double>(o.gemm_n) * 1e-9 : 0.0;
