@@ -61,6 +61,7 @@ void Comm::wait(PendingExchange& pending) {
   wait_impl(pending);
   stats_[pending.label].seconds += MPI_Wtime() - t0;
   pending.requests.clear();
+  pending.staged.clear();
   pending.stream_work = false;
 }
 
@@ -83,9 +84,8 @@ MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE
 
-std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world) {
-  (void)world;
-  if (backend == CommBackend::mpi) return std::make_unique<MpiComm>();
+std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world, GpuAwareMpi gpu_aware_mpi) {
+  if (backend == CommBackend::mpi) return std::make_unique<MpiComm>(mpi_needs_host_staging(gpu_aware_mpi, world));
 #if defined(MINIATTN_HAVE_NCCL)
   if (backend == CommBackend::nccl) return std::make_unique<NcclComm>();
 #endif

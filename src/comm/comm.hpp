@@ -36,9 +36,19 @@ constexpr ScalarType scalar_type_of<float>() { return ScalarType::f32; }
 template <>
 constexpr ScalarType scalar_type_of<double>() { return ScalarType::f64; }
 
+// A transfer staged through host memory (MPI that cannot take device
+// memory): the host copies live until the wait, which copies `recv` to
+// `device_recv`.
+struct HostStaging {
+  std::unique_ptr<char[]> send, recv;
+  void* device_recv = nullptr;
+  std::size_t bytes = 0;
+};
+
 // Non-blocking transfers in flight; finished by Comm::wait.
 struct PendingExchange {
   std::vector<MPI_Request> requests;  // MPI backend
+  std::vector<HostStaging> staged;    // MPI backend staging through host memory
   bool stream_work = false;           // NCCL backend: work queued on the device stream
   std::string label;
   bool active() const { return !requests.empty() || stream_work; }
@@ -69,6 +79,9 @@ class Comm {
   template <class T>
   void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
 
+  // True when exchanges copy device data through host buffers (MPI that is not GPU-aware).
+  virtual bool stages_through_host() const { return false; }
+
   const std::map<std::string, ExchangeStats>& stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
 
@@ -84,12 +97,15 @@ class Comm {
   std::map<std::string, ExchangeStats> stats_;
 };
 
-// The MPI backend: View data pointers go straight to MPI (which must be
-// GPU-aware on device builds); each call fences the execution space first,
-// because since Kokkos 4.0 device kernels run asynchronously.
+// The MPI backend: View data pointers go straight to MPI, or, when staging,
+// through host buffers (device data an MPI library cannot read); each call
+// fences the execution space first, because since Kokkos 4.0 device kernels
+// run asynchronously.
 class MpiComm final : public Comm {
  public:
+  explicit MpiComm(bool stage_through_host = false) : staged_(stage_through_host) {}
   std::string backend() const override { return "mpi"; }
+  bool stages_through_host() const override { return staged_; }
 
  protected:
   void allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) override;
@@ -98,9 +114,19 @@ class MpiComm final : public Comm {
   void wait_impl(PendingExchange& pending) override;
   void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                      MPI_Comm group) override;
+
+ private:
+  bool staged_;
 };
 
-// The backend named by parallel.comm ("mpi" or "nccl").
-std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world);
+// Whether MPI exchanges of this build's memory must go through host buffers:
+// never for host memory; for device memory unless gpu_aware_mpi is true or,
+// with auto, the MPI library reports support for this device kind. Agreed
+// over world (staging if any rank needs it). Collective.
+bool mpi_needs_host_staging(GpuAwareMpi gpu_aware_mpi, MPI_Comm world);
+
+// The backend named by parallel.comm ("mpi" or "nccl"). Collective over world.
+std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world,
+                                GpuAwareMpi gpu_aware_mpi = GpuAwareMpi::automatic);
 
 }  // namespace miniattn

@@ -1,5 +1,9 @@
 #include <limits>
 
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support
+#endif
+
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
@@ -10,6 +14,8 @@ namespace {
 
 MPI_Datatype mpi_type(ScalarType type) { return type == ScalarType::f32 ? MPI_FLOAT : MPI_DOUBLE; }
 
+std::size_t scalar_bytes(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
+
 int mpi_count(std::size_t count) {
   if (count > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     throw RuntimeFailure("a message of " + std::to_string(count) +
@@ -17,17 +23,73 @@ int mpi_count(std::size_t count) {
   return static_cast<int>(count);
 }
 
+using HostBytes = Kokkos::View<char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using MemBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+// Uninitialised: every byte is written by the copy or the receive.
+std::unique_ptr<char[]> host_copy_of(const void* data, std::size_t bytes) {
+  std::unique_ptr<char[]> host(new char[bytes]);
+  Kokkos::deep_copy(HostBytes(host.get(), bytes), MemBytes(static_cast<char*>(const_cast<void*>(data)), bytes));
+  return host;
+}
+
+void copy_to_memory_space(void* data, const char* host, std::size_t bytes) {
+  Kokkos::deep_copy(MemBytes(static_cast<char*>(data), bytes), HostBytes(const_cast<char*>(host), bytes));
+}
+
+// What the MPI library says about device memory of this build's kind; false when it cannot say.
+bool mpi_reports_device_support() {
+  int supported = 0;
+#if defined(KOKKOS_ENABLE_CUDA) && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  supported = MPIX_Query_cuda_support();
+#elif defined(KOKKOS_ENABLE_CUDA) && defined(MPIX_GPU_SUPPORT_CUDA)
+  MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &supported);
+#elif defined(KOKKOS_ENABLE_HIP) && defined(MPIX_GPU_SUPPORT_HIP)
+  MPIX_GPU_query_support(MPIX_GPU_SUPPORT_HIP, &supported);
+#elif defined(KOKKOS_ENABLE_SYCL) && defined(MPIX_GPU_SUPPORT_ZE)
+  MPIX_GPU_query_support(MPIX_GPU_SUPPORT_ZE, &supported);
+#endif
+  return supported != 0;
+}
+
 }  // namespace
+
+bool mpi_needs_host_staging(GpuAwareMpi gpu_aware_mpi, MPI_Comm world) {
+  constexpr bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  int needed = 0;
+  if (gpu_aware_mpi == GpuAwareMpi::no) needed = 1;  // on host memory too: the path is then testable anywhere
+  else if (gpu_aware_mpi == GpuAwareMpi::automatic) needed = !host_memory && !mpi_reports_device_support();
+  int agreed = needed;
+  MPI_Allreduce(&needed, &agreed, 1, MPI_INT, MPI_MAX, world);
+  return agreed != 0;
+}
 
 void MpiComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
   compat::fence("miniattn::MpiComm::allreduce_sum");
-  MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group);
+  if (!staged_) {
+    MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group);
+    return;
+  }
+  const std::size_t bytes = count * scalar_bytes(type);
+  const std::unique_ptr<char[]> host = host_copy_of(data, bytes);
+  MPI_Allreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), MPI_SUM, group);
+  copy_to_memory_space(data, host.get(), bytes);
 }
 
 void MpiComm::post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
                               int source, MPI_Comm group, PendingExchange& pending) {
   compat::fence("miniattn::MpiComm::post_shift");
   MPI_Request reqs[2];
+  if (staged_) {
+    HostStaging s;
+    s.bytes = count * scalar_bytes(type);
+    s.send = host_copy_of(send, s.bytes);
+    s.recv.reset(new char[s.bytes]);
+    s.device_recv = recv;
+    send = s.send.get();
+    recv = s.recv.get();
+    pending.staged.push_back(std::move(s));
+  }
   MPI_Irecv(recv, mpi_count(count), mpi_type(type), source, 0, group, &reqs[0]);
   MPI_Isend(send, mpi_count(count), mpi_type(type), dest, 0, group, &reqs[1]);
   pending.requests.push_back(reqs[0]);
@@ -36,13 +98,24 @@ void MpiComm::post_shift_impl(const void* send, void* recv, std::size_t count, S
 
 void MpiComm::wait_impl(PendingExchange& pending) {
   MPI_Waitall(static_cast<int>(pending.requests.size()), pending.requests.data(), MPI_STATUSES_IGNORE);
+  for (const HostStaging& s : pending.staged) copy_to_memory_space(s.device_recv, s.recv.get(), s.bytes);
 }
 
 void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                             MPI_Comm group) {
   compat::fence("miniattn::MpiComm::alltoall");
-  MPI_Alltoall(send, mpi_count(count_per_rank), mpi_type(type), recv, mpi_count(count_per_rank), mpi_type(type),
-               group);
+  const int count = mpi_count(count_per_rank);
+  if (!staged_) {
+    MPI_Alltoall(send, count, mpi_type(type), recv, count, mpi_type(type), group);
+    return;
+  }
+  int size = 1;
+  MPI_Comm_size(group, &size);
+  const std::size_t bytes = static_cast<std::size_t>(size) * count_per_rank * scalar_bytes(type);
+  const std::unique_ptr<char[]> host_send = host_copy_of(send, bytes);
+  const std::unique_ptr<char[]> host_recv(new char[bytes]);
+  MPI_Alltoall(host_send.get(), count, mpi_type(type), host_recv.get(), count, mpi_type(type), group);
+  copy_to_memory_space(recv, host_recv.get(), bytes);
 }
 
 }  // namespace miniattn

@@ -54,6 +54,7 @@ const std::vector<Field>& fields() {
       {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
       {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
       {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},
+      {"parallel", "gpu_aware_mpi", MINIATTN_CONFIG_ENUM(parallel, gpu_aware_mpi)},
       {"train", "steps", MINIATTN_CONFIG_REF(train, steps)},
       {"train", "lr", MINIATTN_CONFIG_REF(train, lr)},
       {"train", "optimizer", MINIATTN_CONFIG_ENUM(train, optimizer)},

@@ -15,6 +15,8 @@ enum class Precision { fp32, fp64 };
 enum class Strategy { local, rsa, ring, ulysses, hybrid };
 enum class Layout { contiguous, zigzag };
 enum class CommBackend { mpi, nccl };
+// Whether MPI may be handed device memory: auto asks the MPI library (host memory never needs staging).
+enum class GpuAwareMpi { automatic, yes, no };
 enum class OptimizerKind { adamw, sgd };
 enum class RunMode { train, bench, predict, calibrate };
 
@@ -28,6 +30,8 @@ template <>
 const std::vector<std::string>& enum_names<Layout>();
 template <>
 const std::vector<std::string>& enum_names<CommBackend>();
+template <>
+const std::vector<std::string>& enum_names<GpuAwareMpi>();
 template <>
 const std::vector<std::string>& enum_names<OptimizerKind>();
 template <>
@@ -58,6 +62,7 @@ struct ParallelConfig {
   std::int64_t dp = 1;
   std::int64_t ulysses_degree = 1;
   CommBackend comm = CommBackend::mpi;
+  GpuAwareMpi gpu_aware_mpi = GpuAwareMpi::automatic;  // false: stage exchanges through host buffers
 };
 
 struct TrainConfig {

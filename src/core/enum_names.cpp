@@ -24,6 +24,11 @@ const std::vector<std::string>& enum_names<CommBackend>() {
   return names;
 }
 template <>
+const std::vector<std::string>& enum_names<GpuAwareMpi>() {
+  static const std::vector<std::string> names = {"auto", "true", "false"};
+  return names;
+}
+template <>
 const std::vector<std::string>& enum_names<OptimizerKind>() {
   static const std::vector<std::string> names = {"adamw", "sgd"};
   return names;

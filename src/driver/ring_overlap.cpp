@@ -37,7 +37,7 @@ RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const
   if (!has_ring || grid.ring_size < 2) return overlap;
   for (const auto& [label, s] : run_comm.stats())
     if (label.rfind("ring.", 0) == 0) overlap.exposed_seconds += s.seconds / steps;
-  const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world);
+  const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world, c.parallel.gpu_aware_mpi);
   double best = 0.0;
   for (int repeat = 0; repeat < 3; ++repeat) {
     const double t = scalar_bytes == sizeof(float)

@@ -149,6 +149,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["ulysses_degree"] = s.grid.ulysses_size;
   r["strategy"] = to_string(c.parallel.strategy);
   r["comm"] = s.comm->backend();
+  r["comm_staged_through_host"] = s.comm->stages_through_host();
   r["execution_space"] = {
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
   const kernels::AttentionTiles& tiles = s.attention_tiles;

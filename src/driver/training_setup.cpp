@@ -184,7 +184,7 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       optimizer(c.train, l),
       gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
       attention_tiles(agreed_attention_tiles<T>(c, g)),
-      comm(make_comm(c.parallel.comm, g.world)),
+      comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
       attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking)),
       model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers)),

@@ -44,18 +44,35 @@ const ExchangeStats* find_stats(const Comm& comm, const std::string& label) {
   return it == comm.stats().end() ? nullptr : &it->second;
 }
 
-template <class T>
+// Every test runs with MPI given the Views' memory directly and, as when MPI
+// is not GPU-aware, staged through host buffers (parallel.gpu_aware_mpi false).
+template <class Scalar, GpuAwareMpi Aware>
+struct Variant {
+  using T = Scalar;
+  static constexpr GpuAwareMpi gpu_aware_mpi = Aware;
+};
+
+template <class V>
 class CommTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Comm> comm = make_comm(CommBackend::mpi, MPI_COMM_WORLD);
+  std::unique_ptr<Comm> comm = make_comm(CommBackend::mpi, MPI_COMM_WORLD, V::gpu_aware_mpi);
 };
-using ScalarTypes = ::testing::Types<float, double>;
-TYPED_TEST_SUITE(CommTest, ScalarTypes);
+using Variants = ::testing::Types<Variant<float, GpuAwareMpi::automatic>, Variant<double, GpuAwareMpi::automatic>,
+                                  Variant<float, GpuAwareMpi::no>, Variant<double, GpuAwareMpi::no>>;
+TYPED_TEST_SUITE(CommTest, Variants);
 
-TYPED_TEST(CommTest, BackendIsMpi) { EXPECT_EQ(this->comm->backend(), "mpi"); }
+TYPED_TEST(CommTest, BackendIsMpi) {
+  EXPECT_EQ(this->comm->backend(), "mpi");
+  const bool host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  if (TypeParam::gpu_aware_mpi == GpuAwareMpi::no) {
+    EXPECT_TRUE(this->comm->stages_through_host());
+  } else if (host_memory) {
+    EXPECT_FALSE(this->comm->stages_through_host());  // host memory never needs staging
+  }
+}
 
 TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
   const int rank = rank_of(world), size = size_of(world);
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -97,7 +114,7 @@ TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
 }
 
 TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
   const int rank = rank_of(world), size = size_of(world);
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
@@ -127,7 +144,7 @@ TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
 }
 
 TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
   const int rank = rank_of(world), size = size_of(world);
   const std::size_t c = 5;
@@ -153,7 +170,7 @@ TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
 }
 
 TYPED_TEST(CommTest, AllreduceSums) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
   const int rank = rank_of(world), size = size_of(world);
   const std::size_t n = 11;
@@ -199,7 +216,7 @@ TYPED_TEST(CommTest, ScalarAllreduce) {
 // Exchanges stay inside the group they are given: split the world into even
 // and odd ranks and reduce, shift and all-to-all inside each half.
 TYPED_TEST(CommTest, SubCommunicators) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const int world_rank = rank_of(MPI_COMM_WORLD), world_size = size_of(MPI_COMM_WORLD);
   MPI_Comm half = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
@@ -240,7 +257,7 @@ TYPED_TEST(CommTest, SubCommunicators) {
 }
 
 TYPED_TEST(CommTest, CountersAccumulatePerLabelAndReset) {
-  using T = TypeParam;
+  using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
   const int size = size_of(world);
   const std::size_t c = 3;
