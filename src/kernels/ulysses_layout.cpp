@@ -8,7 +8,9 @@ namespace {
 
 // Calls f(j, b, h, i, d0, width) for each pack of `width` elements d0 .. d0 +
 // width - 1 of every row of a [U, B, Hl, n, Dh] exchange buffer: rows are
-// contiguous in the buffer and in the [B, H, n, Dh] views on either side.
+// contiguous in the buffer and in the [B, H, n, Dh] views on either side, and
+// on a GPU consecutive threads take consecutive d of a row (simd::row_packs),
+// so both the reads and the writes are coalesced.
 template <class T, class Buffer, class F>
 void for_each_block_row_pack(const char* label, const Buffer& buffer, const F& f) {
   const index_t B = buffer.extent(1), Hl = buffer.extent(2), n = buffer.extent(3);

@@ -1,7 +1,8 @@
 #include "model/optimizer.hpp"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/kokkos_compat.hpp"
@@ -64,16 +65,22 @@ struct UpdateCoefficients {
   T lr, weight_decay, beta1, beta2, eps, bias1, bias2, grad_scale;
 };
 
-// One item per range of elements that share a weight-decay flag. A free
-// function: CUDA's extended lambdas may not live in a private member function.
+// One team per range of elements that share a weight-decay flag, its
+// threads on consecutive elements (coalesced on a GPU; one thread per team on
+// the host). A free function: CUDA's extended lambdas may not live in a
+// private member function.
 template <class T, class Bounds, class Decays>
 void update_ranges(const View1<T>& p, const View1<T>& g, const View1<T>& m, const View1<T>& v, const Bounds& bounds,
                    const Decays& decays, const UpdateCoefficients<T>& c) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  const int items = static_cast<int>(decays.extent(0));
+  const Policy policy = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value ? Policy(items, 1)
+                                                                                         : Policy(items, Kokkos::AUTO);
   Kokkos::parallel_for(
-      c.adamw ? "miniattn::adamw" : "miniattn::sgd", Kokkos::RangePolicy<ExecSpace>(0, decays.extent(0)),
-      KOKKOS_LAMBDA(const index_t item) {
+      c.adamw ? "miniattn::adamw" : "miniattn::sgd", policy, KOKKOS_LAMBDA(const Policy::member_type& team) {
+        const index_t item = team.league_rank();
         const T decay = decays(item) ? c.weight_decay : T(0);
-        for (index_t i = bounds(item, 0); i < bounds(item, 1); ++i) {
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, bounds(item, 0), bounds(item, 1)), [&](const index_t i) {
           const T gi = c.grad_scale * g(i);
           if (c.adamw) {
             m(i) = c.beta1 * m(i) + (T(1) - c.beta1) * gi;
@@ -84,7 +91,7 @@ void update_ranges(const View1<T>& p, const View1<T>& g, const View1<T>& m, cons
           } else {
             p(i) -= c.lr * (gi + decay * p(i));
           }
-        }
+        });
       });
 }
 
