@@ -36,4 +36,11 @@ std::string attempt(const std::function<void()>& body) {
 
 void agree_on(MPI_Comm comm, const std::function<void()>& body) { agree(comm, attempt(body)); }
 
+LeastOverRanks least_over_ranks(double value, MPI_Comm comm) {
+  LeastOverRanks mine{value, 0}, least{value, 0};
+  MPI_Comm_rank(comm, &mine.rank);
+  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm);
+  return least;
+}
+
 }  // namespace miniattn

@@ -21,4 +21,12 @@ std::string attempt(const std::function<void()>& body);
 // Collective: agree(comm, attempt(body)).
 void agree_on(MPI_Comm comm, const std::function<void()>& body);
 
+// The least of the ranks' values and the lowest rank holding it (MPI_MINLOC),
+// so every rank names the same rank in its message. Collective.
+struct LeastOverRanks {
+  double value;
+  int rank;
+};
+LeastOverRanks least_over_ranks(double value, MPI_Comm comm);
+
 }  // namespace miniattn

@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
@@ -42,14 +43,9 @@ long first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuff
 // The smallest of each rank's ordinal (-1 meaning "none here") and the lowest
 // rank holding it, so every rank names the same place in its message.
 std::pair<long, int> earliest_on_any_rank(long ordinal, MPI_Comm world) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
-  struct {
-    long value;
-    int rank;
-  } mine{ordinal < 0 ? std::numeric_limits<long>::max() : ordinal, rank}, first{};
-  MPI_Allreduce(&mine, &first, 1, MPI_LONG_INT, MPI_MINLOC, world);
-  return {first.value == std::numeric_limits<long>::max() ? -1 : first.value, first.rank};
+  const double none = std::numeric_limits<double>::infinity();  // ordinals are small: exact as doubles
+  const LeastOverRanks first = least_over_ranks(ordinal < 0 ? none : static_cast<double>(ordinal), world);
+  return {std::isinf(first.value) ? -1 : static_cast<long>(first.value), first.rank};
 }
 
 // train.nan_check on the (reduced, hence agreed) loss: names the first stage

@@ -37,13 +37,8 @@ View1<index_t> to_device(const std::vector<index_t>& values, const std::string& 
 }
 
 AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
-  struct {
-    double value;
-    int rank;
-  } mine{local == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(local), rank}, least{};
-  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, world);
+  const double unknown = std::numeric_limits<double>::infinity();
+  const LeastOverRanks least = least_over_ranks(local == 0 ? unknown : static_cast<double>(local), world);
   if (std::isinf(least.value)) return {};
   return {static_cast<std::size_t>(least.value), least.rank};
 }
