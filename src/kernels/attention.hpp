@@ -12,6 +12,9 @@
 //
 // The accumulate functions take one block of keys at a time so that ring
 // strategies can feed key/value blocks as they arrive from other ranks.
+#include <array>
+#include <cstddef>
+
 #include "core/config.hpp"
 #include "core/types.hpp"
 
@@ -19,6 +22,8 @@ namespace miniattn::kernels {
 
 // Host tile rows: measured best with the host register tiles (attention_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
+// The tile sides a GPU chooses from.
+constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
 
 // Rows of a query tile and of a key tile (both > 0).
 struct AttentionBlocking {
@@ -47,9 +52,10 @@ struct TeamScratchLimits {
 };
 
 // requested: kernels.query_block / kernels.key_block, 0 = chosen for the
-// execution space (host: kHostTileRows; GPU: the largest square tile of 128,
-// 96, 64, 48, 32 or 16 rows that fits level 0). Throws InputError naming the
-// keys when tiles do not fit level 0 where level 1 is global memory.
+// execution space (host: kHostTileRows; GPU: the query x key tile of sides
+// from kTileSides with the largest area whose forward and backward scratch
+// both fit level 0). Throws InputError naming the keys when tiles do not fit
+// level 0 where level 1 is global memory.
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits = TeamScratchLimits::of_backend());

@@ -1,5 +1,5 @@
 // The attention tiles of a run, chosen per execution space (attention.hpp).
-#include <initializer_list>
+#include <vector>
 
 #include "core/error.hpp"
 #include "kernels/attention_tiles.hpp"
@@ -15,17 +15,23 @@ std::size_t largest_pass_scratch(index_t qb, index_t kb, index_t dh) {
   return std::max(forward_scratch_bytes<T>(qb, kb, dh), backward_scratch_bytes<T>(qb, kb, dh));
 }
 
-// The largest square tile side that fits level 0 with the requested sides kept
-// (a side given as 0 is the one chosen); the smallest candidate when none fits.
+// The tile of largest area (then most query rows) whose passes both fit level
+// 0, sides from kTileSides unless requested (> 0); the smallest when none fits.
+// Not square: forward scratch grows with the query rows, backward with the key rows.
 template <class T>
-index_t largest_fitting_side(const KernelConfig& requested, index_t dh, std::size_t level0_bytes) {
-  const std::initializer_list<index_t> sides = {128, 96, 64, 48, 32, 16};
-  for (const index_t side : sides) {
-    const index_t qb = requested.query_block > 0 ? requested.query_block : side;
-    const index_t kb = requested.key_block > 0 ? requested.key_block : side;
-    if (largest_pass_scratch<T>(qb, kb, dh) <= level0_bytes) return side;
-  }
-  return *(sides.end() - 1);
+AttentionBlocking largest_fitting_tile(const KernelConfig& requested, index_t dh, std::size_t level0_bytes) {
+  const auto sides = [](std::int64_t given) {
+    return given > 0 ? std::vector<index_t>{given} : std::vector<index_t>(kTileSides.begin(), kTileSides.end());
+  };
+  AttentionBlocking best{sides(requested.query_block).back(), sides(requested.key_block).back()};
+  index_t best_area = 0;
+  for (const index_t qb : sides(requested.query_block))
+    for (const index_t kb : sides(requested.key_block))
+      if (qb * kb > best_area && largest_pass_scratch<T>(qb, kb, dh) <= level0_bytes) {
+        best = {qb, kb};
+        best_area = qb * kb;
+      }
+  return best;
 }
 
 }  // namespace
@@ -35,11 +41,13 @@ TeamScratchLimits TeamScratchLimits::of_backend() { return {level0_scratch_bytes
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits) {
-  const index_t side =
-      limits.level1_is_global ? largest_fitting_side<T>(requested, head_dim, limits.level0_bytes) : kHostTileRows;
   AttentionTiles tiles;
-  tiles.blocking.query_block = requested.query_block > 0 ? requested.query_block : side;
-  tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : side;
+  if (limits.level1_is_global) {
+    tiles.blocking = largest_fitting_tile<T>(requested, head_dim, limits.level0_bytes);
+  } else {
+    tiles.blocking.query_block = requested.query_block > 0 ? requested.query_block : kHostTileRows;
+    tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : kHostTileRows;
+  }
   const index_t qb = tiles.blocking.query_block, kb = tiles.blocking.key_block;
   tiles.forward_scratch_bytes = forward_scratch_bytes<T>(qb, kb, head_dim);
   tiles.backward_scratch_bytes = backward_scratch_bytes<T>(qb, kb, head_dim);

@@ -31,19 +31,22 @@ TEST(AttentionTiles, HostDefaultsAreTheMeasuredTileAndMayUseLevelOne) {
   EXPECT_EQ(t.scratch_level, largest_pass(t) <= kHostLike.level0_bytes ? 0 : 1);
 }
 
-TEST(AttentionTiles, GpuDefaultsAreTheLargestSquareTileInLevelZero) {
+TEST(AttentionTiles, GpuDefaultsAreTheLargestTileInLevelZero) {
   for (const long dh : {32L, 64L}) {  // host register tiles pad more than a GPU's; 128 fits no host-padded tile
     const AttentionTiles t = choose_attention_tiles<float>(KernelConfig{}, dh, kGpuLike);
-    EXPECT_EQ(t.blocking.query_block, t.blocking.key_block);
     EXPECT_EQ(t.scratch_level, 0);
     EXPECT_LE(largest_pass(t), kGpuLike.level0_bytes) << "dh " << dh;
-    // The next candidate up would not have fit (or this is the largest candidate).
-    const long side = t.blocking.query_block;
-    const long next = side == 16 ? 32 : side == 32 ? 48 : side == 48 ? 64 : side == 64 ? 96 : side == 96 ? 128 : 0;
-    if (next == 0) continue;
-    KernelConfig bigger;
-    bigger.query_block = bigger.key_block = next;
-    EXPECT_THROW(choose_attention_tiles<float>(bigger, dh, kGpuLike), miniattn::InputError) << "dh " << dh;
+    // No candidate tile of larger area fits: asking for it is refused.
+    const long area = t.blocking.query_block * t.blocking.key_block;
+    for (const long qb : miniattn::kernels::kTileSides)
+      for (const long kb : miniattn::kernels::kTileSides) {
+        if (qb * kb <= area) continue;
+        KernelConfig bigger;
+        bigger.query_block = qb;
+        bigger.key_block = kb;
+        EXPECT_THROW(choose_attention_tiles<float>(bigger, dh, kGpuLike), miniattn::InputError)
+            << "dh " << dh << ": " << qb << " x " << kb << " fits but " << area << " was chosen";
+      }
   }
 }
 
