@@ -1,0 +1,357 @@
+#!/usr/bin/env python3
+"""PyTorch's rates on this GPU, the yardsticks of the miniattn GPU bring-up.
+
+    python3 scripts/gpu_reference_bench.py [--seq-lens 8192 32768] [--heads 4] [--head-dim 64]
+        [--gemm-sizes 4096 8192 16384] [--train-seq-len 32768] [--train-steps 6] > reference_bench.json
+    python3 scripts/gpu_reference_bench.py summarize --results results/gpu
+
+The first form prints ONE JSON line (progress goes to stderr) with, all in fp32
+with TF32 off (torch.backends.cuda.matmul.fp32_precision = "ieee", or
+allow_tf32 = False before PyTorch 2.9: cuBLAS's default math mode, which
+miniattn's KokkosBlas::gemm gets):
+  sgemm       torch.matmul on n x n x n random matrices: seconds, TFLOP/s (2 n^3)
+  sdpa        torch.nn.functional.scaled_dot_product_attention, B=1, H heads, N, Dh:
+              forward, and forward+backward, seconds and TFLOP/s, counted as
+              miniattn counts its own kernel (bench_attention): forward 4 N^2 Dh H,
+              backward 2.5x that, both halved when causal; the backend that ran
+  train_step  one training step (zero grads, forward, loss, backward, clip 1.0,
+              AdamW) of validation/reference_model.py's model, the configuration of
+              the miniattn bench run (V = D = 256, H = 4, FFN 1024, L = 2, B = 1,
+              causal): "eager" as written there (explicit matmul + softmax, an N x N
+              score matrix per head), and "eager_sdpa" with its attention replaced by
+              scaled_dot_product_attention. Out of memory is a result, not a failure.
+
+`summarize` reads what scripts/gpu_bringup.sh bench wrote into the results folder
+(bench_attention_n*.txt, bench_miniattn_*.json, reference_bench.json) and writes
+figures.json and figures.md there: each figure and the issue's targets (attention
+forward >= 50% of the SGEMM rate; the training step faster than PyTorch eager fp32).
+"""
+
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def log(*args):
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- measuring
+def cuda_time(fn, warmups, reps):
+    """Median seconds of fn() over reps CUDA-event-timed calls after warm-ups."""
+    import torch
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3)
+    return statistics.median(times)
+
+
+def measure_sgemm(sizes):
+    import torch
+    out = []
+    for n in sizes:
+        a = torch.randn(n, n, device="cuda")
+        b = torch.randn(n, n, device="cuda")
+        seconds = cuda_time(lambda: torch.matmul(a, b), warmups=3, reps=10)
+        out.append({"n": n, "seconds": seconds, "tflops": 2.0 * n**3 / seconds * 1e-12})
+        log(f"sgemm {n}^3: {out[-1]['tflops']:.1f} TFLOP/s")
+        del a, b
+    torch.cuda.empty_cache()
+    return out
+
+
+def attention_flops(n, dh, heads, causal):
+    forward = 4.0 * n * n * dh * heads
+    return forward / 2 if causal else forward
+
+
+def measure_sdpa(seq_lens, heads, dh):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    out = []
+    for n in seq_lens:
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, heads, n, dh, device="cuda", requires_grad=True) for _ in range(3))
+            dout = torch.randn(1, heads, n, dh, device="cuda")
+            entry = {"n": n, "heads": heads, "head_dim": dh, "causal": causal}
+            # fp32 has no flash kernel: the memory-efficient one is PyTorch's fastest; math is the fallback.
+            for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+                try:
+                    with sdpa_kernel([backend]):
+                        def forward():
+                            with torch.no_grad():
+                                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                        def forward_backward():
+                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            o.backward(dout)
+
+                        fwd = cuda_time(forward, warmups=2, reps=5)
+                        both = cuda_time(forward_backward, warmups=2, reps=5)
+                    flops = attention_flops(n, dh, heads, causal)
+                    entry.update(backend=backend.name, forward_seconds=fwd, forward_tflops=flops / fwd * 1e-12,
+                                 forward_backward_seconds=both, forward_backward_tflops=3.5 * flops / both * 1e-12)
+                    break
+                except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+                    entry.setdefault("errors", []).append(f"{backend.name}: {str(err).splitlines()[0][:200]}")
+                    torch.cuda.empty_cache()
+            out.append(entry)
+            log(f"sdpa N={n} {'causal' if causal else 'non-causal'}: "
+                + (f"{entry['forward_tflops']:.1f} TFLOP/s forward, {entry['forward_backward_tflops']:.1f} "
+                   f"forward+backward ({entry['backend']})" if "backend" in entry else f"failed {entry['errors']}"))
+            del q, k, v, dout
+            torch.cuda.empty_cache()
+    return out
+
+
+def sdpa_attention_forward(self, x):
+    """reference_model.Attention.forward with the attention itself fused (no N x N matrix)."""
+    import torch.nn.functional as F
+    B, N, D = x.shape
+    H, Dh = self.heads, D // self.heads
+    q, k, v = self.qkv(x).split(D, dim=-1)
+    q, k, v = (t.view(B, N, H, Dh).transpose(1, 2) for t in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+    return self.proj(o.transpose(1, 2).reshape(B, N, D))
+
+
+def measure_train_step(seq_len, steps, variant):
+    import torch
+    sys.path.insert(0, os.path.join(ROOT, "validation"))
+    import reference_model as rm
+
+    cfg = rm.Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1, causal=True,
+                    precision="fp32")
+    entry = {"variant": variant, "config": {k: getattr(cfg, k) for k in
+                                            ("vocab", "d_model", "heads", "ffn", "layers", "seq_len", "batch",
+                                             "causal", "precision")},
+             "optimizer": "adamw lr 1e-3 wd 0.01 (matrices and embeddings), grad_clip 1.0"}
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    try:
+        model = rm.ReferenceGPT(cfg)
+        init = rm.random_params(cfg, seed=1234, perturb_norms=False)
+        model.load_state_dict({name: value.float() for name, value in init.items()})
+        model = model.cuda()
+        if variant == "eager_sdpa":
+            for block in model.blocks:
+                block.attn.forward = types.MethodType(sdpa_attention_forward, block.attn)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+        tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1),
+                               generator=torch.Generator().manual_seed(1234)).cuda()
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            loss, extras = model(tokens)
+            del extras
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+
+        seconds = []
+        for _ in range(steps):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            step()
+            torch.cuda.synchronize()
+            seconds.append(time.perf_counter() - start)
+        entry.update(ok=True, step_seconds=seconds, step_seconds_median=statistics.median(seconds[1:] or seconds),
+                     peak_bytes=torch.cuda.max_memory_allocated())
+    except torch.cuda.OutOfMemoryError as err:
+        entry.update(ok=False, oom=True, peak_bytes=torch.cuda.max_memory_allocated(),
+                     error="out of memory: " + str(err).splitlines()[0][:200])
+    finally:
+        model = optimizer = tokens = None
+        torch.cuda.empty_cache()
+    log(f"train step N={seq_len} {variant}: " + (f"{entry['step_seconds_median']:.4f} s" if entry["ok"]
+                                                  else entry["error"]))
+    return entry
+
+
+def measure(args):
+    import torch
+    if not torch.cuda.is_available():
+        log("gpu_reference_bench: torch sees no CUDA device")
+        return 1
+    # PyTorch 2.9 deprecated the allow_tf32 flags for fp32_precision: set the one this version has.
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+        torch.backends.cudnn.fp32_precision = "ieee"
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "tf32": False, "sgemm": measure_sgemm(args.gemm_sizes),
+              "sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim),
+              "train_step": [measure_train_step(args.train_seq_len, args.train_steps, v)
+                             for v in ("eager", "eager_sdpa")]}
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- summarizing
+def parse_bench_attention(path):
+    """SGEMM rate and the fp32 kernel lines of one bench_attention output."""
+    text = open(path).read()
+    out = {"n": int(re.search(r"_n(\d+)\.txt$", path).group(1)), "rates": {}}
+    m = re.search(r"^SGEMM (\d+)\^3:\s+([\d.]+) GFLOP/s", text, re.M)
+    if m:
+        out["sgemm_n"], out["sgemm_tflops"] = int(m.group(1)), float(m.group(2)) * 1e-3
+    m = re.search(r"^fp32 tiles (\S+): .*?level (\d+)", text, re.M)
+    if m:
+        out["tiles"], out["scratch_level"] = m.group(1), int(m.group(2))
+    for kind, phase, seconds, gflops in re.findall(
+            r"^fp32 (causal|non-causal)\s+(forward\+backward|forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP/s",
+            text, re.M):
+        out["rates"][f"{kind} {phase}"] = {"seconds": float(seconds), "tflops": float(gflops) * 1e-3}
+    return out
+
+
+def summarize(results):
+    figures = {"targets": {"attention_forward_fraction_of_sgemm": 0.5, "step_speedup_over_pytorch_eager": 1.0}}
+    lines = ["# miniattn on the GPU: figures", ""]
+    ref_path = os.path.join(results, "reference_bench.json")
+    ref = json.load(open(ref_path)) if os.path.exists(ref_path) else {}
+    sgemm = max((g["tflops"] for g in ref.get("sgemm", [])), default=None)
+    figures.update(device=ref.get("device"), torch=ref.get("torch"), sgemm_tflops_torch=sgemm)
+    lines.append(f"Device: {ref.get('device')}; PyTorch {ref.get('torch')} (CUDA {ref.get('cuda')}); fp32, TF32 off.")
+    lines.append("")
+    lines.append("SGEMM (cuBLAS through torch.matmul): " + ", ".join(
+        f"{g['n']}^3 {g['tflops']:.1f} TFLOP/s" for g in ref.get("sgemm", [])))
+
+    kernels = sorted((parse_bench_attention(p) for p in glob.glob(os.path.join(results, "bench_attention_n*.txt"))),
+                     key=lambda k: k["n"])
+    sdpa = {(e["n"], e["causal"]): e for e in ref.get("sdpa", [])}
+    if kernels:
+        lines.append("SGEMM (KokkosBlas::gemm -> cuBLAS, in bench_attention): " + ", ".join(
+            f"{k.get('sgemm_n')}^3 {k.get('sgemm_tflops', float('nan')):.1f} TFLOP/s" for k in kernels))
+    lines += ["", "## Attention kernel (tests/attention/bench_attention, B=1, fp32)", "",
+              "| N | causal | tiles | miniattn fwd TFLOP/s | fwd / SGEMM | target >= 0.5 | miniattn fwd+bwd TFLOP/s "
+              "| SDPA fwd | SDPA fwd+bwd | miniattn / SDPA fwd |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    figures["attention"] = []
+    for k in kernels:
+        for causal in (False, True):
+            kind = "causal" if causal else "non-causal"
+            fwd = k["rates"].get(f"{kind} forward", {}).get("tflops")
+            both = k["rates"].get(f"{kind} forward+backward", {}).get("tflops")
+            s = sdpa.get((k["n"], causal), {})
+            reference = sgemm or k.get("sgemm_tflops")
+            frac = fwd / reference if fwd and reference else None
+            row = {"n": k["n"], "causal": causal, "tiles": k.get("tiles"), "forward_tflops": fwd,
+                   "forward_backward_tflops": both, "forward_fraction_of_sgemm": frac,
+                   "sdpa_forward_tflops": s.get("forward_tflops"),
+                   "sdpa_forward_backward_tflops": s.get("forward_backward_tflops"), "sdpa_backend": s.get("backend")}
+            figures["attention"].append(row)
+            lines.append(f"| {k['n']} | {causal} | {k.get('tiles')} | {fmt(fwd)} | {fmt(frac, '.2f')} | "
+                         f"{'met' if frac and frac >= 0.5 else 'MISSED'} | {fmt(both)} | {fmt(s.get('forward_tflops'))}"
+                         f" | {fmt(s.get('forward_backward_tflops'))} | "
+                         f"{fmt(fwd / s['forward_tflops'] if fwd and s.get('forward_tflops') else None, '.2f')} |")
+
+    lines += ["", "## Training step (V=D=256, H=4, FFN 1024, L=2, B=1, fp32, AdamW)", "",
+              "| N | causal | miniattn step s | tokens/s | attention fwd TFLOP/s in the step | planned GiB | "
+              "PyTorch eager s (peak GiB) | eager+SDPA s (peak GiB) | speed-up vs eager | vs eager+SDPA "
+              "| target > 1 (eager) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    torch_steps = {e["variant"]: e for e in ref.get("train_step", [])}
+    train_n = (ref.get("train_step") or [{}])[0].get("config", {}).get("seq_len")
+    figures["train_step"] = []
+    runs = []
+    for path in glob.glob(os.path.join(results, "bench_miniattn_n*.json")):
+        m = re.search(r"_n(\d+)_(causal|noncausal)\.json$", path)
+        runs.append((int(m.group(1)), m.group(2) == "causal", path))
+    for n, causal, path in sorted(runs, key=lambda r: (r[0], not r[1])):
+        report = json.load(open(path))
+        step = report.get("step_seconds_median")
+        bench = report.get("bench", {})
+        row = {"n": n, "causal": causal, "step_seconds": step, "tokens_per_second": report.get("tokens_per_second"),
+               "attention_forward_tflops": (bench.get("attention_forward", {}).get("gflops_per_rank") or 0) * 1e-3,
+               "planned_bytes": report.get("memory", {}).get("planned_bytes_per_rank"),
+               "attention_tiles": report.get("attention_tiles")}
+        eager = sdpa_step = speedup = speedup_sdpa = None
+        if n == train_n and causal:
+            eager = torch_steps.get("eager", {})
+            sdpa_step = torch_steps.get("eager_sdpa", {})
+            if step and eager.get("ok"):
+                speedup = eager["step_seconds_median"] / step
+            if step and sdpa_step.get("ok"):
+                speedup_sdpa = sdpa_step["step_seconds_median"] / step
+            row.update(pytorch_eager=eager, pytorch_eager_sdpa=sdpa_step, speedup_over_eager=speedup,
+                       speedup_over_eager_sdpa=speedup_sdpa)
+        figures["train_step"].append(row)
+        verdict = ("" if eager is None else "met" if speedup and speedup > 1 else "MISSED" if speedup
+                   else "eager out of memory" if eager.get("oom") else "eager failed")
+        lines.append(
+            f"| {n} | {causal} | {fmt(step, '.4f')} | {fmt(row['tokens_per_second'], '.0f')} | "
+            f"{fmt(row['attention_forward_tflops'])} | {gib(row['planned_bytes'])} | {torch_cell(eager)} | "
+            f"{torch_cell(sdpa_step)} | {fmt(speedup, '.2f')} | {fmt(speedup_sdpa, '.2f')} | {verdict} |")
+    lines += ["", "PyTorch eager is validation/reference_model.py as written (an N x N score matrix per head); "
+              "eager+SDPA is the same model with fused attention, the stronger opponent. The PyTorch step "
+              "is timed only at the N and causality of its row."]
+
+    with open(os.path.join(results, "figures.json"), "w") as f:
+        json.dump(figures, f, indent=1)
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(results, "figures.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0
+
+
+def fmt(value, spec=".1f"):
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
+def gib(nbytes):
+    return "n/a" if not isinstance(nbytes, (int, float)) else f"{nbytes / 2**30:.2f}"
+
+
+def torch_cell(entry):
+    if not entry:
+        return ""
+    if entry.get("ok"):
+        return f"{entry['step_seconds_median']:.4f} ({gib(entry.get('peak_bytes'))})"
+    return f"out of memory ({gib(entry.get('peak_bytes'))})" if entry.get("oom") else "failed"
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["summarize"]:
+        ap = argparse.ArgumentParser(description="write figures.md / figures.json from a results folder")
+        ap.add_argument("--results", required=True)
+        return summarize(ap.parse_args(argv[1:]).results)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seq-lens", type=int, nargs="+", default=[8192, 32768])
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--gemm-sizes", type=int, nargs="+", default=[4096, 8192, 16384])
+    ap.add_argument("--train-seq-len", type=int, default=32768)
+    ap.add_argument("--train-steps", type=int, default=6, help="the first is a warm-up")
+    return measure(ap.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
