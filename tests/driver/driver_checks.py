@@ -228,7 +228,7 @@ BAD_SETTINGS = [
     (1, ["run.result=/nonexistent-dir/r.json"], "run.result"),
     (1, ["run.mode=sprint"], "run.mode"),
     (1, ["run.log_every=0"], "run.log_every"),
-    (1, ["kernels.query_block=0"], "kernels.query_block"),
+    (1, ["kernels.query_block=-1"], "kernels.query_block"),
     (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "per rank"),
     (1, ["model.seq_len=4000000000"], "model.seq_len"),
