@@ -35,6 +35,7 @@ template <>
 constexpr ScalarType scalar_type_of<float>() { return ScalarType::f32; }
 template <>
 constexpr ScalarType scalar_type_of<double>() { return ScalarType::f64; }
+constexpr std::size_t bytes_of(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
 
 // A transfer staged through host memory (MPI that cannot take device
 // memory): the host copies live until the wait, which copies `recv` to

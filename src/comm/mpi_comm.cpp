@@ -14,8 +14,6 @@ namespace {
 
 MPI_Datatype mpi_type(ScalarType type) { return type == ScalarType::f32 ? MPI_FLOAT : MPI_DOUBLE; }
 
-std::size_t scalar_bytes(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
-
 int mpi_count(std::size_t count) {
   if (count > static_cast<std::size_t>(std::numeric_limits<int>::max()))
     throw RuntimeFailure("a message of " + std::to_string(count) +
@@ -70,7 +68,7 @@ void MpiComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type,
     MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group);
     return;
   }
-  const std::size_t bytes = count * scalar_bytes(type);
+  const std::size_t bytes = count * bytes_of(type);
   const std::unique_ptr<char[]> host = host_copy_of(data, bytes);
   MPI_Allreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), MPI_SUM, group);
   copy_to_memory_space(data, host.get(), bytes);
@@ -82,7 +80,7 @@ void MpiComm::post_shift_impl(const void* send, void* recv, std::size_t count, S
   MPI_Request reqs[2];
   if (staged_) {
     HostStaging s;
-    s.bytes = count * scalar_bytes(type);
+    s.bytes = count * bytes_of(type);
     s.send = host_copy_of(send, s.bytes);
     s.recv.reset(new char[s.bytes]);
     s.device_recv = recv;
@@ -111,7 +109,7 @@ void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_
   }
   int size = 1;
   MPI_Comm_size(group, &size);
-  const std::size_t bytes = static_cast<std::size_t>(size) * count_per_rank * scalar_bytes(type);
+  const std::size_t bytes = static_cast<std::size_t>(size) * count_per_rank * bytes_of(type);
   const std::unique_ptr<char[]> host_send = host_copy_of(send, bytes);
   const std::unique_ptr<char[]> host_recv(new char[bytes]);
   MPI_Alltoall(host_send.get(), count, mpi_type(type), host_recv.get(), count, mpi_type(type), group);

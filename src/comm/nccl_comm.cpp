@@ -49,7 +49,6 @@ void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr
 
 ncclDataType_t nccl_type(ScalarType type) { return type == ScalarType::f32 ? ncclFloat32 : ncclFloat64; }
 
-std::size_t element_bytes(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
 
 // Runs `enqueue` (ncclSend/ncclRecv calls) inside one NCCL group. The group is
 // closed even when a call inside it fails, so NCCL does not stay in group mode.
@@ -76,7 +75,7 @@ void note(ncclResult_t result, const char* call, ncclResult_t& first, const char
 // block i of recv from rank i (the only way before NCCL 2.28).
 [[maybe_unused]] void alltoall_by_send_recv(const void* send, void* recv, std::size_t count, ScalarType type,
                                             int nranks, ncclComm_t comm, cudaStream_t stream) {
-  const std::size_t block_bytes = count * element_bytes(type);
+  const std::size_t block_bytes = count * bytes_of(type);
   grouped(comm, "ncclGroupEnd (all-to-all)", [&](ncclResult_t& first, const char*& first_call) {
     for (int peer = 0; peer < nranks; ++peer) {
       const auto offset = static_cast<std::size_t>(peer) * block_bytes;

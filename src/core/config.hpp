@@ -103,9 +103,9 @@ struct RunConfig {
   std::string predict_seq_lens = "65536,262144,1048576,4194304";
 };
 
-// Blocking of the attention kernel (queries x keys per tile). 96 x 96 was the
-// fastest on the AVX2 CPU it was tuned on (tests/attention/bench_attention);
-// on a GPU, tiles of 64 keep the team scratch in fast shared memory.
+// Blocking of the attention kernel (queries x keys per tile); 0 leaves the
+// choice to the backend (kernels/attention.hpp: cache-sized on the host,
+// within level-0 team scratch on a GPU).
 struct KernelConfig {
   std::int64_t query_block = 0;  // 0: chosen per backend (kernels::choose_attention_tiles)
   std::int64_t key_block = 0;

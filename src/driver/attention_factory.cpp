@@ -66,6 +66,6 @@ template AttentionLayers<float> make_attention_layers<float>(const Config&, cons
                                                              const kernels::AttentionBlocking&);
 template AttentionLayers<double> make_attention_layers<double>(const Config&, const ProcessGrid&, Comm&,
                                                                const View2<const index_t>&,
-                                                             const kernels::AttentionBlocking&);
+                                                               const kernels::AttentionBlocking&);
 
 }  // namespace miniattn
