@@ -16,43 +16,59 @@ int group_size(MPI_Comm group) {
   return size;
 }
 
+// Runs `exchange` and counts it under label as one call sending bytes_sent.
+template <class Exchange>
+void counted(std::map<std::string, ExchangeStats>& stats, const std::string& label, std::uint64_t bytes_sent,
+             Exchange&& exchange) {
+  const double t0 = MPI_Wtime();
+  exchange();
+  auto& s = stats[label];
+  s.seconds += MPI_Wtime() - t0;
+  s.calls += 1;
+  s.bytes_sent += bytes_sent;
+}
+
+// What all-gather and reduce-scatter reduce to on a group of one. The
+// two-View deep_copy fences first, so kernels writing `from` have finished.
+void copy_in_memory_space(const void* from, void* to, std::size_t bytes) {
+  using Bytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Kokkos::deep_copy(Bytes(static_cast<char*>(to), bytes), Bytes(static_cast<char*>(const_cast<void*>(from)), bytes));
+}
+
+// The blocks this rank sends to the other ranks in an all-to-all, all-gather
+// or reduce-scatter: all but its own.
+template <class T>
+std::uint64_t bytes_to_others(std::size_t count_per_rank, int size) {
+  return static_cast<std::uint64_t>(size - 1) * count_per_rank * sizeof(T);
+}
+
 }  // namespace
 
 template <class T>
 void Comm::allreduce_sum(const View1<T>& data, MPI_Comm group, const std::string& label) {
   if (group_size(group) == 1 || data.extent(0) == 0) return;
-  const double t0 = MPI_Wtime();
-  allreduce_sum_impl(data.data(), data.extent(0), scalar_type_of<T>(), group);
-  auto& s = stats_[label];
-  s.seconds += MPI_Wtime() - t0;
-  s.calls += 1;
-  s.bytes_sent += data.extent(0) * sizeof(T);
+  counted(stats_, label, data.extent(0) * sizeof(T),
+          [&] { allreduce_sum_impl(data.data(), data.extent(0), scalar_type_of<T>(), group); });
 }
 
 double Comm::allreduce_sum(double value, MPI_Comm group, const std::string& label) {
   if (group_size(group) == 1) return value;
-  const double t0 = MPI_Wtime();
   double result = 0.0;
-  MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_SUM, group);
-  auto& s = stats_[label];
-  s.seconds += MPI_Wtime() - t0;
-  s.calls += 1;
-  s.bytes_sent += sizeof(double);
+  counted(stats_, label, sizeof(double), [&] { MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_SUM, group); });
   return result;
 }
 
 template <class T>
 void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm group,
                       const std::string& label, PendingExchange& pending) {
-  const double t0 = MPI_Wtime();
-  post_shift_impl(send, recv, count, scalar_type_of<T>(), dest, source, group, pending);
-  pending.label = label;
   int rank = 0;
   MPI_Comm_rank(group, &rank);
-  auto& s = stats_[label];
-  s.seconds += MPI_Wtime() - t0;
-  s.calls += 1;
-  if (dest != rank) s.bytes_sent += count * sizeof(T);  // a shift to itself moves nothing between ranks
+  // A shift to itself moves nothing between ranks.
+  const std::uint64_t bytes_sent = dest == rank ? 0 : count * sizeof(T);
+  counted(stats_, label, bytes_sent, [&] {
+    post_shift_impl(send, recv, count, scalar_type_of<T>(), dest, source, group, pending);
+    pending.label = label;
+  });
 }
 
 void Comm::wait(PendingExchange& pending) {
@@ -67,19 +83,36 @@ void Comm::wait(PendingExchange& pending) {
 
 template <class T>
 void Comm::alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label) {
-  const double t0 = MPI_Wtime();
-  alltoall_impl(send, recv, count_per_rank, scalar_type_of<T>(), group);
-  auto& s = stats_[label];
-  s.seconds += MPI_Wtime() - t0;
-  s.calls += 1;
-  s.bytes_sent += static_cast<std::uint64_t>(group_size(group) - 1) * count_per_rank * sizeof(T);
+  counted(stats_, label, bytes_to_others<T>(count_per_rank, group_size(group)),
+          [&] { alltoall_impl(send, recv, count_per_rank, scalar_type_of<T>(), group); });
+}
+
+template <class T>
+void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label) {
+  const int size = group_size(group);
+  counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
+    if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
+    else allgather_impl(send, recv, count_per_rank, scalar_type_of<T>(), group);
+  });
+}
+
+template <class T>
+void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group,
+                              const std::string& label) {
+  const int size = group_size(group);
+  counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
+    if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
+    else reduce_scatter_sum_impl(send, recv, count_per_rank, scalar_type_of<T>(), group);
+  });
 }
 
 #define MINIATTN_INSTANTIATE(T)                                                                             \
   template void Comm::allreduce_sum<T>(const View1<T>&, MPI_Comm, const std::string&);                      \
   template void Comm::post_shift<T>(const T*, T*, std::size_t, int, int, MPI_Comm, const std::string&,      \
                                     PendingExchange&);                                                      \
-  template void Comm::alltoall<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);
+  template void Comm::alltoall<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                 \
+  template void Comm::allgather<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                \
+  template void Comm::reduce_scatter_sum<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE

@@ -80,6 +80,21 @@ class Comm {
   template <class T>
   void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
 
+  // All-gather (entering a sequence-parallel region): the count_per_rank
+  // elements at send of rank i land in block i of recv (size x count_per_rank
+  // elements); send and recv do not overlap.
+  // Reduce-scatter (leaving one): recv (count_per_rank elements) is the sum
+  // over the group's ranks of block `rank` of their send (size x count_per_rank
+  // elements); send and recv do not overlap.
+  // Both count, like all-to-all, the blocks sent to the other ranks:
+  // (size - 1) x count_per_rank elements. On a group of one they are a copy
+  // in the memory space (a call of 0 bytes, no exchange).
+  template <class T>
+  void allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
+  template <class T>
+  void reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group,
+                          const std::string& label);
+
   // True when exchanges copy device data through host buffers (MPI that is not GPU-aware).
   virtual bool stages_through_host() const { return false; }
 
@@ -93,6 +108,11 @@ class Comm {
   virtual void wait_impl(PendingExchange& pending) = 0;
   virtual void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                              MPI_Comm group) = 0;
+  // Called on groups of two ranks or more only.
+  virtual void allgather_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                              MPI_Comm group) = 0;
+  virtual void reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                                       MPI_Comm group) = 0;
 
  private:
   std::map<std::string, ExchangeStats> stats_;
@@ -115,6 +135,10 @@ class MpiComm final : public Comm {
   void wait_impl(PendingExchange& pending) override;
   void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                      MPI_Comm group) override;
+  void allgather_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                      MPI_Comm group) override;
+  void reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                               MPI_Comm group) override;
 
  private:
   bool staged_;

@@ -35,6 +35,28 @@ void copy_to_memory_space(void* data, const char* host, std::size_t bytes) {
   Kokkos::deep_copy(MemBytes(static_cast<char*>(data), bytes), HostBytes(const_cast<char*>(host), bytes));
 }
 
+// Runs the out-of-place collective `call(send, recv)` on the caller's buffers
+// or, when staging, on host copies: send_bytes of send go to the host first,
+// recv_bytes of the result come back after.
+template <class Collective>
+void out_of_place(bool staged, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+                  Collective&& call) {
+  if (!staged) {
+    call(send, recv);
+    return;
+  }
+  const std::unique_ptr<char[]> host_send = host_copy_of(send, send_bytes);
+  const std::unique_ptr<char[]> host_recv(new char[recv_bytes]);
+  call(host_send.get(), host_recv.get());
+  copy_to_memory_space(recv, host_recv.get(), recv_bytes);
+}
+
+std::size_t group_size(MPI_Comm group) {
+  int size = 1;
+  MPI_Comm_size(group, &size);
+  return static_cast<std::size_t>(size);
+}
+
 // What the MPI library says about device memory of this build's kind; false when it cannot say.
 bool mpi_reports_device_support() {
   int supported = 0;
@@ -103,17 +125,30 @@ void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_
                             MPI_Comm group) {
   compat::fence("miniattn::MpiComm::alltoall");
   const int count = mpi_count(count_per_rank);
-  if (!staged_) {
-    MPI_Alltoall(send, count, mpi_type(type), recv, count, mpi_type(type), group);
-    return;
-  }
-  int size = 1;
-  MPI_Comm_size(group, &size);
-  const std::size_t bytes = static_cast<std::size_t>(size) * count_per_rank * bytes_of(type);
-  const std::unique_ptr<char[]> host_send = host_copy_of(send, bytes);
-  const std::unique_ptr<char[]> host_recv(new char[bytes]);
-  MPI_Alltoall(host_send.get(), count, mpi_type(type), host_recv.get(), count, mpi_type(type), group);
-  copy_to_memory_space(recv, host_recv.get(), bytes);
+  const std::size_t bytes = group_size(group) * count_per_rank * bytes_of(type);
+  out_of_place(staged_, send, bytes, recv, bytes, [&](const void* from, void* to) {
+    MPI_Alltoall(from, count, mpi_type(type), to, count, mpi_type(type), group);
+  });
+}
+
+void MpiComm::allgather_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                             MPI_Comm group) {
+  compat::fence("miniattn::MpiComm::allgather");
+  const int count = mpi_count(count_per_rank);
+  const std::size_t block_bytes = count_per_rank * bytes_of(type);
+  out_of_place(staged_, send, block_bytes, recv, group_size(group) * block_bytes, [&](const void* from, void* to) {
+    MPI_Allgather(from, count, mpi_type(type), to, count, mpi_type(type), group);
+  });
+}
+
+void MpiComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                                      MPI_Comm group) {
+  compat::fence("miniattn::MpiComm::reduce_scatter_sum");
+  const int count = mpi_count(count_per_rank);
+  const std::size_t block_bytes = count_per_rank * bytes_of(type);
+  out_of_place(staged_, send, group_size(group) * block_bytes, recv, block_bytes, [&](const void* from, void* to) {
+    MPI_Reduce_scatter_block(from, to, count, mpi_type(type), MPI_SUM, group);
+  });
 }
 
 }  // namespace miniattn

@@ -49,6 +49,16 @@ void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr
 
 ncclDataType_t nccl_type(ScalarType type) { return type == ScalarType::f32 ? ncclFloat32 : ncclFloat64; }
 
+// A blocking collective: fence Kokkos (the data comes from its kernels),
+// `enqueue(stream)` on the Kokkos stream and wait for it, so the result is
+// there on return.
+template <class Enqueue>
+void blocking(const char* name, Enqueue&& enqueue) {
+  compat::fence(std::string("miniattn::NcclComm::") + name);
+  const cudaStream_t stream = kokkos_stream();
+  enqueue(stream);
+  check_cuda(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (after ") + name + ")").c_str());
+}
 
 // Runs `enqueue` (ncclSend/ncclRecv calls) inside one NCCL group. The group is
 // closed even when a call inside it fails, so NCCL does not stay in group mode.
@@ -170,10 +180,9 @@ void NcclComm::attach(MPI_Comm group) { impl_->group(group); }
 
 void NcclComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
-  compat::fence("miniattn::NcclComm::allreduce_sum");
-  const cudaStream_t stream = kokkos_stream();
-  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, g.comm, stream), "ncclAllReduce", g.comm);
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after ncclAllReduce)");
+  blocking("allreduce_sum", [&](cudaStream_t stream) {
+    check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, g.comm, stream), "ncclAllReduce", g.comm);
+  });
 }
 
 void NcclComm::post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
@@ -201,14 +210,32 @@ void NcclComm::alltoall_impl(const void* send, void* recv, std::size_t count_per
                              MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
   if (count_per_rank == 0) return;
-  compat::fence("miniattn::NcclComm::alltoall");
-  const cudaStream_t stream = kokkos_stream();
+  blocking("alltoall", [&](cudaStream_t stream) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-  check_nccl(ncclAlltoAll(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAlltoAll", g.comm);
+    check_nccl(ncclAlltoAll(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAlltoAll", g.comm);
 #else
-  alltoall_by_send_recv(send, recv, count_per_rank, type, g.size, g.comm, stream);
+    alltoall_by_send_recv(send, recv, count_per_rank, type, g.size, g.comm, stream);
 #endif
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after all-to-all)");
+  });
+}
+
+void NcclComm::allgather_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                              MPI_Comm group) {
+  const Impl::Group& g = impl_->group(group);
+  if (count_per_rank == 0) return;
+  blocking("allgather", [&](cudaStream_t stream) {
+    check_nccl(ncclAllGather(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAllGather", g.comm);
+  });
+}
+
+void NcclComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                                       MPI_Comm group) {
+  const Impl::Group& g = impl_->group(group);
+  if (count_per_rank == 0) return;
+  blocking("reduce_scatter_sum", [&](cudaStream_t stream) {
+    check_nccl(ncclReduceScatter(send, recv, count_per_rank, nccl_type(type), ncclSum, g.comm, stream),
+               "ncclReduceScatter", g.comm);
+  });
 }
 
 int nccl_header_version() { return NCCL_VERSION_CODE; }

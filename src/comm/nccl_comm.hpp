@@ -16,8 +16,9 @@
 //
 // Buffers must be device memory (a Kokkos CUDA build). Every call fences the
 // Kokkos execution space first, because the data comes from Kokkos kernels.
-//   allreduce / alltoall: run on the Kokkos execution space's CUDA stream and
-//     synchronise it, so the result is there on return.
+//   allreduce / alltoall / allgather / reduce-scatter: run on the Kokkos
+//     execution space's CUDA stream and synchronise it, so the result is there
+//     on return.
 //   ring shifts: run on a separate non-blocking stream owned by NcclComm, so
 //     the transfer overlaps the compute that Kokkos launches between post and
 //     wait (on the Kokkos stream it would queue behind it); wait synchronises
@@ -51,6 +52,10 @@ class NcclComm final : public Comm {
   void wait_impl(PendingExchange& pending) override;
   void alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                      MPI_Comm group) override;
+  void allgather_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                      MPI_Comm group) override;
+  void reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
+                               MPI_Comm group) override;
 
  private:
   struct Impl;

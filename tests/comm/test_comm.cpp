@@ -1,9 +1,11 @@
 // The MPI backend of Comm (MpiComm) on 1 to 4 ranks: a ring shift delivers the
-// predecessor's data, all-to-all routes block j to rank j, all-reduce sums,
-// sub-communicators are respected, and the byte counters hold the bytes sent to
-// other ranks (all-to-all excludes the block kept locally; all-reduce counts
-// the buffer; nothing is counted on a group of one). Values are small integers,
-// exact in float, so results are compared exactly.
+// predecessor's data, all-to-all routes block j to rank j, all-gather puts rank
+// i's data in block i, reduce-scatter gives rank i the sum of the blocks i,
+// all-reduce sums, sub-communicators are respected, and the byte counters hold
+// the bytes sent to other ranks (all-to-all, all-gather and reduce-scatter
+// exclude the block kept locally; all-reduce counts the buffer; nothing is
+// counted on a group of one). Values are small integers, exact in float, so
+// results are compared exactly.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -169,6 +171,89 @@ TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
   EXPECT_EQ(s->bytes_sent, static_cast<std::uint64_t>(size - 1) * c * sizeof(T));  // self block excluded
 }
 
+// The world rank of each rank of group. The data below is keyed on world
+// ranks, so an exchange over the wrong group shows in the values.
+std::vector<int> world_ranks_of(MPI_Comm group) {
+  MPI_Group world_group = MPI_GROUP_NULL, local_group = MPI_GROUP_NULL;
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  MPI_Comm_group(group, &local_group);
+  std::vector<int> local(static_cast<std::size_t>(size_of(group))), world(local.size());
+  for (std::size_t i = 0; i < local.size(); ++i) local[i] = static_cast<int>(i);
+  MPI_Group_translate_ranks(local_group, static_cast<int>(local.size()), local.data(), world_group, world.data());
+  MPI_Group_free(&local_group);
+  MPI_Group_free(&world_group);
+  return world;
+}
+
+// Element k of what world rank w contributes to an all-gather: 100 w + k.
+template <class T>
+T gathered(int world_rank, std::size_t k) {
+  return static_cast<T>(100 * world_rank + static_cast<int>(k));
+}
+
+// All-gathers `count` elements per rank over group; block i of the result must
+// be the contribution of the group's rank i.
+template <class T>
+void expect_allgather(Comm& comm, MPI_Comm group, std::size_t count, const std::string& label) {
+  const std::vector<int> world = world_ranks_of(group);
+  const std::size_t size = world.size();
+  std::vector<T> mine(count);
+  for (std::size_t k = 0; k < count; ++k) mine[k] = gathered<T>(rank_of(MPI_COMM_WORLD), k);
+  const View1<T> send = to_view(mine, "send");
+  const View1<T> recv("recv", count * size);
+  comm.allgather(send.data(), recv.data(), count, group, label);
+  const std::vector<T> got = to_vector(recv);
+  for (std::size_t i = 0; i < size; ++i)
+    for (std::size_t k = 0; k < count; ++k)
+      ASSERT_EQ(got[i * count + k], gathered<T>(world[i], k)) << label << ": block " << i << " element " << k;
+  const ExchangeStats* s = find_stats(comm, label);
+  ASSERT_NE(s, nullptr) << label;
+  EXPECT_EQ(s->calls, 1u) << label;
+  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << label;
+}
+
+// Reduce-scatters blocks of `count` elements over group; element k of block j
+// of world rank w is 1000 w + 100 j + k, so the group's rank i must receive
+// 1000 (sum of the group's world ranks) + size (100 i + k).
+template <class T>
+void expect_reduce_scatter(Comm& comm, MPI_Comm group, std::size_t count, const std::string& label) {
+  const std::vector<int> world = world_ranks_of(group);
+  const std::size_t size = world.size();
+  const int rank = rank_of(group);
+  std::vector<T> blocks(count * size);
+  for (std::size_t j = 0; j < size; ++j)
+    for (std::size_t k = 0; k < count; ++k)
+      blocks[j * count + k] = static_cast<T>(1000 * rank_of(MPI_COMM_WORLD) + 100 * static_cast<int>(j) +
+                                             static_cast<int>(k));
+  const View1<T> send = to_view(blocks, "send");
+  const View1<T> recv("recv", count);
+  comm.reduce_scatter_sum(send.data(), recv.data(), count, group, label);
+  int world_sum = 0;
+  for (const int w : world) world_sum += w;
+  const std::vector<T> got = to_vector(recv);
+  for (std::size_t k = 0; k < count; ++k)
+    ASSERT_EQ(got[k], static_cast<T>(1000 * world_sum + static_cast<int>(size) * (100 * rank + static_cast<int>(k))))
+        << label << ": element " << k;
+  const ExchangeStats* s = find_stats(comm, label);
+  ASSERT_NE(s, nullptr) << label;
+  EXPECT_EQ(s->calls, 1u) << label;
+  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << label;
+}
+
+TYPED_TEST(CommTest, AllgatherCollectsBlocks) {
+  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, "gather");
+}
+
+TYPED_TEST(CommTest, ReduceScatterSumsBlocks) {
+  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, "scatter");
+}
+
+// A group of one: both are a copy, counted as a call of no bytes.
+TYPED_TEST(CommTest, AllgatherAndReduceScatterOnOneRankCopy) {
+  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, "self.gather");
+  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, "self.scatter");
+}
+
 TYPED_TEST(CommTest, AllreduceSums) {
   using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
@@ -214,7 +299,8 @@ TYPED_TEST(CommTest, ScalarAllreduce) {
 }
 
 // Exchanges stay inside the group they are given: split the world into even
-// and odd ranks and reduce, shift and all-to-all inside each half.
+// and odd ranks and reduce, shift, all-to-all, all-gather and reduce-scatter
+// inside each half.
 TYPED_TEST(CommTest, SubCommunicators) {
   using T = typename TypeParam::T;
   const int world_rank = rank_of(MPI_COMM_WORLD), world_size = size_of(MPI_COMM_WORLD);
@@ -252,6 +338,9 @@ TYPED_TEST(CommTest, SubCommunicators) {
     for (std::size_t k = 0; k < c; ++k)
       EXPECT_EQ(got[static_cast<std::size_t>(i) * c + k], static_cast<T>(10 * (world_rank % 2 + 2 * i) + rank));
   EXPECT_EQ(find_stats(*this->comm, "half.a2a")->bytes_sent, static_cast<std::uint64_t>(size - 1) * c * sizeof(T));
+
+  expect_allgather<T>(*this->comm, half, 3, "half.gather");
+  expect_reduce_scatter<T>(*this->comm, half, 3, "half.scatter");
 
   MPI_Comm_free(&half);
 }

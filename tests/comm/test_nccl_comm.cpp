@@ -1,5 +1,6 @@
 // The NCCL backend (NcclComm) against the MPI backend (MpiComm): ring shifts,
-// all-to-all and all-reduce give the same results and the same byte counters.
+// all-to-all, all-gather, reduce-scatter and all-reduce give the same results
+// and the same byte counters.
 // Needs one GPU per rank (registered on 2 ranks when MINIATTN_ENABLE_NCCL is
 // on); skips, on every rank alike, when the build has no NCCL backend, when a
 // rank sees no CUDA device, or when two ranks of one host share a device.
@@ -169,6 +170,36 @@ TYPED_TEST(NcclVsMpi, AllToAll) {
   this->nccl->alltoall(send_dev.data(), recv_dev.data(), c, world, "a2a");
   EXPECT_EQ(recv_dev.to_host(), recv_mpi);
   this->expect_same_counters("a2a");
+}
+
+TYPED_TEST(NcclVsMpi, AllGather) {
+  using T = TypeParam;
+  const MPI_Comm world = MPI_COMM_WORLD;
+  const int rank = rank_of(world), size = size_of(world);
+  const std::size_t c = 257;
+  std::vector<T> send(c);
+  for (std::size_t i = 0; i < c; ++i) send[i] = static_cast<T>(10000 * rank + static_cast<int>(i));
+  std::vector<T> recv_mpi(c * static_cast<std::size_t>(size));
+  this->mpi->allgather(send.data(), recv_mpi.data(), c, world, "gather");
+  const DeviceBuffer<T> send_dev(send), recv_dev{std::vector<T>(recv_mpi.size())};
+  this->nccl->allgather(send_dev.data(), recv_dev.data(), c, world, "gather");
+  EXPECT_EQ(recv_dev.to_host(), recv_mpi);
+  this->expect_same_counters("gather");
+}
+
+TYPED_TEST(NcclVsMpi, ReduceScatterSum) {
+  using T = TypeParam;
+  const MPI_Comm world = MPI_COMM_WORLD;
+  const int rank = rank_of(world), size = size_of(world);
+  const std::size_t c = 257;
+  std::vector<T> send(c * static_cast<std::size_t>(size));
+  for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(rank + static_cast<int>(i % 1000));
+  std::vector<T> recv_mpi(c);
+  this->mpi->reduce_scatter_sum(send.data(), recv_mpi.data(), c, world, "scatter");
+  const DeviceBuffer<T> send_dev(send), recv_dev{std::vector<T>(c)};
+  this->nccl->reduce_scatter_sum(send_dev.data(), recv_dev.data(), c, world, "scatter");
+  EXPECT_EQ(recv_dev.to_host(), recv_mpi);
+  this->expect_same_counters("scatter");
 }
 
 TYPED_TEST(NcclVsMpi, AllreduceSum) {
