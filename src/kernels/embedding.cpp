@@ -28,13 +28,13 @@ index_t count_out_of_range(const View1<const index_t>& idx, index_t limit) {
 
 void check_shapes(const char* where, index_t rows, index_t d, const View1<const index_t>& tokens,
                   const View1<const index_t>& wpe_row, index_t vocab, index_t wte_d, index_t wpe_rows,
-                  index_t wpe_d) {
+                  index_t wpe_d, index_t first_row) {
   std::ostringstream os;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
   if (static_cast<index_t>(tokens.extent(0)) != rows) {
     os << "tokens has " << tokens.extent(0) << " entries but x/dx has " << rows << " rows";
-  } else if (n == 0 ? rows != 0 : rows % n != 0) {
-    os << "rows (" << rows << ") is not a multiple of the local positions (" << n << ")";
+  } else if (first_row < 0 || (n == 0 && rows != 0)) {
+    os << "first_row (" << first_row << ") is negative or there are rows but no local positions";
   } else if (wte_d != d || wpe_d != d) {
     os << "wte, wpe_local and x must have the same width";
   } else if (count_out_of_range(tokens, vocab) != 0) {
@@ -51,19 +51,20 @@ void check_shapes(const char* where, index_t rows, index_t d, const View1<const 
 
 template <class T>
 void embedding_forward(const View1<const index_t>& tokens, const View1<const index_t>& wpe_row,
-                       const View2<const T>& wte, const View2<const T>& wpe_local, const View2<T>& x) {
+                       const View2<const T>& wte, const View2<const T>& wpe_local, const View2<T>& x,
+                       index_t first_row) {
   const index_t rows = static_cast<index_t>(x.extent(0));
   const index_t d = static_cast<index_t>(x.extent(1));
   embedding_detail::check_shapes("embedding_forward", rows, d, tokens, wpe_row, static_cast<index_t>(wte.extent(0)),
                                  static_cast<index_t>(wte.extent(1)), static_cast<index_t>(wpe_local.extent(0)),
-                                 static_cast<index_t>(wpe_local.extent(1)));
+                                 static_cast<index_t>(wpe_local.extent(1)), first_row);
   if (rows == 0 || d == 0) return;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
   using V = typename simd::Pack<T>::type;
   simd::row_packs<T>("miniattn::embedding_forward", rows, d,
                      KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
                        const V sum = simd::pack_load_n<V>(&wte(tokens(r), c0), width) +
-                                     simd::pack_load_n<V>(&wpe_local(wpe_row(r % n), c0), width);
+                                     simd::pack_load_n<V>(&wpe_local(wpe_row((first_row + r) % n), c0), width);
                        simd::pack_store_n(&x(r, c0), sum, width);
                      });
 }
@@ -101,16 +102,16 @@ void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped)
 
 template <class T>
 void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
-                        const View2<T>& dwte, const View2<T>& dwpe_local) {
+                        const View2<T>& dwte, const View2<T>& dwpe_local, index_t first_row) {
   const index_t rows = static_cast<index_t>(dx.extent(0));
   const index_t d = static_cast<index_t>(dx.extent(1));
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
   const index_t vocab = static_cast<index_t>(dwte.extent(0));
   if (static_cast<index_t>(token_rows.rows.extent(0)) != rows ||
-      static_cast<index_t>(token_rows.offsets.extent(0)) != vocab + 1 || (n == 0 ? rows != 0 : rows % n != 0) ||
+      static_cast<index_t>(token_rows.offsets.extent(0)) != vocab + 1 || first_row < 0 || (n == 0 && rows != 0) ||
       dwte.extent(1) != dx.extent(1) || dwpe_local.extent(1) != dx.extent(1))
     throw std::invalid_argument("kernels::embedding_backward: dx [R, D], token_rows (vocab + 1 offsets, R rows), "
-                                "dwte [vocab, D] and dwpe_local [., D] disagree, or R is not a multiple of n");
+                                "dwte [vocab, D] and dwpe_local [., D] disagree, or first_row < 0");
   if (rows == 0 || d == 0) return;
   using V = typename simd::Pack<T>::type;
   const View1<const index_t> offsets = token_rows.offsets, grouped = token_rows.rows;
@@ -122,24 +123,27 @@ void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, c
                        for (index_t i = begin + 1; i < end; ++i) sum += simd::pack_load_n<V>(&dx(grouped(i), c0), width);
                        simd::pack_store_n(&dwte(v, c0), V(simd::pack_load_n<V>(&dwte(v, c0), width) + sum), width);
                      });
-  const index_t samples = rows / n;
   simd::row_packs<T>("miniattn::embedding_backward_wpe", n, d,
                      KOKKOS_LAMBDA(const index_t i, const index_t c0, const int width) {
-                       V sum = simd::pack_load_n<V>(&dx(i, c0), width);
-                       for (index_t s = 1; s < samples; ++s) sum += simd::pack_load_n<V>(&dx(s * n + i, c0), width);
+                       // The held rows of position i, r = g - first_row with g = s * n + i.
+                       index_t r = ((i - first_row) % n + n) % n;
+                       if (r >= rows) return;
+                       V sum = simd::pack_load_n<V>(&dx(r, c0), width);
+                       for (r += n; r < rows; r += n) sum += simd::pack_load_n<V>(&dx(r, c0), width);
                        T* const target = &dwpe_local(wpe_row(i), c0);
                        simd::pack_store_n(target, V(simd::pack_load_n<V>(target, width) + sum), width);
                      });
 }
 
 template void embedding_forward<float>(const View1<const index_t>&, const View1<const index_t>&,
-                                       const View2<const float>&, const View2<const float>&, const View2<float>&);
+                                       const View2<const float>&, const View2<const float>&, const View2<float>&,
+                                       index_t);
 template void embedding_forward<double>(const View1<const index_t>&, const View1<const index_t>&,
                                         const View2<const double>&, const View2<const double>&,
-                                        const View2<double>&);
+                                        const View2<double>&, index_t);
 template void embedding_backward<float>(const View2<const float>&, const TokenRows&, const View1<const index_t>&,
-                                        const View2<float>&, const View2<float>&);
+                                        const View2<float>&, const View2<float>&, index_t);
 template void embedding_backward<double>(const View2<const double>&, const TokenRows&, const View1<const index_t>&,
-                                         const View2<double>&, const View2<double>&);
+                                         const View2<double>&, const View2<double>&, index_t);
 
 }  // namespace miniattn::kernels

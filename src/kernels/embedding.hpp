@@ -6,11 +6,15 @@
 
 namespace miniattn::kernels {
 
-// x[r, :] = wte[tokens[r], :] + wpe_local[wpe_row[r % n], :], n = wpe_row.extent(0),
-// rows r = sample * n + local position.   tokens [rows], x [rows, D] (overwritten).
+// x[r, :] = wte[tokens[r], :] + wpe_local[wpe_row[(first_row + r) % n], :], n = wpe_row.extent(0):
+// the rows are rows first_row .. first_row + R - 1 of the grid of (sample, local
+// position) rows g = sample * n + position (a tensor-parallel rank holds a
+// contiguous chunk of them, which may begin and end inside a sample).
+// tokens [R], x [R, D] (overwritten).
 template <class T>
 void embedding_forward(const View1<const index_t>& tokens, const View1<const index_t>& wpe_row,
-                       const View2<const T>& wte, const View2<const T>& wpe_local, const View2<T>& x);
+                       const View2<const T>& wte, const View2<const T>& wpe_local, const View2<T>& x,
+                       index_t first_row = 0);
 
 // The rows of each token, in increasing row order: the order in which
 // embedding_backward sums them, so that the wte gradient has the same bits on
@@ -31,10 +35,11 @@ struct TokenRows {
 void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped);
 
 // dwte[v] += sum of dx[r] over the rows of token v (in row order);
-// dwpe_local[wpe_row[i]] += sum over samples s of dx[s * n + i] (in sample order).
-// wpe_row must not repeat a row (each local position has its own).
+// dwpe_local[wpe_row[i]] += sum over samples s of dx[s * n + i - first_row] (in
+// sample order, over the rows held). wpe_row must not repeat a row (each local
+// position has its own).
 template <class T>
 void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
-                        const View2<T>& dwte, const View2<T>& dwpe_local);
+                        const View2<T>& dwte, const View2<T>& dwpe_local, index_t first_row = 0);
 
 }  // namespace miniattn::kernels

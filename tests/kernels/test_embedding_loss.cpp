@@ -101,10 +101,39 @@ TEST(Embedding, RejectsBadIndicesAndShapes) {
   EXPECT_THROW(kernels::embedding_forward<double>(to_index_view("t", c.tokens), to_index_view("p", bad_rows), wte,
                                                   wpe, x),
                std::invalid_argument);
-  // rows not a multiple of the local positions
-  EXPECT_THROW(kernels::embedding_forward<double>(to_index_view("t", std::vector<index_t>(14, 0)),
-                                                  to_index_view("p", c.wpe_row), wte, wpe, View2<double>("x", 14, c.d)),
+  // a negative first row
+  EXPECT_THROW(kernels::embedding_forward<double>(to_index_view("t", c.tokens), to_index_view("p", c.wpe_row), wte,
+                                                  wpe, x, -1),
                std::invalid_argument);
+}
+
+// A tensor-parallel rank holds a contiguous chunk of the (sample, position)
+// rows, which may begin and end inside a sample: the chunks' embeddings are
+// the full embedding's rows, and their gradients add up to the full one.
+TEST(Embedding, ChunksOfRowsAddUpToTheWhole) {
+  const EmbeddingCase c(341);
+  auto wte = to_view2<double>("wte", c.wte, c.vocab, c.d);
+  auto wpe = to_view2<double>("wpe", c.wpe, c.wpe_rows, c.d);
+  const HostVec g = Random(342).uniform(c.rows * c.d, -1, 1);
+  View2<double> whole_dwte("dwte", c.vocab, c.d), whole_dwpe("dwpe", c.wpe_rows, c.d);
+  embedding_backward<double>(to_view2<double>("dx", g, c.rows, c.d), to_index_view("t", c.tokens),
+                             to_index_view("p", c.wpe_row), whole_dwte, whole_dwpe);
+  const HostVec x = reference_embedding(c, c.wte, c.wpe);
+  View2<double> dwte("dwte", c.vocab, c.d), dwpe("dwpe", c.wpe_rows, c.d);
+  for (const auto& [first, count] : std::vector<std::pair<index_t, index_t>>{{0, 7}, {7, 1}, {8, 7}}) {
+    const std::vector<index_t> tokens(c.tokens.begin() + first, c.tokens.begin() + first + count);
+    View2<double> chunk("chunk", count, c.d);
+    kernels::embedding_forward<double>(to_index_view("t", tokens), to_index_view("p", c.wpe_row), wte, wpe, chunk,
+                                       first);
+    MINIATTN_EXPECT_CLOSE(to_host(chunk), HostVec(x.begin() + first * c.d, x.begin() + (first + count) * c.d), 0.0);
+    const HostVec dx(g.begin() + first * c.d, g.begin() + (first + count) * c.d);
+    kernels::TokenRows grouped(c.vocab, count);
+    kernels::group_rows_by_token(to_index_view("t", tokens), grouped);
+    kernels::embedding_backward<double>(to_view2<double>("dx", dx, count, c.d), grouped,
+                                        to_index_view("p", c.wpe_row), dwte, dwpe, first);
+  }
+  MINIATTN_EXPECT_CLOSE(to_host(dwte), to_host(whole_dwte), 1e-14);
+  MINIATTN_EXPECT_CLOSE(to_host(dwpe), to_host(whole_dwpe), 1e-14);
 }
 
 // L = sum(x * G); dwte and dwpe_local are pre-filled (accumulated).
