@@ -15,4 +15,4 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 cd "$build"
 ctest --output-on-failure --no-tests=error -L unit
-ctest --output-on-failure --no-tests=error -R "^(reference\.fp64\.causal\.np2\.step2|driver\.sp\.ring\.np2\.dp1|driver\.sp\.ulysses\.np2\.dp1)$"
+ctest --output-on-failure --no-tests=error -R "^(reference\.fp64\.causal\.np2\.step2|driver\.sp\.ring\.np2\.dp1|driver\.sp\.ulysses\.np2\.dp1|driver\.tp\.local\.np2\.dp1\.tp2)$"

@@ -2,34 +2,46 @@
 
 namespace miniattn {
 
-ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int ulysses_degree) {
+namespace {
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+}  // namespace
+
+ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int tp, int ulysses_degree) {
   ProcessGrid g;
   g.world = world;
   MPI_Comm_rank(world, &g.world_rank);
   MPI_Comm_size(world, &g.world_size);
   g.dp_size = dp;
-  g.sp_size = g.world_size / dp;
-  // Consecutive world ranks form an SP group: sequence exchanges stay within a node.
-  const int sp_group = g.world_rank / g.sp_size;
-  const int sp_index = g.world_rank % g.sp_size;
-  MPI_Comm_split(world, sp_group, sp_index, &g.sp_comm);
-  MPI_Comm_split(world, sp_index, sp_group, &g.dp_comm);
-  MPI_Comm_rank(g.sp_comm, &g.sp_rank);
-  MPI_Comm_rank(g.dp_comm, &g.dp_rank);
+  g.tp_size = tp;
+  g.sp_size = g.world_size / (dp * tp);
+  // world rank = (dp index x sp + sp index) x tp + tp index
+  const int tp_index = g.world_rank % tp;
+  const int sp_index = g.world_rank / tp % g.sp_size;
+  const int dp_index = g.world_rank / (tp * g.sp_size);
+  MPI_Comm_split(world, dp_index * tp + tp_index, sp_index, &g.sp_comm);
+  MPI_Comm_split(world, sp_index * tp + tp_index, dp_index, &g.dp_comm);
+  MPI_Comm_split(world, dp_index * g.sp_size + sp_index, tp_index, &g.tp_comm);
+  MPI_Comm_split(world, sp_index, dp_index * tp + tp_index, &g.position_comm);
+  MPI_Comm_split(world, tp_index, dp_index * g.sp_size + sp_index, &g.shard_comm);
+  g.sp_rank = rank_in(g.sp_comm);
+  g.dp_rank = rank_in(g.dp_comm);
+  g.tp_rank = rank_in(g.tp_comm);
   g.ulysses_size = ulysses_degree;
   g.ring_size = g.sp_size / ulysses_degree;
   MPI_Comm_split(g.sp_comm, g.sp_rank / ulysses_degree, g.sp_rank % ulysses_degree, &g.ulysses_comm);
   MPI_Comm_split(g.sp_comm, g.sp_rank % ulysses_degree, g.sp_rank / ulysses_degree, &g.ring_comm);
-  MPI_Comm_rank(g.ulysses_comm, &g.ulysses_rank);
-  MPI_Comm_rank(g.ring_comm, &g.ring_rank);
+  g.ulysses_rank = rank_in(g.ulysses_comm);
+  g.ring_rank = rank_in(g.ring_comm);
   return g;
 }
 
 void ProcessGrid::free() {
-  if (sp_comm != MPI_COMM_NULL) MPI_Comm_free(&sp_comm);
-  if (dp_comm != MPI_COMM_NULL) MPI_Comm_free(&dp_comm);
-  if (ulysses_comm != MPI_COMM_NULL) MPI_Comm_free(&ulysses_comm);
-  if (ring_comm != MPI_COMM_NULL) MPI_Comm_free(&ring_comm);
+  for (MPI_Comm* c : {&sp_comm, &dp_comm, &tp_comm, &position_comm, &shard_comm, &ulysses_comm, &ring_comm})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
 std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout) {

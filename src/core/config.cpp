@@ -52,6 +52,7 @@ const std::vector<Field>& fields() {
       {"parallel", "strategy", MINIATTN_CONFIG_ENUM(parallel, strategy)},
       {"parallel", "layout", MINIATTN_CONFIG_ENUM(parallel, layout)},
       {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
+      {"parallel", "tp", MINIATTN_CONFIG_REF(parallel, tp)},
       {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
       {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},
       {"parallel", "gpu_aware_mpi", MINIATTN_CONFIG_ENUM(parallel, gpu_aware_mpi)},
@@ -631,6 +632,7 @@ void check_sizes_and_counts(const Config& c) {
   require_at_least("model.seq_len", m.seq_len, 1);
   require_at_least("model.batch", m.batch, 1);
   require_at_least("parallel.dp", c.parallel.dp, 1);
+  require_at_least("parallel.tp", c.parallel.tp, 1);
   require_at_least("parallel.ulysses_degree", c.parallel.ulysses_degree, 1);
   if (c.run.mode == RunMode::predict) {
     require_at_least("train.steps", c.train.steps, 0);
@@ -647,6 +649,18 @@ void check_sizes_and_counts(const Config& c) {
   if (m.d_model % m.heads != 0) {
     reject("model.heads", "must divide model.d_model (" + std::to_string(m.d_model) + " % " + std::to_string(m.heads) +
                               " != 0)");
+  }
+}
+
+// Tensor parallelism splits heads and FFN units over parallel.tp ranks.
+void check_tensor_parallel(const ModelConfig& m, const ParallelConfig& p) {
+  if (m.heads % p.tp != 0) {
+    reject("parallel.tp", "must divide model.heads (" + std::to_string(m.heads) + " % " + std::to_string(p.tp) +
+                              " != 0): each TP rank owns whole heads");
+  }
+  if (m.ffn_width() % p.tp != 0) {
+    reject("parallel.tp", "must divide the FFN width model.ffn (" + std::to_string(m.ffn_width()) + " % " +
+                              std::to_string(p.tp) + " != 0)");
   }
 }
 
@@ -671,7 +685,7 @@ void check_training(const Config& c) {
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
 }
 
-// The process grid: world = dp x sp.
+// The process grid: world = dp x tp x sp.
 void check_process_grid(const Config& c, int world_size) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
@@ -680,16 +694,22 @@ void check_process_grid(const Config& c, int world_size) {
     reject("parallel.dp", "must divide the number of MPI ranks (" + std::to_string(world) + " % " +
                               std::to_string(p.dp) + " != 0)");
   }
-  const std::int64_t sp = world / p.dp;
+  if ((world / p.dp) % p.tp != 0) {
+    reject("parallel.tp", "must divide the ranks of each DP group (" + std::to_string(world) + " ranks / parallel.dp " +
+                              std::to_string(p.dp) + " = " + std::to_string(world / p.dp) + ", not divisible by " +
+                              std::to_string(p.tp) + ")");
+  }
+  const std::int64_t sp = world / (p.dp * p.tp);
   if (m.batch % p.dp != 0) {
     reject("model.batch", "must be divisible by parallel.dp (" + std::to_string(m.batch) + " % " +
                               std::to_string(p.dp) + " != 0)");
   }
-  const std::string sp_text = "sp = " + std::to_string(world) + " ranks / parallel.dp " + std::to_string(p.dp) +
-                              " = " + std::to_string(sp);
+  check_tensor_parallel(m, p);
+  const std::string sp_text = "sp = " + std::to_string(world) + " ranks / (parallel.dp " + std::to_string(p.dp) +
+                              " x parallel.tp " + std::to_string(p.tp) + ") = " + std::to_string(sp);
   if (p.strategy == Strategy::local && sp != 1) {
     reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
-                                    " (use parallel.dp = " + std::to_string(world) +
+                                    " (use parallel.dp x parallel.tp = " + std::to_string(world) +
                                     " = world size, or a sequence-parallel strategy)");
   }
   // The layout splits the sequence for 'local' too (zigzag: 2 chunks on 1 rank).
@@ -701,9 +721,18 @@ void check_process_grid(const Config& c, int world_size) {
     reject("model.seq_len", "must be divisible by 2 * sp for parallel.layout zigzag (" + sp_text + "; " +
                                 std::to_string(m.seq_len) + " % " + std::to_string(2 * sp) + " != 0)");
   }
-  if (p.strategy == Strategy::ulysses && m.heads % sp != 0) {
-    reject("model.heads", "must be divisible by sp for parallel.strategy ulysses (" + sp_text + "; " +
-                              std::to_string(m.heads) + " % " + std::to_string(sp) + " != 0)");
+  // Megatron's sequence parallelism splits each TP group's rows over its tp ranks.
+  const std::int64_t rows = (m.batch / p.dp) * (m.seq_len / sp);
+  if (rows % p.tp != 0) {
+    reject("parallel.tp", "must divide the rows of each TP group, model.batch / parallel.dp x model.seq_len / sp (" +
+                              std::to_string(rows) + " % " + std::to_string(p.tp) + " != 0; " + sp_text + ")");
+  }
+  const std::int64_t heads = m.heads / p.tp;  // per TP rank
+  const std::string heads_text = p.tp > 1 ? "model.heads / parallel.tp = " + std::to_string(heads)
+                                           : "model.heads = " + std::to_string(heads);
+  if (p.strategy == Strategy::ulysses && heads % sp != 0) {
+    reject("model.heads", "must be divisible by sp x parallel.tp for parallel.strategy ulysses (" + sp_text + "; " +
+                              heads_text + ", not divisible by " + std::to_string(sp) + ")");
   }
   if (p.strategy == Strategy::hybrid) {
     if (sp % p.ulysses_degree != 0) {
@@ -711,9 +740,9 @@ void check_process_grid(const Config& c, int world_size) {
                                             std::to_string(sp) + " % " + std::to_string(p.ulysses_degree) +
                                             " != 0)");
     }
-    if (m.heads % p.ulysses_degree != 0) {
-      reject("model.heads", "must be divisible by parallel.ulysses_degree for parallel.strategy hybrid (" +
-                                std::to_string(m.heads) + " % " + std::to_string(p.ulysses_degree) + " != 0)");
+    if (heads % p.ulysses_degree != 0) {
+      reject("model.heads", "must be divisible by parallel.ulysses_degree x parallel.tp for parallel.strategy "
+                            "hybrid (" + heads_text + ", not divisible by " + std::to_string(p.ulysses_degree) + ")");
     }
   }
 #ifndef MINIATTN_HAVE_NCCL

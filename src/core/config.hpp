@@ -60,6 +60,7 @@ struct ParallelConfig {
   Strategy strategy = Strategy::local;
   Layout layout = Layout::contiguous;
   std::int64_t dp = 1;
+  std::int64_t tp = 1;  // Megatron tensor parallelism: heads and FFN units split over tp ranks
   std::int64_t ulysses_degree = 1;
   CommBackend comm = CommBackend::mpi;
   GpuAwareMpi gpu_aware_mpi = GpuAwareMpi::automatic;  // false: stage exchanges through host buffers

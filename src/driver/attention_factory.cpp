@@ -33,7 +33,7 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   const ModelConfig& m = c.model;
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
-  const index_t B = m.batch / grid.dp_size, H = m.heads, Dh = m.head_dim();
+  const index_t B = m.batch / grid.dp_size, H = m.heads / grid.tp_size, Dh = m.head_dim();  // this TP rank's heads
   const index_t n = m.seq_len / grid.sp_size;
 
   AttentionLayers<T> result;

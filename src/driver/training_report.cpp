@@ -34,10 +34,12 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   in.strategy = s.config.parallel.strategy;
   in.world_size = s.grid.world_size;
   in.dp = s.grid.dp_size;
+  in.tp = s.grid.tp_size;
   in.sp = s.grid.sp_size;
   in.ulysses = s.grid.ulysses_size;
   in.scalar_bytes = sizeof(T);
   in.replicated_parameters = s.layout.replicated_size();
+  in.tensor_parallel_parameters = s.layout.replicated_size() - s.layout.tensor_parallel_begin();
   in.local_wpe_parameters = s.layout.sharded_size();
   const std::map<std::string, double> modelled = modelled_exchange_bytes(in);
   nlohmann::json table = nlohmann::json::object();
@@ -145,6 +147,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["config"] = config_to_json(c);
   r["ranks"] = s.grid.world_size;
   r["dp"] = s.grid.dp_size;
+  r["tp"] = s.grid.tp_size;
   r["sp"] = s.grid.sp_size;
   r["ulysses_degree"] = s.grid.ulysses_size;
   r["strategy"] = to_string(c.parallel.strategy);

@@ -75,6 +75,41 @@ void check_grad_norm(TrainingState<T>& s, double norm, index_t step) {
                                            std::to_string(on_rank) + ")"));
 }
 
+// Sums each gradient over the ranks holding a replica of its parameter:
+// tensors whole on every rank over the world, tensor-parallel shards over the
+// ranks of the same TP index (one buffer with tp = 1), wpe rows over the
+// ranks holding the same positions.
+template <class T>
+void sum_gradients(TrainingState<T>& s) {
+  const View1<T>& grads = s.grads.replicated;
+  if (s.grid.tp_size == 1) {
+    s.comm->allreduce_sum(grads, s.grid.world, "gradients.replicated");
+  } else {
+    const index_t split = s.layout.tensor_parallel_begin(), end = s.layout.replicated_size();
+    s.comm->allreduce_sum(View1<T>(Kokkos::subview(grads, Kokkos::make_pair(index_t{0}, split))), s.grid.world,
+                          "gradients.replicated");
+    s.comm->allreduce_sum(View1<T>(Kokkos::subview(grads, Kokkos::make_pair(split, end))), s.grid.shard_comm,
+                          "gradients.tensor_parallel");
+  }
+  s.comm->allreduce_sum(s.grads.sharded, s.grid.position_comm, "gradients.wpe");
+}
+
+// Sum of squares of the gradients of the whole model, the same on every rank
+// (each parameter counted once: shards summed over their TP group, wpe rows over the SP group).
+template <class T>
+double gradient_sum_of_squares(TrainingState<T>& s) {
+  const View1<T>& grads = s.grads.replicated;
+  const index_t split = s.layout.tensor_parallel_begin(), end = s.layout.replicated_size();
+  const double whole = s.gradient_sum.template sum_of_squares<T>(
+      View1<T>(Kokkos::subview(grads, Kokkos::make_pair(index_t{0}, split))));
+  double shards = s.gradient_sum.template sum_of_squares<T>(
+      View1<T>(Kokkos::subview(grads, Kokkos::make_pair(split, end))));
+  if (s.grid.tp_size > 1) shards = s.comm->allreduce_sum(shards, s.grid.tp_comm, "grad_norm");
+  const double wpe =
+      s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), s.grid.sp_comm, "grad_norm");
+  return whole + shards + wpe;
+}
+
 // Data, forward, backward and the gradient all-reduces; returns the global mean loss.
 template <class T>
 double loss_and_gradients(TrainingState<T>& s, index_t step) {
@@ -94,8 +129,7 @@ double loss_and_gradients(TrainingState<T>& s, index_t step) {
     s.model.backward(s.params, s.grads, s.targets, static_cast<T>(1.0 / tokens));
   }
   auto t = s.timer.measure("gradient_exchange");
-  s.comm->allreduce_sum(s.grads.replicated, s.grid.world, "gradients.replicated");
-  s.comm->allreduce_sum(s.grads.sharded, s.grid.dp_comm, "gradients.wpe");
+  sum_gradients(s);
   return s.comm->allreduce_sum(loss_sum, s.grid.world, "loss") / tokens;
 }
 
@@ -103,9 +137,7 @@ double loss_and_gradients(TrainingState<T>& s, index_t step) {
 template <class T>
 double clip_and_update(TrainingState<T>& s, index_t step) {
   auto t = s.timer.measure("optimizer");
-  const double sharded_sq =
-      s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), s.grid.sp_comm, "grad_norm");
-  const double norm = std::sqrt(s.gradient_sum.template sum_of_squares<T>(s.grads.replicated) + sharded_sq);
+  const double norm = std::sqrt(gradient_sum_of_squares(s));
   check_grad_norm(s, norm, step);
   // PyTorch's clip_grad_norm_ rule, + 1e-6 included, so that a PyTorch run
   // with the same deck takes the same steps.
@@ -191,10 +223,10 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   record.baseline_resident_bytes = peak_resident_bytes();
   int world_size = 1;
   MPI_Comm_size(world, &world_size);
-  const int dp = static_cast<int>(c.parallel.dp);
-  ProcessGrid grid = ProcessGrid::create(world, dp, ulysses_degree_for(c.parallel, world_size / dp));
+  const int dp = static_cast<int>(c.parallel.dp), tp = static_cast<int>(c.parallel.tp);
+  ProcessGrid grid = ProcessGrid::create(world, dp, tp, ulysses_degree_for(c.parallel, world_size / (dp * tp)));
   const RankShare share = rank_share(c, grid);
-  const ParameterLayout layout(c.model, share.n);
+  const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank);
   const InjectedFault fault = injected_fault(grid.world_rank);
   const MemoryCheck memory = check_memory(c, grid, layout, sizeof(T), fault);
 

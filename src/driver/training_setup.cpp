@@ -55,8 +55,9 @@ kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGri
 void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
                       const MemoryCheck& memory) {
   const ModelConfig& m = c.model;
-  std::printf("miniattn: %s, %s, %d ranks (dp %d x sp %d), strategy %s, %lld parameters\n", to_string(c.run.mode),
-              to_string(m.precision), grid.world_size, grid.dp_size, grid.sp_size, to_string(c.parallel.strategy),
+  std::printf("miniattn: %s, %s, %d ranks (dp %d x tp %d x sp %d), strategy %s, %lld parameters\n",
+              to_string(c.run.mode), to_string(m.precision), grid.world_size, grid.dp_size, grid.tp_size, grid.sp_size,
+              to_string(c.parallel.strategy),
               static_cast<long long>(layout.total_global_count()));
   std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
               "(available %s)\n",
@@ -152,6 +153,7 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.strategy = c.parallel.strategy;
   in.optimizer = c.train.optimizer;
   in.dp = grid.dp_size;
+  in.tp = grid.tp_size;
   in.sp = grid.sp_size;
   in.ulysses = grid.ulysses_size;
   in.scalar_bytes = scalar_bytes;
@@ -182,7 +184,8 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
       attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking)),
-      model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers)),
+      model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers),
+            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size}),
       inputs("inputs", sh.rows()),
       targets("targets", sh.rows()),
       task{c.model.vocab, c.model.seq_len, c.train.seed} {

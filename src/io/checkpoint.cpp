@@ -1,19 +1,19 @@
 // Restart checkpoints: parameters, AdamW moments, step counters and a
 // layout-independent CRC-32 per dataset (see checkpoint.hpp).
 //
-// Checksums. A dataset is stored whole in global row order, but each rank
-// holds only some rows of it (wpe) or all of it (replicated tensors). The
-// checksum is the CRC-32 of the stored little-endian bytes of the whole
-// dataset; ranks checksum the row blocks they hold and the blocks are
-// combined in global row order with crc32_combine, which gives exactly the
-// CRC of the concatenation. So neither writing nor reading ever moves a
-// dataset between ranks to checksum it.
-//   write: replicated tensors are checksummed by world rank 0 (their writer);
-//          wpe blocks are combined over each SP group, and the group of world
-//          rank 0 (DP replica 0, the writers) is the one broadcast.
-//   read:  every rank reads the replicated tensors whole and checks its own
-//          copy; wpe blocks are combined over each SP group (one replica of
-//          the sequence), so every rank's rows are checked.
+// Checksums. A dataset is stored whole in global order, but each rank holds
+// only some of it (wpe rows, a tensor-parallel shard) or all of it (replicated
+// tensors). The checksum is the CRC-32 of the stored little-endian bytes of
+// the whole dataset; ranks checksum the contiguous runs of elements they hold
+// (a row block, or one row of a column shard) and the runs are combined in
+// global order with crc32_combine, which gives exactly the CRC of the
+// concatenation. So neither writing nor reading ever moves a dataset between
+// ranks to checksum it.
+//   write: the writer of each block (see writes_blocks_of) checksums it and the
+//          pieces are combined over the world.
+//   read:  every rank checks what it read: replicated tensors alone, wpe runs
+//          combined over its SP group (one replica of the sequence), tensor-
+//          parallel shards over its TP group (one replica of each tensor).
 #include "io/checkpoint.hpp"
 
 #include <zlib.h>
@@ -88,9 +88,8 @@ const char* precision_name() {
 struct Dataset {
   std::string name;
   const ParameterInfo* parameter = nullptr;
-  std::size_t group = 0;  // index into the list of buffers
-  std::uint64_t rows = 0;
-  std::uint64_t width = 0;  // elements per row
+  std::size_t group = 0;     // index into the list of buffers
+  std::uint64_t elements = 0;  // of the whole tensor
 };
 
 std::vector<Dataset> list_datasets(const std::vector<std::string>& groups, const ParameterLayout& layout) {
@@ -101,25 +100,42 @@ std::vector<Dataset> list_datasets(const std::vector<std::string>& groups, const
       d.name = groups[g] + "/" + p.name;
       d.parameter = &p;
       d.group = g;
-      d.rows = p.global_shape.empty() ? 1 : static_cast<std::uint64_t>(p.global_shape[0]);
-      d.width = row_width(p.global_shape);
+      d.elements = 1;
+      for (index_t extent : p.global_shape) d.elements *= static_cast<std::uint64_t>(extent);
       result.push_back(d);
     }
   }
   return result;
 }
 
-// A block of rows of one dataset held by this rank, with its CRC-32.
+// A contiguous run of elements of one dataset held by this rank, with its CRC-32.
 struct Piece {
   std::uint64_t dataset = 0;
-  std::uint64_t row_begin = 0;
-  std::uint64_t row_count = 0;
+  std::uint64_t element_begin = 0;
+  std::uint64_t element_count = 0;
   std::uint64_t crc = 0;
 };
 
+// The pieces of one block, in global order: values holds the block row-major.
+template <class S>
+void add_pieces(std::uint64_t dataset, const RowBlock& block, const S* values, std::vector<Piece>& pieces) {
+  std::uint64_t width = 1;
+  for (std::size_t i = 1; i < block.global_shape.size(); ++i) width *= block.global_shape[i];
+  if (block.col_count == 0) {
+    const std::uint64_t count = block.row_count * width;
+    pieces.push_back(Piece{dataset, block.row_begin * width, count, crc_of_values(0, values, count)});
+    return;
+  }
+  for (std::uint64_t r = 0; r < block.row_count; ++r) {  // one piece per row of a column shard
+    const std::uint64_t begin = (block.row_begin + r) * width + block.col_begin;
+    pieces.push_back(Piece{dataset, begin, block.col_count,
+                           crc_of_values(0, values + r * block.col_count, block.col_count)});
+  }
+}
+
 // Collective over comm: combines the pieces of all ranks, per dataset in
-// global row order, into the CRC of the whole dataset. The pieces of a dataset
-// must tile its rows exactly; otherwise `error` says which dataset does not.
+// global order, into the CRC of the whole dataset. The pieces of a dataset
+// must tile it exactly; otherwise `error` says which dataset does not.
 // Datasets without pieces are left as they are in `crcs`.
 void combine_pieces(MPI_Comm comm, const std::vector<Piece>& local, const std::vector<Dataset>& datasets,
                     std::size_t element_bytes, const std::string& path, std::vector<std::uint32_t>& crcs,
@@ -127,7 +143,7 @@ void combine_pieces(MPI_Comm comm, const std::vector<Piece>& local, const std::v
   int size = 1;
   MPI_Comm_size(comm, &size);
   std::vector<std::uint64_t> send;
-  for (const Piece& p : local) send.insert(send.end(), {p.dataset, p.row_begin, p.row_count, p.crc});
+  for (const Piece& p : local) send.insert(send.end(), {p.dataset, p.element_begin, p.element_count, p.crc});
   const int count = static_cast<int>(send.size());
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
   MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
@@ -145,27 +161,27 @@ void combine_pieces(MPI_Comm comm, const std::vector<Piece>& local, const std::v
     all.push_back(Piece{received[i], received[i + 1], received[i + 2], received[i + 3]});
   }
   std::sort(all.begin(), all.end(), [](const Piece& a, const Piece& b) {
-    return a.dataset != b.dataset ? a.dataset < b.dataset : a.row_begin < b.row_begin;
+    return a.dataset != b.dataset ? a.dataset < b.dataset : a.element_begin < b.element_begin;
   });
   for (std::size_t i = 0; i < all.size();) {
     const std::uint64_t id = all[i].dataset;
     const Dataset& d = datasets[static_cast<std::size_t>(id)];
-    std::uint64_t next_row = 0;
+    std::uint64_t next = 0;
     std::uint32_t crc = 0;
     for (; i < all.size() && all[i].dataset == id; ++i) {
       const Piece& p = all[i];
-      if (p.row_count == 0) continue;
-      if (p.row_begin != next_row && error.empty()) {
-        error = path + ": dataset " + d.name + ": the ranks' rows do not tile it (row " + std::to_string(next_row) +
-                " is followed by row " + std::to_string(p.row_begin) + ")";
+      if (p.element_count == 0) continue;
+      if (p.element_begin != next && error.empty()) {
+        error = path + ": dataset " + d.name + ": the ranks' blocks do not tile it (element " +
+                std::to_string(next) + " is followed by element " + std::to_string(p.element_begin) + ")";
       }
-      next_row = p.row_begin + p.row_count;
-      crc = static_cast<std::uint32_t>(::crc32_combine64(
-          crc, static_cast<uLong>(p.crc), static_cast<z_off64_t>(p.row_count * d.width * element_bytes)));
+      next = p.element_begin + p.element_count;
+      crc = static_cast<std::uint32_t>(::crc32_combine64(crc, static_cast<uLong>(p.crc),
+                                                         static_cast<z_off64_t>(p.element_count * element_bytes)));
     }
-    if (next_row != d.rows && error.empty()) {
-      error = path + ": dataset " + d.name + ": the ranks' rows cover [0, " + std::to_string(next_row) +
-              ") of " + std::to_string(d.rows);
+    if (next != d.elements && error.empty()) {
+      error = path + ": dataset " + d.name + ": the ranks' blocks cover elements [0, " + std::to_string(next) +
+              ") of " + std::to_string(d.elements);
     }
     crcs[static_cast<std::size_t>(id)] = crc;
   }
@@ -190,81 +206,61 @@ std::vector<std::uint32_t> checksums_for_write(const std::string& path, const st
                                                Layout position_layout) {
   std::vector<std::uint32_t> crcs(datasets.size(), 0);
   std::vector<Piece> pieces;
-  const auto runs = position_runs(positions, position_layout);
   for (std::size_t id = 0; id < datasets.size(); ++id) {
-    const Dataset& d = datasets[id];
-    const ParameterInfo& p = *d.parameter;
-    const HostBuffers<T>& h = host[d.group];
-    if (!p.sharded) {
-      if (grid.world_rank == 0) crcs[id] = crc_of_values(0, h.replicated.data() + p.offset, d.rows * d.width);
-      continue;
-    }
-    for (const PositionRun& run : runs) {
-      const T* data = h.sharded.data() + p.offset + static_cast<std::uint64_t>(run.local_begin) * d.width;
-      const auto count = static_cast<std::uint64_t>(run.count);
-      pieces.push_back(Piece{id, static_cast<std::uint64_t>(run.global_begin), count,
-                             crc_of_values(0, data, count * d.width)});
-    }
+    const ParameterInfo& p = *datasets[id].parameter;
+    if (!writes_blocks_of(p, grid)) continue;
+    const HostBuffers<T>& h = host[datasets[id].group];
+    const T* buffer = p.sharded ? h.sharded.data() : h.replicated.data();
+    for (const LocalBlock& b : local_blocks(p, positions, position_layout))
+      add_pieces(id, b.block, buffer + b.buffer_offset, pieces);
   }
   std::string error;
-  combine_pieces(grid.sp_comm, pieces, datasets, sizeof(T), path, crcs, error);
+  combine_pieces(grid.world, pieces, datasets, sizeof(T), path, crcs, error);
   agree(grid.world, error);
-  // World rank 0 wrote the replicated tensors, and its SP group (DP replica 0) the wpe rows.
-  MPI_Bcast(crcs.data(), static_cast<int>(crcs.size()), MPI_UINT32_T, 0, grid.world);
   return crcs;
 }
 
 // ---------------------------------------------------------------------------
 // Reading
 
-// Reads rows of a dataset stored as S into `destination` (T), and returns the
-// CRC-32 of the stored bytes. Collective over the file's communicator.
+// Reads a block of a dataset stored as S into `destination` (T) and adds the
+// pieces of the stored bytes. Collective over the file's communicator.
 template <class T, class S>
-std::uint32_t read_rows(const Hdf5File& file, const std::string& dataset, const RowBlock& block,
-                        std::uint64_t width, T* destination) {
-  const std::uint64_t n = block.row_count * width;
+void read_block(const Hdf5File& file, std::uint64_t id, const std::string& dataset, const RowBlock& block,
+                T* destination, std::vector<Piece>& pieces) {
+  std::uint64_t n = block.row_count * (block.col_count > 0 ? block.col_count : 1);
+  for (std::size_t i = block.col_count > 0 ? 2 : 1; i < block.global_shape.size(); ++i) n *= block.global_shape[i];
   if constexpr (std::is_same_v<T, S>) {
     file.read(dataset, dtype_of<S>(), block, destination);
-    return crc_of_values(0, destination, n);
+    add_pieces(id, block, destination, pieces);
   } else {
     std::vector<S> stored(static_cast<std::size_t>(n));
     file.read(dataset, dtype_of<S>(), block, stored.data());
     for (std::uint64_t i = 0; i < n; ++i) destination[i] = static_cast<T>(stored[i]);
-    return crc_of_values(0, stored.data(), n);
+    add_pieces(id, block, stored.data(), pieces);
   }
 }
 
 // Reads every dataset into the host buffers and returns the checksum of what
-// this rank's SP group read (replicated tensors: of what this rank read).
+// this rank read, combined with the rest of its replica (see the top).
 template <class T, class S>
 std::vector<std::uint32_t> read_datasets(const Hdf5File& file, const std::vector<Dataset>& datasets,
                                          const std::vector<HostBuffers<T>>& host, const ProcessGrid& grid,
                                          const std::vector<index_t>& positions,
                                          Layout position_layout, std::string& error) {
   std::vector<std::uint32_t> crcs(datasets.size(), 0);
-  std::vector<Piece> pieces;
-  const auto runs = position_runs(positions, position_layout);
+  std::vector<Piece> whole, wpe, shards;
   for (std::size_t id = 0; id < datasets.size(); ++id) {
-    const Dataset& d = datasets[id];
-    const ParameterInfo& p = *d.parameter;
-    const HostBuffers<T>& h = host[d.group];
-    RowBlock block;
-    block.global_shape = to_u64(p.global_shape);
-    if (!p.sharded) {
-      block.row_begin = 0;
-      block.row_count = d.rows;
-      crcs[id] = read_rows<T, S>(file, d.name, block, d.width, h.replicated.data() + p.offset);
-      continue;
-    }
-    for (const PositionRun& run : runs) {
-      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
-      block.row_count = static_cast<std::uint64_t>(run.count);
-      T* destination = h.sharded.data() + p.offset + static_cast<std::uint64_t>(run.local_begin) * d.width;
-      const std::uint32_t crc = read_rows<T, S>(file, d.name, block, d.width, destination);
-      pieces.push_back(Piece{id, block.row_begin, block.row_count, crc});
-    }
+    const ParameterInfo& p = *datasets[id].parameter;
+    const HostBuffers<T>& h = host[datasets[id].group];
+    T* buffer = p.sharded ? h.sharded.data() : h.replicated.data();
+    std::vector<Piece>& pieces = p.sharded ? wpe : p.tensor_shard.dim >= 0 ? shards : whole;
+    for (const LocalBlock& b : local_blocks(p, positions, position_layout))
+      read_block<T, S>(file, id, datasets[id].name, b.block, buffer + b.buffer_offset, pieces);
   }
-  combine_pieces(grid.sp_comm, pieces, datasets, sizeof(S), file.path(), crcs, error);
+  for (const Piece& p : whole) crcs[static_cast<std::size_t>(p.dataset)] = static_cast<std::uint32_t>(p.crc);
+  combine_pieces(grid.sp_comm, wpe, datasets, sizeof(S), file.path(), crcs, error);
+  combine_pieces(grid.tp_comm, shards, datasets, sizeof(S), file.path(), crcs, error);
   return crcs;
 }
 

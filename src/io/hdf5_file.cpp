@@ -252,6 +252,12 @@ void check_block(const std::string& where, const RowBlock& block) {
          std::to_string(block.row_begin + block.row_count) + ") outside shape " +
          shape_string(block.global_shape));
   }
+  if (block.col_count > 0 && (block.global_shape.size() < 2 || block.col_begin > block.global_shape[1] ||
+                              block.col_count > block.global_shape[1] - block.col_begin)) {
+    fail(where + ": columns [" + std::to_string(block.col_begin) + ", " +
+         std::to_string(block.col_begin + block.col_count) + ") outside shape " +
+         shape_string(block.global_shape));
+  }
 }
 
 // File and memory dataspaces selecting this rank's rows of a dataset.
@@ -277,6 +283,7 @@ Selection select_rows(const RowBlock& block) {
   s.file_space = checked(H5Screate_simple(rank, dims.data(), nullptr), H5Sclose, what);
   std::vector<hsize_t> local = dims;
   local[0] = block.row_count;
+  if (block.col_count > 0) local[1] = block.col_count;
   if (block.row_count == 0) {
     // A zero-sized memory space is not allowed in every HDF5 version; any
     // shape will do since nothing in it is selected.
@@ -290,6 +297,7 @@ Selection select_rows(const RowBlock& block) {
   s.memory_space = checked(H5Screate_simple(rank, local.data(), nullptr), H5Sclose, what);
   std::vector<hsize_t> start(dims.size(), 0);
   start[0] = block.row_begin;
+  if (block.col_count > 0) start[1] = block.col_begin;
   check_status(H5Sselect_hyperslab(s.file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
                                    local.data(), nullptr),
                what);

@@ -30,6 +30,49 @@ std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, La
   return result;
 }
 
+std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<index_t>& positions,
+                                     Layout layout) {
+  std::vector<LocalBlock> blocks;
+  LocalBlock whole;
+  whole.block.global_shape = to_u64(p.global_shape);
+  whole.block.row_count = whole.block.global_shape[0];
+  whole.buffer_offset = p.offset;
+  const TensorShard& shard = p.tensor_shard;
+  if (p.sharded) {
+    const index_t width = static_cast<index_t>(row_width(p.global_shape));
+    for (const PositionRun& run : position_runs(positions, layout)) {
+      LocalBlock b = whole;
+      b.block.row_begin = static_cast<std::uint64_t>(run.global_begin);
+      b.block.row_count = static_cast<std::uint64_t>(run.count);
+      b.buffer_offset = p.offset + run.local_begin * width;
+      blocks.push_back(b);
+    }
+  } else if (shard.dim == 0) {
+    const index_t group_rows = shard.rows / shard.groups, part_rows = shard.local_rows() / shard.groups;
+    for (index_t g = 0; g < shard.groups; ++g) {
+      LocalBlock b = whole;
+      b.block.row_begin = static_cast<std::uint64_t>(g * group_rows + shard.index * part_rows);
+      b.block.row_count = static_cast<std::uint64_t>(part_rows);
+      b.buffer_offset = p.offset + g * part_rows * shard.cols;
+      blocks.push_back(b);
+    }
+  } else if (shard.dim == 1) {
+    LocalBlock b = whole;
+    b.block.col_begin = static_cast<std::uint64_t>(shard.index * shard.local_cols());
+    b.block.col_count = static_cast<std::uint64_t>(shard.local_cols());
+    blocks.push_back(b);
+  } else {
+    blocks.push_back(whole);
+  }
+  return blocks;
+}
+
+bool writes_blocks_of(const ParameterInfo& p, const ProcessGrid& grid) {
+  if (p.sharded) return grid.dp_rank == 0 && grid.tp_rank == 0;  // one replica of the positions
+  if (p.tensor_shard.dim >= 0) return grid.dp_rank == 0 && grid.sp_rank == 0;  // one TP group
+  return grid.world_rank == 0;
+}
+
 template <class T>
 void load_parameters(const std::string& path, const ParameterLayout& layout, const ProcessGrid& grid,
                      const std::vector<index_t>& positions, Layout position_layout,
@@ -38,21 +81,9 @@ void load_parameters(const std::string& path, const ParameterLayout& layout, con
   auto replicated = Kokkos::create_mirror_view(params.replicated);
   auto sharded = Kokkos::create_mirror_view(params.sharded);
   for (const ParameterInfo& p : layout.parameters()) {
-    const std::string dataset = "/params/" + p.name;
-    RowBlock block;
-    block.global_shape = to_u64(p.global_shape);
-    if (!p.sharded) {
-      block.row_begin = 0;
-      block.row_count = block.global_shape[0];
-      file.read(dataset, dtype_of<T>(), block, replicated.data() + p.offset);
-      continue;
-    }
-    const std::uint64_t width = row_width(p.global_shape);
-    for (const PositionRun& run : position_runs(positions, position_layout)) {
-      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
-      block.row_count = static_cast<std::uint64_t>(run.count);
-      file.read(dataset, dtype_of<T>(), block, sharded.data() + p.offset + run.local_begin * width);
-    }
+    T* buffer = p.sharded ? sharded.data() : replicated.data();
+    for (const LocalBlock& b : local_blocks(p, positions, position_layout))
+      file.read("/params/" + p.name, dtype_of<T>(), b.block, buffer + b.buffer_offset);
   }
   Kokkos::deep_copy(params.replicated, replicated);
   Kokkos::deep_copy(params.sharded, sharded);
@@ -66,21 +97,11 @@ void write_parameter_group(Hdf5File& file, const std::string& group, const Param
   auto replicated = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.replicated);
   auto sharded = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), values.sharded);
   for (const ParameterInfo& p : layout.parameters()) {
-    const std::string dataset = group + "/" + p.name;
-    RowBlock block;
-    block.global_shape = to_u64(p.global_shape);
-    if (!p.sharded) {
-      block.row_begin = 0;
-      block.row_count = grid.world_rank == 0 ? block.global_shape[0] : 0;
-      file.write(dataset, dtype_of<T>(), block, replicated.data() + p.offset);
-      continue;
-    }
-    // One replica of the sequence per DP group writes its rows.
-    const std::uint64_t width = row_width(p.global_shape);
-    for (const PositionRun& run : position_runs(positions, position_layout)) {
-      block.row_begin = static_cast<std::uint64_t>(run.global_begin);
-      block.row_count = grid.dp_rank == 0 ? static_cast<std::uint64_t>(run.count) : 0;
-      file.write(dataset, dtype_of<T>(), block, sharded.data() + p.offset + run.local_begin * width);
+    const T* buffer = p.sharded ? sharded.data() : replicated.data();
+    const bool writer = writes_blocks_of(p, grid);
+    for (LocalBlock b : local_blocks(p, positions, position_layout)) {
+      if (!writer) b.block.row_count = 0;
+      file.write(group + "/" + p.name, dtype_of<T>(), b.block, buffer + b.buffer_offset);
     }
   }
 }
@@ -100,6 +121,7 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));
   file.set_attribute("/", "layout", std::string(to_string(c.parallel.layout)));
   file.set_attribute("/", "dp", c.parallel.dp);
+  file.set_attribute("/", "tp", c.parallel.tp);
   file.set_attribute("/", "ranks", static_cast<std::int64_t>(world_size));
   file.set_attribute("/", "config", config_to_json(c).dump());
 }
@@ -118,7 +140,8 @@ void write_snapshot(const std::string& path, const Config& config, const Paramet
   tokens.global_shape = {static_cast<std::uint64_t>(config.model.batch),
                          static_cast<std::uint64_t>(config.model.seq_len + 1)};
   tokens.row_begin = static_cast<std::uint64_t>(content.first_sample);
-  tokens.row_count = grid.sp_rank == 0 ? content.tokens.extent(0) : 0;  // every SP rank has the whole stream
+  // Every rank of a DP group has its samples' whole stream; one writes it.
+  tokens.row_count = grid.sp_rank == 0 && grid.tp_rank == 0 ? content.tokens.extent(0) : 0;
   file.write("/inputs/tokens", DType::i64, tokens, content.tokens.data());
 
   RowBlock scalar;

@@ -2,7 +2,8 @@
 // Parameters and verification snapshots in HDF5 (docs/design.md section 4).
 // Global arrays are stored whole in global position order whatever the rank
 // layout: replicated tensors are written by world rank 0, wpe rows and token
-// rows by the ranks that own them (one replica per DP group).
+// rows by the ranks that own them (one replica), tensor-parallel shards as
+// hyperslabs by the ranks of one TP group.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,19 @@ std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, La
 // A parameter's shape as HDF5 dimensions, and the values per row (dimension 0).
 std::vector<std::uint64_t> to_u64(const std::vector<index_t>& shape);
 std::uint64_t row_width(const std::vector<index_t>& shape);
+
+// One block of a parameter this rank holds: where it lies in the file and
+// where in the parameter's buffer (ParameterBuffers::buffer_of).
+struct LocalBlock {
+  RowBlock block;
+  index_t buffer_offset = 0;
+};
+// The blocks of p this rank holds, as many on every rank (the I/O calls are
+// collective): the whole tensor; wpe: one per position run; a tensor-parallel
+// shard: one per group of rows (q, k, v) or its range of columns.
+std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<index_t>& positions, Layout layout);
+// Whether this rank writes its blocks of p: exactly one replica of each block does.
+bool writes_blocks_of(const ParameterInfo& p, const ProcessGrid& grid);
 
 // Reads every parameter by name from /params of an HDF5 file (float32 or
 // float64). Missing datasets and shape mismatches are InputErrors naming the

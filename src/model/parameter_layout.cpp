@@ -1,5 +1,6 @@
 #include "model/parameter_layout.hpp"
 
+#include <array>
 #include <cmath>
 #include <stdexcept>
 
@@ -13,59 +14,86 @@ index_t product(const std::vector<index_t>& shape) {
 }
 }  // namespace
 
-index_t ParameterLayout::add(const std::string& name, std::vector<index_t> shape, InitKind init, double std,
-                             bool decay) {
+std::size_t ParameterLayout::add(const std::string& name, std::vector<index_t> shape, InitKind init, double std,
+                                 bool decay, int tp_dim, index_t tp_groups) {
   ParameterInfo info;
   info.name = name;
   info.global_shape = std::move(shape);
-  info.offset = replicated_size_;
-  info.local_size = product(info.global_shape);
+  TensorShard& shard = info.tensor_shard;
+  shard.rows = info.global_shape[0];
+  shard.cols = info.global_shape.size() > 1 ? info.global_shape[1] : 1;
+  if (tp_dim >= 0) {
+    shard.dim = tp_dim;
+    shard.groups = tp_groups;
+    shard.parts = tp_size_;
+    shard.index = tp_rank_;
+  }
+  info.local_size = shard.local_rows() * shard.local_cols();
   info.init = init;
   info.init_std = std;
   info.weight_decay = decay;
-  replicated_size_ += info.local_size;
   params_.push_back(info);
-  return info.offset;
+  return params_.size() - 1;
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions) {
+// The replicated buffer holds the tensors whole on every rank first, then the
+// tensor-parallel shards, so that each part is reduced over its own group in
+// one call. The list keeps model order (initialisation keys on it).
+void ParameterLayout::place_in_buffers() {
+  for (const bool tensor_parallel : {false, true}) {
+    if (tensor_parallel) tensor_parallel_begin_ = replicated_size_;
+    for (ParameterInfo& p : params_) {
+      if (p.sharded || (p.tensor_shard.dim >= 0) != tensor_parallel) continue;
+      p.offset = replicated_size_;
+      replicated_size_ += p.local_size;
+    }
+  }
+}
+
+ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, int tp_size, int tp_rank)
+    : tp_size_(tp_size), tp_rank_(tp_rank) {
   const index_t D = m.d_model, F = m.ffn_width(), V = m.vocab, N = m.seq_len;
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
+  constexpr int rows = 0, columns = 1;  // Megatron: column-parallel layers split W's rows, row-parallel its columns
 
-  wte_ = add("wte", {V, D}, InitKind::normal, std, true);
-
-  ParameterInfo wpe;
-  wpe.name = "wpe";
-  wpe.global_shape = {N, D};
+  const std::size_t wte = add("wte", {V, D}, InitKind::normal, std, true);
+  ParameterInfo& wpe = params_[add("wpe", {N, D}, InitKind::normal, 0.01, true)];
   wpe.sharded = true;
-  wpe.offset = 0;
   wpe.local_size = local_positions * D;
-  wpe.init = InitKind::normal;
-  wpe.init_std = 0.01;
-  wpe.weight_decay = true;
   sharded_size_ = wpe.local_size;
-  params_.push_back(wpe);
 
+  std::vector<std::array<std::size_t, 12>> block_params;
   for (index_t l = 0; l < m.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
-    BlockOffsets b{};
-    b.ln1_weight = add(p + "ln1.weight", {D}, InitKind::ones, 0.0, false);
-    b.ln1_bias = add(p + "ln1.bias", {D}, InitKind::zeros, 0.0, false);
-    b.qkv_weight = add(p + "attn.qkv.weight", {3 * D, D}, InitKind::normal, std, true);
-    b.qkv_bias = add(p + "attn.qkv.bias", {3 * D}, InitKind::zeros, 0.0, false);
-    b.proj_weight = add(p + "attn.proj.weight", {D, D}, InitKind::normal, residual_std, true);
-    b.proj_bias = add(p + "attn.proj.bias", {D}, InitKind::zeros, 0.0, false);
-    b.ln2_weight = add(p + "ln2.weight", {D}, InitKind::ones, 0.0, false);
-    b.ln2_bias = add(p + "ln2.bias", {D}, InitKind::zeros, 0.0, false);
-    b.fc1_weight = add(p + "ffn.fc1.weight", {F, D}, InitKind::normal, std, true);
-    b.fc1_bias = add(p + "ffn.fc1.bias", {F}, InitKind::zeros, 0.0, false);
-    b.fc2_weight = add(p + "ffn.fc2.weight", {D, F}, InitKind::normal, residual_std, true);
-    b.fc2_bias = add(p + "ffn.fc2.bias", {D}, InitKind::zeros, 0.0, false);
-    blocks_.push_back(b);
+    block_params.push_back({
+        add(p + "ln1.weight", {D}, InitKind::ones, 0.0, false),
+        add(p + "ln1.bias", {D}, InitKind::zeros, 0.0, false),
+        add(p + "attn.qkv.weight", {3 * D, D}, InitKind::normal, std, true, rows, 3),
+        add(p + "attn.qkv.bias", {3 * D}, InitKind::zeros, 0.0, false, rows, 3),
+        add(p + "attn.proj.weight", {D, D}, InitKind::normal, residual_std, true, columns),
+        add(p + "attn.proj.bias", {D}, InitKind::zeros, 0.0, false),
+        add(p + "ln2.weight", {D}, InitKind::ones, 0.0, false),
+        add(p + "ln2.bias", {D}, InitKind::zeros, 0.0, false),
+        add(p + "ffn.fc1.weight", {F, D}, InitKind::normal, std, true, rows),
+        add(p + "ffn.fc1.bias", {F}, InitKind::zeros, 0.0, false, rows),
+        add(p + "ffn.fc2.weight", {D, F}, InitKind::normal, residual_std, true, columns),
+        add(p + "ffn.fc2.bias", {D}, InitKind::zeros, 0.0, false),
+    });
   }
-  ln_f_weight_ = add("ln_f.weight", {D}, InitKind::ones, 0.0, false);
-  ln_f_bias_ = add("ln_f.bias", {D}, InitKind::zeros, 0.0, false);
+  const std::size_t ln_f_weight = add("ln_f.weight", {D}, InitKind::ones, 0.0, false);
+  const std::size_t ln_f_bias = add("ln_f.bias", {D}, InitKind::zeros, 0.0, false);
+  place_in_buffers();
+
+  auto offset = [&](std::size_t i) { return params_[i].offset; };
+  wte_ = offset(wte);
+  ln_f_weight_ = offset(ln_f_weight);
+  ln_f_bias_ = offset(ln_f_bias);
+  for (const auto& b : block_params) {
+    blocks_.push_back(BlockOffsets{offset(b[0]), offset(b[1]), offset(b[2]), offset(b[3]), offset(b[4]),
+                                   offset(b[5]), offset(b[6]), offset(b[7]), offset(b[8]), offset(b[9]),
+                                   offset(b[10]), offset(b[11])});
+  }
 }
 
 const ParameterInfo& ParameterLayout::find(const std::string& name) const {

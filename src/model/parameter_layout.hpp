@@ -1,8 +1,12 @@
 #pragma once
 // Names, shapes and places of every parameter (docs/design.md section 1), the same
 // names as a PyTorch state_dict. Parameters live in two flat buffers:
-//  * replicated: everything but wpe, identical on every rank; its gradient is
-//    summed over all ranks in one all-reduce;
+//  * replicated: everything but wpe. Its first part, [0, tensor_parallel_begin()),
+//    is identical on every rank and its gradient is summed over all ranks; the
+//    rest holds this rank's tensor-parallel shards of the QKV, proj, fc1 and fc2
+//    weights (and the QKV and fc1 biases), identical on the ranks of the same
+//    TP index, their gradients summed over those (the shard group). With tp = 1
+//    a shard is the whole tensor.
 //  * sharded: the wpe rows of the positions this rank owns (sequence-split
 //    embeddings); read, written and reduced by rows.
 #include <cstdint>
@@ -16,9 +20,36 @@ namespace miniattn {
 
 enum class InitKind { normal, zeros, ones };
 
+// Which part of a tensor a tensor-parallel rank holds: part `index` of `parts`
+// equal parts along dimension `dim` (0: rows, 1: columns) of each of `groups`
+// equal groups along it (the QKV weight's q | k | v rows: 3 groups, so each
+// rank holds its heads' rows of q, of k and of v). dim -1: the whole tensor.
+struct TensorShard {
+  int dim = -1;
+  index_t groups = 1, parts = 1, index = 0;
+  index_t rows = 1, cols = 1;  // the global tensor as a matrix (a vector is [n, 1])
+
+  index_t local_rows() const { return dim == 0 ? rows / parts : rows; }
+  index_t local_cols() const { return dim == 1 ? cols / parts : cols; }
+  // The global row-major index of local element e (row-major over the local shape).
+  KOKKOS_INLINE_FUNCTION index_t global_element(index_t e) const {
+    if (dim == 1) {
+      const index_t width = cols / parts;
+      return (e / width) * cols + index * width + e % width;
+    }
+    if (dim == 0) {
+      const index_t group_rows = rows / groups, part_rows = group_rows / parts;
+      const index_t row = e / cols, group = row / part_rows;
+      return (group * group_rows + index * part_rows + row % part_rows) * cols + e % cols;
+    }
+    return e;
+  }
+};
+
 struct ParameterInfo {
   std::string name;
   std::vector<index_t> global_shape;  // as in the HDF5 file / state_dict
+  TensorShard tensor_shard;           // this rank's part over tensor parallelism
   bool sharded = false;               // wpe: this rank holds rows of its positions only
   index_t offset = 0;                 // into its flat buffer
   index_t local_size = 0;             // elements held on this rank
@@ -35,12 +66,15 @@ struct BlockOffsets {
 
 class ParameterLayout {
  public:
-  // local_positions: number of sequence positions (wpe rows) this rank owns.
-  ParameterLayout(const ModelConfig& model, index_t local_positions);
+  // local_positions: number of sequence positions (wpe rows) this rank owns;
+  // tp_size, tp_rank: the tensor-parallel group and this rank's index in it.
+  ParameterLayout(const ModelConfig& model, index_t local_positions, int tp_size = 1, int tp_rank = 0);
 
   const std::vector<ParameterInfo>& parameters() const { return params_; }
   const ParameterInfo& find(const std::string& name) const;  // throws std::out_of_range
   index_t replicated_size() const { return replicated_size_; }
+  // Offset of the tensor-parallel shards in the replicated buffer (see above).
+  index_t tensor_parallel_begin() const { return tensor_parallel_begin_; }
   index_t sharded_size() const { return sharded_size_; }
   index_t total_global_count() const;  // parameter count of the whole model
 
@@ -50,11 +84,16 @@ class ParameterLayout {
   const BlockOffsets& block(index_t l) const { return blocks_[static_cast<std::size_t>(l)]; }
 
  private:
-  index_t add(const std::string& name, std::vector<index_t> shape, InitKind init, double std, bool decay);
+  // Appends a parameter (offsets are assigned by place_in_buffers once all are known).
+  std::size_t add(const std::string& name, std::vector<index_t> shape, InitKind init, double std, bool decay,
+                  int tp_dim = -1, index_t tp_groups = 1);
+  void place_in_buffers();
 
   std::vector<ParameterInfo> params_;
   std::vector<BlockOffsets> blocks_;
+  int tp_size_ = 1, tp_rank_ = 0;
   index_t replicated_size_ = 0;
+  index_t tensor_parallel_begin_ = 0;
   index_t sharded_size_ = 0;
   index_t wte_ = 0, ln_f_weight_ = 0, ln_f_bias_ = 0;
 };

@@ -18,13 +18,15 @@ void initialize_parameters(const ParameterLayout& layout, std::uint64_t seed, co
     const double std = p.init_std;
     const std::uint64_t param_index = i;
     const bool sharded = p.sharded;
+    const TensorShard shard = p.tensor_shard;
     const index_t D = d_model;
     auto pos = positions;
     Kokkos::parallel_for(
         "miniattn::initialize_parameters", Kokkos::RangePolicy<ExecSpace>(0, p.local_size),
         KOKKOS_LAMBDA(const index_t e) {
-          // A sharded (wpe) element is keyed by its global row, not its local one.
-          const index_t global_e = sharded ? pos(e / D) * D + e % D : e;
+          // An element is keyed by its place in the global tensor: a wpe element by
+          // its global row, a tensor-parallel shard's by its global row and column.
+          const index_t global_e = sharded ? pos(e / D) * D + e % D : shard.global_element(e);
           values(e) = static_cast<T>(std * rng::normal(rng::kStreamInit, seed, param_index,
                                                        static_cast<std::uint64_t>(global_e)));
         });

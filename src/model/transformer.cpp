@@ -18,25 +18,26 @@ namespace miniattn {
 
 namespace {
 
-// Typed views of one block's parameters (or gradients) inside a flat buffer.
+// Typed views of one block's parameters (or gradients) inside a flat buffer:
+// this rank's shards, Ds = D / tp attention columns and Fs = F / tp FFN units.
 template <class T>
 struct BlockTensors {
   UnmanagedView1<T> ln1_weight, ln1_bias, qkv_bias, proj_bias, ln2_weight, ln2_bias, fc1_bias, fc2_bias;
   UnmanagedView2<T> qkv_weight, proj_weight, fc1_weight, fc2_weight;
 
-  BlockTensors(const View1<T>& buf, const BlockOffsets& o, index_t D, index_t F)
+  BlockTensors(const View1<T>& buf, const BlockOffsets& o, index_t D, index_t Ds, index_t Fs)
       : ln1_weight(vector_at(buf, o.ln1_weight, D)),
         ln1_bias(vector_at(buf, o.ln1_bias, D)),
-        qkv_bias(vector_at(buf, o.qkv_bias, 3 * D)),
+        qkv_bias(vector_at(buf, o.qkv_bias, 3 * Ds)),
         proj_bias(vector_at(buf, o.proj_bias, D)),
         ln2_weight(vector_at(buf, o.ln2_weight, D)),
         ln2_bias(vector_at(buf, o.ln2_bias, D)),
-        fc1_bias(vector_at(buf, o.fc1_bias, F)),
+        fc1_bias(vector_at(buf, o.fc1_bias, Fs)),
         fc2_bias(vector_at(buf, o.fc2_bias, D)),
-        qkv_weight(matrix_at(buf, o.qkv_weight, 3 * D, D)),
-        proj_weight(matrix_at(buf, o.proj_weight, D, D)),
-        fc1_weight(matrix_at(buf, o.fc1_weight, F, D)),
-        fc2_weight(matrix_at(buf, o.fc2_weight, D, F)) {}
+        qkv_weight(matrix_at(buf, o.qkv_weight, 3 * Ds, D)),
+        proj_weight(matrix_at(buf, o.proj_weight, D, Ds)),
+        fc1_weight(matrix_at(buf, o.fc1_weight, Fs, D)),
+        fc2_weight(matrix_at(buf, o.fc2_weight, D, Fs)) {}
 };
 
 // Attention runs as a phase of the timer (fenced, for bench runs) when there
@@ -63,87 +64,105 @@ void fill_with_index(const View1<index_t>& v) {
 
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch,
-                            index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention)
+                            index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention,
+                            const TensorParallelGroup& tp)
     : model_(model),
       layout_(layout),
+      tp_(tp),
       local_batch_(local_batch),
       local_positions_(local_positions),
       rows_(local_batch * local_positions),
+      chunk_rows_(tp.chunk_rows(rows_)),
+      first_row_(tp.first_row(rows_)),
+      d_shard_(model.d_model / tp.size),
+      ffn_shard_(model.ffn_width() / tp.size),
       attention_(std::move(attention)) {
-  const index_t D = model.d_model, F = model.ffn_width(), V = model.vocab, H = model.heads, Dh = model.head_dim();
-  const index_t B = local_batch, n = local_positions, R = rows_;
+  const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
+  const index_t Ds = d_shard_, Fs = ffn_shard_;
+  const index_t B = local_batch, n = local_positions, R = rows_, r = chunk_rows_;
 
   wpe_row_ = View1<index_t>("wpe_row", n);
   fill_with_index(wpe_row_);
 
   for (index_t l = 0; l <= model.layers; ++l)
-    residual_.push_back(View2<T>("residual." + std::to_string(l), R, D));
+    residual_.push_back(View2<T>("residual." + std::to_string(l), r, D));
   for (index_t l = 0; l < model.layers; ++l) {
     const std::string p = "blocks." + std::to_string(l) + ".";
     BlockActivations<T> a;
-    a.after_attention = View2<T>(p + "after_attention", R, D);
-    a.ln1_mean = View1<T>(p + "ln1_mean", R);
-    a.ln1_rstd = View1<T>(p + "ln1_rstd", R);
-    a.ln2_mean = View1<T>(p + "ln2_mean", R);
-    a.ln2_rstd = View1<T>(p + "ln2_rstd", R);
+    a.after_attention = View2<T>(p + "after_attention", r, D);
+    a.ln1_mean = View1<T>(p + "ln1_mean", r);
+    a.ln1_rstd = View1<T>(p + "ln1_rstd", r);
+    a.ln2_mean = View1<T>(p + "ln2_mean", r);
+    a.ln2_rstd = View1<T>(p + "ln2_rstd", r);
     a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
     a.lse = View3<T>(p + "lse", B, H, n);
     blocks_.push_back(a);
   }
-  final_mean_ = View1<T>("ln_f_mean", R);
-  final_rstd_ = View1<T>("ln_f_rstd", R);
-  logits_ = View2<T>("logits", R, V);
-  logits_lse_ = View1<T>("logits_lse", R);
-  row_loss_ = View1<double>("row_loss", R);
-  loss_sum_ = kernels::OrderedSum(R);
-  token_rows_ = kernels::TokenRows(V, R);
+  final_mean_ = View1<T>("ln_f_mean", r);
+  final_rstd_ = View1<T>("ln_f_rstd", r);
+  logits_ = View2<T>("logits", r, V);
+  logits_lse_ = View1<T>("logits_lse", r);
+  row_loss_ = View1<double>("row_loss", r);
+  loss_sum_ = kernels::OrderedSum(r);
+  token_rows_ = kernels::TokenRows(V, r);
 
-  qkv_ = View2<T>("qkv", R, 3 * D);
-  normed_ = View2<T>("normed", R, D);
-  arena_ = View1<T>("block_arena", R * std::max(3 * D, F));
+  qkv_ = View2<T>("qkv", R, 3 * Ds);
+  normed_ = View2<T>("normed", r, D);  // r x D = R x Ds: also the merged heads in the backward pass
+  d_residual_ = View2<T>("d_residual", r, D);
+  d_normed_ = View2<T>("d_normed", r, D);
+  all_rows_ = tp.size > 1 ? View2<T>("all_rows", R, D) : normed_;
+  d_all_rows_out_ = tp.size > 1 ? View2<T>("d_all_rows", R, D) : d_residual_;
+  d_all_rows_in_ = tp.size > 1 ? d_all_rows_out_ : d_normed_;
+  arena_ = View1<T>("block_arena", R * std::max(3 * Ds, Fs));
   q_ = View4<T>(arena_.data(), B, H, n, Dh);
-  k_ = View4<T>(arena_.data() + R * D, B, H, n, Dh);
-  v_ = View4<T>(arena_.data() + 2 * R * D, B, H, n, Dh);
-  fc1_out_ = View2<T>(arena_.data(), R, F);
-  d_residual_ = View2<T>("d_residual", R, D);
-  d_normed_ = View2<T>("d_normed", R, D);
-  d_hidden_ = View2<T>("d_hidden", R, F);
+  k_ = View4<T>(arena_.data() + R * Ds, B, H, n, Dh);
+  v_ = View4<T>(arena_.data() + 2 * R * Ds, B, H, n, Dh);
+  fc1_out_ = View2<T>(arena_.data(), R, Fs);
+  d_hidden_ = View2<T>("d_hidden", R, Fs);
   d_q_ = View4<T>("d_q", B, H, n, Dh);
   d_k_ = View4<T>("d_k", B, H, n, Dh);
   d_v_ = View4<T>("d_v", B, H, n, Dh);
   d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
-  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max(3 * D, F));
+  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max({3 * Ds, Fs, D}));
 }
 
 template <class T>
-View2<T> Transformer<T>::merged_rows() const {
-  return View2<T>(qkv_.data(), rows_, model_.d_model);
+View2<T> Transformer<T>::merged_rows(const View2<T>& memory) const {
+  return View2<T>(memory.data(), rows_, d_shard_);
+}
+
+template <class T>
+View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_rows) const {
+  return Kokkos::subview(all_rows, Kokkos::make_pair(first_row_, first_row_ + chunk_rows_));
 }
 
 template <class T>
 void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l) {
-  const index_t D = model_.d_model, F = model_.ffn_width();
-  const BlockTensors<T> w(params.replicated, layout_.block(l), D, F);
+  const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, ffn_shard_);
   BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
   const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
   const View2<T>& x_out = residual_[static_cast<std::size_t>(l + 1)];
 
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
+  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
   attention_phase(timer_, "attention_forward", [&] { attention.forward(q_, k_, v_, a.attention_out, a.lse); });
-  const View2<T> merged = merged_rows();  // qkv_ is consumed: its rows hold the merged heads
+  const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
-  kernels::linear_forward<T>(merged, w.proj_weight, w.proj_bias, normed_);
+  kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
+  tp_.reduce_scatter_rows(all_rows_, normed_, "tensor_parallel.reduce_scatter");
   Kokkos::deep_copy(a.after_attention, x_in);
   kernels::add_inplace<T>(a.after_attention, normed_);
 
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  kernels::linear_forward<T>(normed_, w.fc1_weight, w.fc1_bias, fc1_out_);
+  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
   const View2<T>& gelu_out = d_hidden_;  // a workspace: backward recomputes it
   kernels::gelu_forward<T>(fc1_out_, gelu_out);
-  kernels::linear_forward<T>(gelu_out, w.fc2_weight, w.fc2_bias, normed_);
+  kernels::linear_forward<T>(gelu_out, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
+  tp_.reduce_scatter_rows(all_rows_, normed_, "tensor_parallel.reduce_scatter");
   Kokkos::deep_copy(x_out, a.after_attention);
   kernels::add_inplace<T>(x_out, normed_);
 }
@@ -155,14 +174,15 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<co
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
-  kernels::embedding_forward<T>(inputs, wpe_row_, wte, wpe, residual_[0]);
-  kernels::group_rows_by_token(inputs, token_rows_);
+  const View1<const index_t> chunk_inputs = chunk_of(inputs);
+  kernels::embedding_forward<T>(chunk_inputs, wpe_row_, wte, wpe, residual_[0], first_row_);
+  kernels::group_rows_by_token(chunk_inputs, token_rows_);
   for (index_t l = 0; l < model_.layers; ++l) block_forward(params, l);
   kernels::layer_norm_forward<T>(residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
   kernels::linear_forward<T>(normed_, wte, View1<const T>(), logits_);
-  kernels::cross_entropy_forward<T>(logits_, targets, logits_lse_, row_loss_);
+  kernels::cross_entropy_forward<T>(logits_, chunk_of(targets), logits_lse_, row_loss_);
   return loss_sum_.sum<double>(row_loss_);
 }
 
@@ -170,38 +190,44 @@ template <class T>
 void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
                                     index_t l) {
   // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
-  const index_t D = model_.d_model, F = model_.ffn_width();
-  const BlockTensors<T> w(params.replicated, layout_.block(l), D, F);
-  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, F);
+  const index_t D = model_.d_model;
+  const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
+  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
   BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
   const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
 
   // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
-  // ln2's output (normed_) and fc1's output are recomputed, bitwise as in the
-  // forward pass; gelu(fc1_out) goes into d_hidden_ for dW2, then d_hidden_
-  // becomes dL/d(gelu out).
+  // ln2's output (normed_, gathered into all_rows_) and fc1's output are
+  // recomputed, bitwise as in the forward pass; gelu(fc1_out) goes into
+  // d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  kernels::linear_forward<T>(normed_, w.fc1_weight, w.fc1_bias, fc1_out_);
+  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
   kernels::gelu_forward<T>(fc1_out_, d_hidden_);
-  kernels::linear_backward<T>(d_residual_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight, g.fc2_bias,
-                            column_partials_);
-  kernels::gemm<T>('N', 'N', T(1), d_residual_, w.fc2_weight, T(0), d_hidden_);
+  tp_.gather_rows(d_residual_, d_all_rows_out_, "tensor_parallel.gather");
+  kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
+                              tp_.on_first_rank(g.fc2_bias), column_partials_);
+  kernels::gemm<T>('N', 'N', T(1), d_all_rows_out_, w.fc2_weight, T(0), d_hidden_);
   kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
-  kernels::linear_backward<T>(d_hidden_, normed_, w.fc1_weight, d_normed_, g.fc1_weight, g.fc1_bias,
-                            column_partials_);
+  kernels::linear_backward<T>(d_hidden_, all_rows_, w.fc1_weight, d_all_rows_in_, g.fc1_weight, g.fc1_bias,
+                              column_partials_);
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, "tensor_parallel.reduce_scatter");
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
                                   g.ln2_weight, g.ln2_bias, column_partials_);
 
   // Attention half: after_attention = x_in + proj(attention(qkv(ln1(x_in)))).
-  // The merged attention output goes into normed_ (free), its gradient into
-  // qkv_'s first rows (free until q, k, v are recomputed into the arena).
-  const View2<T> d_merged = merged_rows();
-  kernels::merge_heads<T>(a.attention_out, normed_);
-  kernels::linear_backward<T>(d_residual_, normed_, w.proj_weight, d_merged, g.proj_weight, g.proj_bias,
-                            column_partials_);
+  // The merged attention output goes into normed_'s memory (free; r x D =
+  // R x Ds values), its gradient into qkv_'s first rows (free until q, k, v
+  // are recomputed into the arena).
+  const View2<T> merged = merged_rows(normed_), d_merged = merged_rows(qkv_);
+  kernels::merge_heads<T>(a.attention_out, merged);
+  tp_.gather_rows(d_residual_, d_all_rows_out_, "tensor_parallel.gather");
+  kernels::linear_backward<T>(d_all_rows_out_, merged, w.proj_weight, d_merged, g.proj_weight,
+                              tp_.on_first_rank(g.proj_bias), column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  kernels::linear_forward<T>(normed_, w.qkv_weight, w.qkv_bias, qkv_);
+  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
   attention_phase(timer_, "attention_backward", [&] {
@@ -209,7 +235,9 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   });
   const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
-  kernels::linear_backward<T>(d_qkv, normed_, w.qkv_weight, d_normed_, g.qkv_weight, g.qkv_bias, column_partials_);
+  kernels::linear_backward<T>(d_qkv, all_rows_, w.qkv_weight, d_all_rows_in_, g.qkv_weight, g.qkv_bias,
+                              column_partials_);
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, "tensor_parallel.reduce_scatter");
   kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
                                   g.ln1_bias, column_partials_);
 }
@@ -227,7 +255,7 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   const auto ln_f_weight = vector_at(params.replicated, layout_.ln_f_weight(), D);
   const auto ln_f_bias = vector_at(params.replicated, layout_.ln_f_bias(), D);
   kernels::layer_norm_forward<T>(residual_.back(), ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
-  kernels::cross_entropy_backward<T>(logits_, targets, logits_lse_, loss_scale, logits_);
+  kernels::cross_entropy_backward<T>(logits_, chunk_of(targets), logits_lse_, loss_scale, logits_);
   kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>(), column_partials_);
   Kokkos::deep_copy(d_residual_, T(0));
   kernels::layer_norm_backward<T>(d_normed_, residual_.back(), ln_f_weight, final_mean_, final_rstd_, d_residual_,
@@ -237,7 +265,7 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   for (index_t l = model_.layers - 1; l >= 0; --l) block_backward(params, grads, l);
 
   kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, d_wte,
-                                 matrix_at(grads.sharded, 0, local_positions_, D));
+                                 matrix_at(grads.sharded, 0, local_positions_, D), first_row_);
 }
 
 template <class T>
@@ -266,6 +294,7 @@ std::size_t Transformer<T>::allocated_bytes() const {
   }
   // q_, k_, v_ and fc1_out_ are views into arena_: not counted again.
   for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);
+  if (tp_.size > 1) bytes += (all_rows_.span() + d_all_rows_out_.span()) * sizeof(T);  // else aliases
   bytes += (arena_.span() + final_mean_.span() + final_rstd_.span()) * sizeof(T);
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
   bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(T) + row_loss_.span() * sizeof(double) +

@@ -2,6 +2,11 @@
 // The model of docs/design.md section 1 on this rank's rows (rows = local samples x
 // local positions), forward and backward. All activations are allocated once,
 // here, and reused every step; their size is linear in the local sequence length.
+//
+// With tensor parallelism (tensor_parallel.hpp) the rows are those of the TP
+// group: this rank holds its chunk of them in the LayerNorm and residual
+// regions (residual stream, LayerNorms, the head and the loss) and all of them
+// for its H / tp heads and F / tp FFN units in between.
 #include <memory>
 #include <vector>
 
@@ -12,6 +17,7 @@
 #include "kernels/ordered_sum.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
+#include "model/tensor_parallel.hpp"
 #include "perf/phase_timer.hpp"
 
 namespace miniattn {
@@ -25,21 +31,23 @@ namespace miniattn {
 // its exchanges) runs once forward and once backward.
 template <class T>
 struct BlockActivations {
-  View2<T> after_attention;  // x + attention half: input of ln2 and of the FFN residual
-  View1<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;
-  View4<T> attention_out;  // [B, H, n, Dh]
-  View3<T> lse;            // [B, H, n]
+  View2<T> after_attention;  // [chunk rows, D] x + attention half: input of ln2 and of the FFN residual
+  View1<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [chunk rows]
+  View4<T> attention_out;  // [B, H / tp, n, Dh]
+  View3<T> lse;            // [B, H / tp, n]
 };
 
 template <class T>
 class Transformer {
  public:
-  // attention: one strategy per layer (each keeps what its backward pass needs).
+  // attention: one strategy per layer (each keeps what its backward pass needs)
+  // over this rank's H / tp heads.
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch, index_t local_positions,
-              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention);
+              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention, const TensorParallelGroup& tp = {});
 
-  // Runs the model on this rank's inputs; returns the SUM of the cross-entropy
-  // over local rows (the caller divides by the global token count).
+  // Runs the model on the group's inputs and targets (all rows); returns the
+  // SUM of the cross-entropy over this rank's chunk of rows (the caller sums
+  // over ranks and divides by the global token count).
   double forward(const ParameterBuffers<T>& params, const View1<const index_t>& inputs,
                  const View1<const index_t>& targets);
 
@@ -49,7 +57,8 @@ class Transformer {
                 const View1<const index_t>& targets, T loss_scale);
 
   index_t rows() const { return rows_; }
-  // Output of block l ([rows, D]); l = layers - 1 is the input of ln_f.
+  index_t chunk_rows() const { return chunk_rows_; }
+  // Output of block l ([chunk rows, D]); l = layers - 1 is the input of ln_f.
   View2<const T> block_output(index_t l) const { return residual_[static_cast<std::size_t>(l + 1)]; }
   View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
   const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
@@ -70,13 +79,17 @@ class Transformer {
  private:
   void block_forward(const ParameterBuffers<T>& params, index_t l);
   void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t l);
-  // [R, D] over qkv_'s first R x D values: merged heads (forward) or their gradient (backward).
-  View2<T> merged_rows() const;
+  // [R, D / tp] over the first R x D / tp values of `memory`: merged heads or their gradient.
+  View2<T> merged_rows(const View2<T>& memory) const;
+  // This rank's chunk of the group's inputs or targets.
+  View1<const index_t> chunk_of(const View1<const index_t>& all_rows) const;
 
   ModelConfig model_;
   PhaseTimer* timer_ = nullptr;
   const ParameterLayout& layout_;
-  index_t local_batch_, local_positions_, rows_;
+  TensorParallelGroup tp_;
+  index_t local_batch_, local_positions_, rows_, chunk_rows_, first_row_;
+  index_t d_shard_, ffn_shard_;  // this rank's D / tp attention columns and F / tp FFN units
   std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
 
   View1<index_t> wpe_row_;         // local wpe row of each local position (identity)
@@ -91,15 +104,19 @@ class Transformer {
 
   // Workspaces shared by all blocks, each reused in both passes (forward and
   // backward never overlap); what each holds when is spelled out in block_forward
-  // and block_backward.
-  View2<T> qkv_;      // [R, 3D]: QKV projection; its first R x D: merged attention output / its gradient; d_qkv
-  View2<T> normed_;   // [R, D]: a LayerNorm output (ln1, ln2, ln_f) or a projection output
-  View1<T> arena_;    // R x max(3D, F): q, k, v (attention half) or fc1's output (FFN half)
+  // and block_backward. R: all rows, r: the chunk (R with tp = 1); Ds = D / tp, Fs = F / tp.
+  View2<T> qkv_;      // [R, 3 Ds]: QKV projection; its first R x Ds: merged attention output / its gradient; d_qkv
+  View2<T> normed_;   // [r, D]: a LayerNorm output (ln1, ln2, ln_f) or a projection output
+  View2<T> all_rows_;  // [R, D]: normed_ gathered, or a row-parallel partial output (normed_ with tp = 1)
+  View2<T> d_all_rows_out_, d_all_rows_in_;  // [R, D]: d_residual_ gathered / a column-parallel partial
+                                             // input gradient: one buffer (with tp = 1: d_residual_, d_normed_)
+  View1<T> arena_;    // R x max(3 Ds, Fs): q, k, v (attention half) or fc1's output (FFN half)
   View4<T> q_, k_, v_;  // views into arena_
   View2<T> fc1_out_;    // view into arena_
-  View2<T> d_residual_, d_normed_, d_hidden_;  // d_hidden_ also holds gelu outputs in both passes
+  View2<T> d_residual_, d_normed_;  // [r, D]
+  View2<T> d_hidden_;               // [R, Fs]; also holds gelu outputs in both passes
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;
-  View2<T> column_partials_;  // [column_sum_chunks(R), max(3D, F)]: bias and LayerNorm gradient sums
+  View2<T> column_partials_;  // [column_sum_chunks(R), max(3 Ds, Fs, D)]: bias and LayerNorm gradient sums
 };
 
 }  // namespace miniattn

@@ -18,18 +18,25 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   const ModelConfig& m = in.model;
   const double s = static_cast<double>(in.scalar_bytes);
   const double b = static_cast<double>(m.batch / in.dp), n = static_cast<double>(m.seq_len / in.sp);
-  const double D = static_cast<double>(m.d_model), H = static_cast<double>(m.heads);
+  const double t = in.tp, D = static_cast<double>(m.d_model), H = static_cast<double>(m.heads) / t;
   const double L = static_cast<double>(m.layers);
-  const double X = b * n * D * s;
+  const double X = b * n * D / t * s;
   const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
 
   std::map<std::string, double> bytes;
+  const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
   if (in.world_size > 1) {
-    bytes["gradients.replicated"] = static_cast<double>(in.replicated_parameters) * s;
+    bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * s;
     bytes["loss"] = sizeof(double);
   }
-  if (in.dp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
-  if (in.sp > 1) bytes["grad_norm"] = sizeof(double);
+  if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * s;
+  if (in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
+  if (in.sp > 1 || in.tp > 1) bytes["grad_norm"] = sizeof(double) * ((in.sp > 1) + (in.tp > 1));
+  if (in.tp > 1) {
+    const double chunk = (t - 1) * b * n * D / t * s;
+    bytes["tensor_parallel.gather"] = L * 6 * chunk;
+    bytes["tensor_parallel.reduce_scatter"] = L * 4 * chunk;
+  }
 
   if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
     add_ring(bytes, "ring", P, X, L);

@@ -1,14 +1,21 @@
 #pragma once
 // Analytic bytes one rank hands to MPI per training step (payload sent to
 // other ranks), by strategy. With P = sp ranks, U = Ulysses degree, G = P / U
-// ring ranks, b = local batch, n = N / P local positions, s = sizeof(scalar),
-// X = b n D s the bytes of one local [b, H, n, Dh] tensor, per layer:
+// ring ranks, t = tp ranks, b = local batch, n = N / P local positions,
+// s = sizeof(scalar), X = b n (D / t) s the bytes of one local [b, H / t, n, Dh]
+// tensor, per layer:
 //   ring (G = P):    forward 2 (G-1) X;           backward 2 (G-1) X + 2 G X  (G > 1)
 //   rsa:             forward 2 (P-1) X;           backward 2 (P-1) X + 2 P X  (P > 1)
-//   ulysses/hybrid:  forward (4 X + b H n s)(U-1)/U + ring over G ranks;
+//   ulysses/hybrid:  forward (4 X + b (H/t) n s)(U-1)/U + ring over G ranks;
 //                    backward 4 X (U-1)/U + ring over G ranks
-// plus, per step: the replicated gradients (all ranks > 1), the wpe rows
-// (dp > 1), the loss (ranks > 1) and the wpe share of the gradient norm (sp > 1).
+//   tensor parallel: 6 all-gathers (2 forward, 4 backward: two recomputed
+//                    LayerNorm outputs, two output gradients) and 4
+//                    reduce-scatters (2 + 2) of the [b n / t, D] chunk, each
+//                    sending (t-1) b n D s / t  (t > 1)
+// plus, per step: the gradients of the tensors whole on every rank (ranks > 1),
+// of the tensor-parallel shards (dp sp > 1, with t > 1), of the wpe rows
+// (dp t > 1), the loss (ranks > 1) and the gradient norm's shares of wpe
+// (sp > 1) and of the shards (t > 1).
 #include <cstdint>
 #include <map>
 #include <string>
@@ -20,9 +27,10 @@ namespace miniattn {
 struct ExchangeModelInput {
   ModelConfig model;
   Strategy strategy = Strategy::local;
-  int world_size = 1, dp = 1, sp = 1, ulysses = 1;
+  int world_size = 1, dp = 1, tp = 1, sp = 1, ulysses = 1;
   std::size_t scalar_bytes = 8;
-  std::int64_t replicated_parameters = 0;
+  std::int64_t replicated_parameters = 0;       // on this rank, tensor-parallel shards included
+  std::int64_t tensor_parallel_parameters = 0;  // of those, the shards
   std::int64_t local_wpe_parameters = 0;
 };
 

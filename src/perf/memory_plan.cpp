@@ -21,12 +21,15 @@ std::size_t MemoryPlan::total() const {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ModelConfig& m = in.model;
-  const std::size_t s = in.scalar_bytes, ib = sizeof(index_t);
+  const std::size_t s = in.scalar_bytes, ib = sizeof(index_t), tp = static_cast<std::size_t>(in.tp);
   const std::size_t b = static_cast<std::size_t>(m.batch / in.dp), n = static_cast<std::size_t>(m.seq_len / in.sp);
-  const std::size_t D = static_cast<std::size_t>(m.d_model), F = static_cast<std::size_t>(m.ffn_width());
-  const std::size_t V = static_cast<std::size_t>(m.vocab), H = static_cast<std::size_t>(m.heads);
+  const std::size_t D = static_cast<std::size_t>(m.d_model), V = static_cast<std::size_t>(m.vocab);
   const std::size_t L = static_cast<std::size_t>(m.layers), N = static_cast<std::size_t>(m.seq_len);
-  const std::size_t R = b * n, U = static_cast<std::size_t>(in.ulysses), G = static_cast<std::size_t>(in.sp) / U;
+  // This rank's share: heads, attention columns and FFN units over TP.
+  const std::size_t H = static_cast<std::size_t>(m.heads) / tp, Da = D / tp;
+  const std::size_t F = static_cast<std::size_t>(m.ffn_width()) / tp;
+  const std::size_t R = b * n, r = R / tp, U = static_cast<std::size_t>(in.ulysses);
+  const std::size_t G = static_cast<std::size_t>(in.sp) / U;
 
   MemoryPlan plan;
   const std::size_t parameters = static_cast<std::size_t>(in.replicated_parameters) + n * D;
@@ -38,34 +41,35 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // attention output, LayerNorm statistics, log-sum-exp), the residual stream,
   // the head (ln_f statistics, logits), and workspaces shared by all blocks
   // (qkv, normed, the q/k/v-or-fc1 arena, d_residual, d_normed, d_hidden,
-  // dq/dk/dv/d_attention_out).
+  // dq/dk/dv/d_attention_out, and with tp > 1 the gathered rows and their gradient).
   // The head saves ln_f statistics, logits, their row log-sum-exp and each
   // row's loss (double). Reductions in a fixed order need workspaces: column
   // partial sums (kernels/reduction.hpp), the ordered sums of the loss and of
   // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
   // (kernels/embedding.hpp).
-  const std::size_t per_block = (2 * R * D + 4 * R + R * H) * s;
-  plan.parts["activations"] = L * per_block + (L + 1) * R * D * s + (3 * R + R * V) * s + R * sizeof(double);
-  plan.parts["workspaces"] = (3 * R * D + R * D + R * std::max(3 * D, F) + 2 * R * D + R * F + 4 * R * D) * s;
+  const std::size_t per_block = (r * D + R * Da + 4 * r + R * H) * s;
+  plan.parts["activations"] = L * per_block + (L + 1) * r * D * s + (3 * r + r * V) * s + r * sizeof(double);
+  plan.parts["workspaces"] = (3 * R * Da + r * D + R * std::max(3 * Da, F) + 2 * r * D + R * F + 4 * R * Da +
+                              (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
-  plan.parts["reduction workspaces"] = chunks * std::max(3 * D, F) * s + ordered_sum_bytes(R) +
-                                       ordered_sum_bytes(std::max(parameters - n * D, n * D)) + (V + 1 + 2 * R) * ib;
+  plan.parts["reduction workspaces"] = chunks * std::max({3 * Da, F, D}) * s + ordered_sum_bytes(r) +
+                                       ordered_sum_bytes(std::max(parameters - n * D, n * D)) + (V + 1 + 2 * r) * ib;
 
   // Attention strategies, one per layer, plus the ring workspace they share.
   std::size_t attention = 0;
   if (in.strategy == Strategy::rsa) {
-    attention = L * (R * H * N + R * H + 8 * R * D) * s;
+    attention = L * (R * H * N + R * H + 8 * R * Da) * s;
   } else {
     // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
     // of the backward kernel, and the travelling K/V/dK/dV double buffers.
     const std::size_t ring_rows = U * n, transposed_row = static_cast<std::size_t>(
                                              kernels::transposed_keys_row(static_cast<index_t>(ring_rows)));
-    attention = 2 * R * H * s + 2 * b * (H / U) * (D / H) * transposed_row * s + (G > 1 ? 8 * R * D * s : 0);
+    attention = 2 * R * H * s + 2 * b * (H / U) * (D / m.heads) * transposed_row * s + (G > 1 ? 8 * R * Da * s : 0);
     if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
-      attention += L * (2 * R * D + 8 * R * D + R * H) * s;  // all-to-all buffers, head-split tensors
+      attention += L * (2 * R * Da + 8 * R * Da + R * H) * s;  // all-to-all buffers, head-split tensors
   }
   plan.parts["attention"] = attention;
   return plan;

@@ -4,9 +4,12 @@
 // the amount it needs. The driver compares the plan with what the objects
 // really allocated (they must agree exactly; a test holds that).
 //
-// With R = (batch / dp) * (N / sp) local rows, activation memory is linear in
-// R for every strategy but rsa, whose (N / sp) x N score rows are its
-// defining cost.
+// With R = (batch / dp) * (N / sp) rows per TP group, activation memory is
+// linear in R for every strategy but rsa, whose (N / sp) x N score rows are
+// its defining cost. Tensor parallelism divides all of it by tp: the residual
+// stream and LayerNorm regions hold R / tp rows (Megatron sequence
+// parallelism), the attention and FFN regions H / tp heads and F / tp units;
+// it adds two [R, D] exchange buffers.
 #include <cstddef>
 #include <map>
 #include <string>
@@ -24,9 +27,9 @@ struct MemoryPlanInput {
   ModelConfig model;
   Strategy strategy = Strategy::local;
   OptimizerKind optimizer = OptimizerKind::adamw;
-  int dp = 1, sp = 1, ulysses = 1;
+  int dp = 1, tp = 1, sp = 1, ulysses = 1;
   std::size_t scalar_bytes = 8;
-  std::int64_t replicated_parameters = 0;
+  std::int64_t replicated_parameters = 0;  // on this rank (tensor-parallel shards included)
 };
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);

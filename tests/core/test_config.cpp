@@ -106,17 +106,26 @@ std::vector<BadDeck> bad_decks() {
       {"batch_divisible_by_dp", "parallel:\n  dp: 2\nmodel:\n  batch: 3\n", {}, 2,
        {"model.batch: must be divisible by parallel.dp (3 % 2 != 0)"}},
       {"local_needs_sp_1", "parallel:\n  strategy: local\n", {}, 2,
-       {"parallel.strategy: 'local'", "sp = 2 ranks / parallel.dp 1 = 2", "use parallel.dp = 2", "sequence-parallel strategy"}},
+       {"parallel.strategy: 'local'", "sp = 2 ranks / (parallel.dp 1 x parallel.tp 1) = 2",
+        "use parallel.dp x parallel.tp = 2", "sequence-parallel strategy"}},
       {"contiguous_seq_len", "parallel:\n  strategy: ring\nmodel:\n  seq_len: 255\n", {}, 2,
        {"model.seq_len: must be divisible by sp for parallel.layout contiguous", "255 % 2 != 0"}},
       {"zigzag_seq_len", "parallel:\n  strategy: ring\n  layout: zigzag\nmodel:\n  seq_len: 12\n", {}, 4,
        {"model.seq_len: must be divisible by 2 * sp for parallel.layout zigzag", "12 % 8 != 0"}},
       {"ulysses_heads", "parallel:\n  strategy: ulysses\nmodel:\n  heads: 4\n", {}, 8,
-       {"model.heads: must be divisible by sp for parallel.strategy ulysses", "4 % 8 != 0"}},
+       {"model.heads: must be divisible by sp x parallel.tp for parallel.strategy ulysses",
+        "model.heads = 4, not divisible by 8"}},
       {"hybrid_degree_divides_sp", "parallel:\n  strategy: hybrid\n  ulysses_degree: 3\n", {}, 4,
        {"parallel.ulysses_degree: must divide sp", "4 % 3 != 0"}},
       {"hybrid_heads", "parallel:\n  strategy: hybrid\n  ulysses_degree: 4\nmodel:\n  heads: 2\n", {}, 4,
-       {"model.heads: must be divisible by parallel.ulysses_degree", "2 % 4 != 0"}},
+       {"model.heads: must be divisible by parallel.ulysses_degree", "model.heads = 2, not divisible by 4"}},
+      {"tp_divides_heads", "parallel:\n  tp: 2\nmodel:\n  heads: 3\n  d_model: 48\n", {}, 2,
+       {"parallel.tp: must divide model.heads", "3 % 2 != 0"}},
+      {"tp_divides_ranks", "parallel:\n  tp: 2\n", {}, 3, {"parallel.tp: must divide the ranks", "3 ranks"}},
+      {"tp_divides_rows", "parallel:\n  tp: 4\nmodel:\n  seq_len: 6\n", {}, 4,
+       {"parallel.tp: must divide the rows", "6 % 4 != 0"}},
+      {"tp_ulysses_heads", "parallel:\n  strategy: ulysses\n  tp: 2\nmodel:\n  heads: 4\n", {}, 8,
+       {"model.heads: must be divisible by sp x parallel.tp", "model.heads / parallel.tp = 2, not divisible by 4"}},
       {"lr_zero", "train:\n  lr: 0\n", {}, 1, {"train.lr: must be > 0, got 0.0"}},
       {"lr_negative", "train:\n  lr: -0.1\n", {}, 1, {"train.lr: must be > 0, got -0.1"}},
       {"weight_decay_negative", "train:\n  weight_decay: -0.01\n", {}, 1, {"train.weight_decay: must be >= 0"}},
@@ -580,11 +589,13 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
           }
         },
         field.ref);
+    if (field.name() == "parallel.tp") c.model.heads = 6;  // tp 2 needs an even head count
     if (field.name() == "parallel.strategy" || field.name() == "parallel.comm") continue;  // only one valid value
     EXPECT_NE(c, before) << field.name();
     const std::string yaml = config_to_yaml(c);
     Config back;
-    EXPECT_NO_THROW(back = parse_config_text(yaml, {}, static_cast<int>(c.parallel.dp))) << field.name() << "\n" << yaml;
+    const int world = static_cast<int>(c.parallel.dp * c.parallel.tp);
+    EXPECT_NO_THROW(back = parse_config_text(yaml, {}, world)) << field.name() << "\n" << yaml;
     EXPECT_EQ(back, c) << field.name() << "\n" << yaml;
   }
 }

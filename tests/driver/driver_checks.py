@@ -19,8 +19,9 @@ non-zero with a message when the check fails:
                      one thread within 1e-10; repeat and restart on 2 threads are bitwise
   bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
                      reference, the NaN guard's cost, ring overlap and the memory plan
-  sequence_parallel  a strategy on R ranks (dp x sp) equals the 1-rank run: loss curve,
-                     parameters and gradients within 1e-10, causal and not, both layouts
+  sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
+                     parameters and gradients within 1e-10, causal and not, both layouts;
+                     measured bytes equal the model and the memory plan the allocations
 
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
 """
@@ -188,6 +189,12 @@ BAD_SETTINGS = [
     (1, ["model.d_model=0"], "model.d_model"),
     (1, ["model.d_model=1.5"], "model.d_model"),
     (1, ["model.heads=5"], "model.heads"),
+    (1, ["parallel.tp=0"], "parallel.tp"),
+    (2, ["parallel.tp=2"], "parallel.tp"),  # 3 heads
+    (3, ["parallel.tp=2", "model.heads=6"], "parallel.tp"),  # 3 ranks
+    (2, ["parallel.tp=2", "model.heads=6", "model.ffn=33"], "parallel.tp"),
+    (4, ["parallel.tp=4", "model.heads=12", "model.batch=1", "model.seq_len=22"], "parallel.tp"),  # 22 rows
+    (4, ["parallel.strategy=ulysses", "parallel.tp=2", "model.heads=6"], "model.heads"),  # 3 heads per TP rank
     (1, ["parallel.layout=zigzag", "model.seq_len=21"], "model.seq_len"),
     (1, ["model.heads=0"], "model.heads"),
     (1, ["model.ffn=-1"], "model.ffn"),
@@ -346,7 +353,7 @@ def compare_losses(a, b, rtol):
     return err
 
 
-def sequence_parallel(c, strategy, ranks, dp, ulysses):
+def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
         f.write(SP_DECK)
@@ -357,9 +364,10 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses):
             ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
             sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
                                 f"parallel.layout={layout}", f"parallel.dp={dp}",
-                                f"parallel.ulysses_degree={ulysses}", deck=deck))
-            if sp["sp"] != ranks // dp or sp["strategy"] != strategy:
-                fail(f"ran as sp={sp['sp']} strategy={sp['strategy']}, expected sp={ranks // dp} {strategy}")
+                                f"parallel.ulysses_degree={ulysses}", f"parallel.tp={tp}", deck=deck))
+            expected = (ranks // (dp * tp), tp, strategy)
+            if (sp["sp"], sp["tp"], sp["strategy"]) != expected:
+                fail(f"ran as sp={sp['sp']} tp={sp['tp']} strategy={sp['strategy']}, expected {expected}")
             loss_err = compare_losses(ref, sp, 1e-10)
             worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
             memory = sp["memory"]
@@ -368,7 +376,7 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses):
             measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
             if measured != modelled:
                 fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
-            print(f"{strategy} on {ranks} ranks (dp {dp}, U {ulysses}), causal={causal}, {layout}: "
+            print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), causal={causal}, {layout}: "
                   f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
 
@@ -392,15 +400,23 @@ def checkpoint_restart(c):
                 if not np.array_equal(a[group][name][()], b[group][name][()]):
                     fail(f"final {group}/{name} differs after restart")
     print("restart on the same 2 ranks: losses, snapshot and final checkpoint bitwise identical")
-    # Other rank counts and layouts: equal within rounding.
-    for ranks, sets in ((1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
-                        (4, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
-                        (4, ["parallel.strategy=ring", "parallel.dp=2"])):
-        tag = f"np{ranks}-{sets[0].split('=')[1]}"
+    # Other rank counts, layouts and tensor parallelism: equal within rounding.
+    for i, (ranks, sets) in enumerate(((1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
+                                       (4, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
+                                       (4, ["parallel.strategy=ring", "parallel.dp=2"]),
+                                       (2, ["parallel.strategy=local", "parallel.tp=2"]),
+                                       (4, ["parallel.strategy=ring", "parallel.tp=2"]))):
+        tag = f"restart-{i}"
         c.run(ranks, "train.steps=6", "io.restart=ck3.h5", f"io.snapshot={tag}.h5", "io.snapshot_step=5", *sets,
               deck=deck)
         worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
         print(f"checkpoint of 2 ranks (ring, zigzag) restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    # A checkpoint written by tensor-parallel shards (dp 1 x tp 2 x sp 2) restarts on one rank.
+    c.run(4, *base[:2], "parallel.tp=2", "train.steps=3", "io.checkpoint=ck3_tp.h5", deck=deck)
+    c.run(1, "train.steps=6", "io.restart=ck3_tp.h5", "io.snapshot=from_tp.h5", "io.snapshot_step=5",
+          "parallel.strategy=local", deck=deck)
+    worst = compare_snapshots(c.path("whole.h5"), c.path("from_tp.h5"), 1e-10)
+    print(f"checkpoint of 4 ranks (tp 2 x ring 2) restarted on 1 rank: {worst:.1e}")
     # SIGKILL in the middle of writing the step-4 checkpoint: the step-3 one survives and restarts.
     env = dict(os.environ, MINIATTN_FAULT_KILL_IN_CHECKPOINT="4")
     cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
@@ -569,13 +585,14 @@ def main():
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
+    p.add_argument("--tp", type=int, default=1, help="for sequence_parallel (tensor parallelism)")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"miniattn-{a.check}-") as scratch:
         c = Check(os.path.abspath(a.miniattn), a.mpiexec, scratch)
         if a.check == "learns":
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
-            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses)
+            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp)
         else:
             globals()[a.check](c)
     print(f"{a.check}: PASSED")
