@@ -20,6 +20,7 @@ StepConfig deck_step_config(const Config& c) {
   s.layout = c.parallel.layout;
   s.optimizer = c.train.optimizer;
   s.dp = static_cast<int>(c.parallel.dp);
+  s.tp = static_cast<int>(c.parallel.tp);
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
   // Tiles given as 0 are the ones this build would choose.
   const kernels::AttentionBlocking tiles = c.model.precision == Precision::fp32
@@ -33,7 +34,7 @@ StepConfig deck_step_config(const Config& c) {
 // The deck's decomposition on the ranks of this run.
 StepConfig own_step_config(const StepConfig& deck, int world_size) {
   StepConfig own = deck;
-  own.sp = world_size / own.dp;
+  own.sp = world_size / (own.dp * own.tp);
   if (own.strategy == Strategy::ulysses) own.ulysses = own.sp;
   else if (own.strategy != Strategy::hybrid) own.ulysses = 1;
   return own;
@@ -53,7 +54,7 @@ MachineDescription deck_machine(const Config& c) {
 }
 
 nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
-  nlohmann::json j = {{"dp", c.dp}, {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
+  nlohmann::json j = {{"dp", c.dp}, {"tp", c.tp}, {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
   if (!p.valid) {
     j["problem"] = p.problem;
     return j;
@@ -92,10 +93,12 @@ nlohmann::json strategy_table(const MachineDescription& machine, const StepConfi
       config.model.seq_len = seq_len;
       const std::vector<StrategyChoice> choices = predict_strategies(machine, config, static_cast<int>(ranks));
       const int best = best_strategy(choices);
-      nlohmann::json row = {{"ranks", ranks}, {"seq_len", seq_len}, {"dp", choices[1].config.dp}};
+      // dp and tp of the sequence-parallel strategies (each choice has its own in its entry).
+      nlohmann::json row = {
+          {"ranks", ranks}, {"seq_len", seq_len}, {"dp", choices[1].config.dp}, {"tp", choices[1].config.tp}};
       for (const StrategyChoice& choice : choices)
-        row["strategies"][to_string(choice.config.strategy)] = brief_json(choice.config, choice.prediction);
-      row["best"] = best < 0 ? nlohmann::json(nullptr) : nlohmann::json(to_string(choices[best].config.strategy));
+        row["strategies"][choice.name] = brief_json(choice.config, choice.prediction);
+      row["best"] = best < 0 ? nlohmann::json(nullptr) : nlohmann::json(choices[best].name);
       rows.push_back(row);
     }
   }
@@ -109,7 +112,7 @@ nlohmann::json longest_table(const MachineDescription& machine, const StepConfig
   for (std::int64_t ranks = 1; ranks <= max_ranks; ranks *= 2) {
     nlohmann::json row = {{"ranks", ranks}, {"strategies", nlohmann::json::object()}};
     for (const StrategyChoice& choice : predict_strategies(machine, deck, static_cast<int>(ranks)))
-      row["strategies"][to_string(choice.config.strategy)] = longest_fitting_seq_len(machine, choice.config);
+      row["strategies"][choice.name] = longest_fitting_seq_len(machine, choice.config);
     rows.push_back(row);
   }
   return rows;
@@ -134,27 +137,31 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               m.causal ? "causal" : "non-causal", to_string(c.parallel.layout));
   std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; '-': not possible)\n",
               memory.c_str());
-  std::printf("%7s %4s %10s", "ranks", "dp", "seq_len");
-  for (const Strategy s : kPredictedStrategies) std::printf(" | %-26s", to_string(s));
+  std::printf("miniattn: dp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / dp\n",
+              kTensorParallelChoice);
+  std::printf("%7s %4s %4s %10s", "ranks", "dp", "tp", "seq_len");
+  for (const char* name : kPredictedChoices) std::printf(" | %-26s", name);
   std::printf(" | best\n");
   for (const nlohmann::json& row : result.at("predictions")) {
-    std::printf("%7lld %4d %10lld", row.at("ranks").get<long long>(), row.at("dp").get<int>(),
-                row.at("seq_len").get<long long>());
-    for (const Strategy s : kPredictedStrategies) std::printf(" | %-26s", cell(row.at("strategies").at(to_string(s))).c_str());
+    std::printf("%7lld %4d %4d %10lld", row.at("ranks").get<long long>(), row.at("dp").get<int>(),
+                row.at("tp").get<int>(), row.at("seq_len").get<long long>());
+    for (const char* name : kPredictedChoices) std::printf(" | %-26s", cell(row.at("strategies").at(name)).c_str());
     std::printf(" | %s\n", row.at("best").is_null() ? "none fits" : row.at("best").get<std::string>().c_str());
   }
-  std::printf("miniattn: longest seq_len whose planned memory fits in %s per rank (multiples of 2 sp)\n", memory.c_str());
+  std::printf("miniattn: longest seq_len whose planned memory fits in %s per rank (multiples of 2 sp whose rows "
+              "divide over tp)\n", memory.c_str());
   std::printf("%7s", "ranks");
-  for (const Strategy s : kPredictedStrategies) std::printf(" | %12s", to_string(s));
+  for (const char* name : kPredictedChoices) std::printf(" | %15s", name);
   std::printf("\n");
   for (const nlohmann::json& row : result.at("longest_seq_len")) {
     std::printf("%7lld", row.at("ranks").get<long long>());
-    for (const Strategy s : kPredictedStrategies) std::printf(" | %12lld", row.at("strategies").at(to_string(s)).get<long long>());
+    for (const char* name : kPredictedChoices) std::printf(" | %15lld", row.at("strategies").at(name).get<long long>());
     std::printf("\n");
   }
   const nlohmann::json& own = result.at("prediction_for_deck");
-  std::printf("miniattn: this deck on %d ranks (%s, dp %d x sp %d, N=%lld): %s\n", own.at("ranks").get<int>(),
-              own.at("strategy").get<std::string>().c_str(), own.at("dp").get<int>(), own.at("sp").get<int>(),
+  std::printf("miniattn: this deck on %d ranks (%s, dp %d x tp %d x sp %d, N=%lld): %s\n", own.at("ranks").get<int>(),
+              own.at("strategy").get<std::string>().c_str(), own.at("dp").get<int>(), own.at("tp").get<int>(),
+              own.at("sp").get<int>(),
               own.at("seq_len").get<long long>(),
               own.at("valid").get<bool>() ? cell(own).c_str() : own.at("problem").get<std::string>().c_str());
   std::fflush(stdout);

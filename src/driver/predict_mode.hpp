@@ -4,9 +4,11 @@
 //
 // predict: reads run.machine and prints, for rank counts 1, 2, 4, ... up to
 // run.predict_max_ranks and each of run.predict_seq_lens, every strategy's
-// predicted step seconds and memory per rank and the best strategy (fastest
-// that fits); the result JSON holds every prediction, plus
-// `prediction_for_deck`: the deck's own strategy and dp on the ranks it runs on.
+// predicted step seconds and memory per rank (with the deck's parallel.tp where
+// it divides the ranks, plus pure tensor parallelism, "tensor_parallel") and the
+// best choice (fastest that fits); the result JSON holds every prediction, each
+// with its dp, tp and sp, plus `prediction_for_deck`: the deck's own strategy,
+// dp and tp on the ranks it runs on.
 // No Kokkos work and no communication: one rank answers in well under a second.
 //
 // calibrate: measures this machine (GEMM, attention and elementwise rates with

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 
@@ -227,7 +228,9 @@ MachineDescription MachineDescription::shared_by(std::int64_t active) const {
 
 // ---------------------------------------------------------------- sizes
 
-std::int64_t replicated_parameter_count(const ModelConfig& m) { return ParameterLayout(m, 0).replicated_size(); }
+std::int64_t replicated_parameter_count(const ModelConfig& m, int tp) {
+  return ParameterLayout(m, 0, tp, 0).replicated_size();
+}
 
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block) {
   if (chunk <= 0) return 0.0;
@@ -246,18 +249,23 @@ double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, st
 
 // ---------------------------------------------------------------- decompositions
 
+// The deck validator itself judges a decomposition, so that predict marks
+// invalid exactly what a run would refuse, with the same message.
 std::string step_config_problem(const StepConfig& c) {
-  const ModelConfig& m = c.model;
-  const std::string sp_text = " (sp = " + std::to_string(c.sp) + ")";
-  if (c.dp < 1 || c.sp < 1) return "dp and sp must be >= 1";
-  if (m.batch % c.dp != 0) return "model.batch " + std::to_string(m.batch) + " is not divisible by dp " + std::to_string(c.dp);
-  if (c.strategy == Strategy::local) return c.sp != 1 ? "local needs sp == 1" + sp_text : "";
-  if (c.layout == Layout::zigzag && m.seq_len % (2 * c.sp) != 0) return "seq_len is not divisible by 2 sp" + sp_text;
-  if (c.layout != Layout::zigzag && m.seq_len % c.sp != 0) return "seq_len is not divisible by sp" + sp_text;
-  if (c.strategy == Strategy::ulysses && m.heads % c.sp != 0) return "heads " + std::to_string(m.heads) + " not divisible by sp" + sp_text;
-  if (c.strategy == Strategy::hybrid) {
-    if (c.ulysses < 1 || c.sp % c.ulysses != 0) return "ulysses degree does not divide sp" + sp_text;
-    if (m.heads % c.ulysses != 0) return "heads not divisible by the ulysses degree " + std::to_string(c.ulysses);
+  if (c.dp < 1 || c.tp < 1 || c.sp < 1) return "dp, tp and sp must be >= 1";
+  Config deck;
+  deck.model = c.model;
+  deck.parallel.strategy = c.strategy;
+  deck.parallel.layout = c.layout;
+  deck.parallel.dp = c.dp;
+  deck.parallel.tp = c.tp;
+  deck.parallel.ulysses_degree = c.strategy == Strategy::hybrid ? c.ulysses : 1;  // ulysses: sp, implied
+  deck.train.optimizer = c.optimizer;
+  deck.run.mode = RunMode::predict;
+  try {
+    validate_config(deck, c.world_size());
+  } catch (const InputError& e) {
+    return e.what();
   }
   return "";
 }
@@ -265,30 +273,42 @@ std::string step_config_problem(const StepConfig& c) {
 namespace {
 
 // Where the partners of each exchange sit (world ranks r share node r / rpn;
-// SP groups are consecutive world ranks; Ulysses groups consecutive SP ranks).
+// world rank = (dp index x sp + sp index) x tp + tp index, docs/design.md 3.1:
+// TP groups are consecutive ranks, SP groups ranks at stride tp, Ulysses groups
+// consecutive SP ranks).
 struct Placement {
   bool ring_inter = false;       // some ring hop crosses nodes
   double ulysses_off_node = 0;   // worst rank: fraction of its Ulysses peers on other nodes
   bool world_inter = false;      // the world spans several nodes
-  bool dp_inter = false;         // a DP group spans several nodes
   bool sp_inter = false;         // an SP group spans several nodes
+  bool tp_inter = false;         // a TP group spans several nodes
+  bool position_inter = false;   // a position group (DP x TP, the replicas of a wpe row) does
+  bool shard_inter = false;      // a shard group (DP x SP, one TP index) does
 };
 
-bool range_spans_nodes(std::int64_t first, std::int64_t count, std::int64_t rpn) {
-  return count > 1 && first / rpn != (first + count - 1) / rpn;
+// Whether any of `groups` groups spans nodes, group g's ranks lying in
+// [first(g), last(g)]: a group is on one node iff its lowest and highest ranks are.
+template <class First, class Last>
+bool some_group_spans(std::int64_t groups, First first, Last last, std::int64_t rpn) {
+  for (std::int64_t g = 0; g < groups; ++g)
+    if (first(g) / rpn != last(g) / rpn) return true;
+  return false;
 }
 
-// Over the Ulysses groups [start, start + U) that span nodes: the largest
-// fraction of a member's peers on other nodes (the member with the smallest share of its node).
-double ulysses_off_node(std::int64_t world, std::int64_t U, std::int64_t rpn) {
+// Over the Ulysses groups (U SP ranks, world ranks at stride tp) that span
+// nodes: the largest fraction of a member's peers on other nodes (the member
+// with the smallest share of its node).
+double ulysses_off_node(const StepConfig& c, std::int64_t rpn) {
+  const std::int64_t U = c.ulysses, tp = c.tp, rings = c.sp / std::max(c.ulysses, 1);
   double worst = 0;
-  for (std::int64_t start = 0; U > 1 && start < world; start += U) {
-    if (!range_spans_nodes(start, U, rpn)) continue;
+  for (std::int64_t g = 0; U > 1 && g < c.world_size() / U; ++g) {  // g = (dp index, Ulysses group, tp index)
+    const std::int64_t first = ((g / (tp * rings)) * c.sp + ((g / tp) % rings) * U) * tp + g % tp;
+    if (first / rpn == (first + (U - 1) * tp) / rpn) continue;
     std::int64_t smallest = U;
-    for (std::int64_t r = start; r < start + U;) {
-      const std::int64_t here = std::min((r / rpn + 1) * rpn, start + U) - r;
-      smallest = std::min(smallest, here);
-      r += here;
+    for (std::int64_t k = 0; k < U;) {  // the members from k on that share member k's node
+      const std::int64_t node = (first + k * tp) / rpn, start = k;
+      while (k < U && (first + k * tp) / rpn == node) ++k;
+      smallest = std::min(smallest, k - start);
     }
     worst = std::max(worst, static_cast<double>(U - smallest) / static_cast<double>(U - 1));
   }
@@ -297,12 +317,21 @@ double ulysses_off_node(std::int64_t world, std::int64_t U, std::int64_t rpn) {
 
 Placement place(const StepConfig& c, std::int64_t rpn) {
   Placement p;
-  const std::int64_t sp = c.sp;
+  const std::int64_t dp = c.dp, sp = c.sp, tp = c.tp;
   p.world_inter = c.world_size() > rpn;
-  for (std::int64_t g = 0; g < c.dp && !p.sp_inter; ++g) p.sp_inter = range_spans_nodes(g * sp, sp, rpn);
-  p.dp_inter = c.dp > 1 && (c.dp - 1) * sp >= rpn;  // members at stride sp
+  // (A group of one rank spans nothing: skipped, the loops are O(world).)
+  p.sp_inter = sp > 1 && some_group_spans(
+      dp * tp, [&](std::int64_t g) { return (g / tp) * sp * tp + g % tp; },
+      [&](std::int64_t g) { return (g / tp) * sp * tp + g % tp + (sp - 1) * tp; }, rpn);
+  p.tp_inter = tp > 1 && some_group_spans(
+      dp * sp, [&](std::int64_t g) { return g * tp; }, [&](std::int64_t g) { return g * tp + tp - 1; }, rpn);
+  p.position_inter = dp * tp > 1 && some_group_spans(
+      sp, [&](std::int64_t s) { return s * tp; },
+      [&](std::int64_t s) { return ((dp - 1) * sp + s) * tp + tp - 1; }, rpn);
+  p.shard_inter = dp * sp > 1 && some_group_spans(
+      tp, [&](std::int64_t t) { return t; }, [&](std::int64_t t) { return (dp * sp - 1) * tp + t; }, rpn);
   p.ring_inter = (sp / c.ulysses) > 1 && p.sp_inter;
-  p.ulysses_off_node = ulysses_off_node(c.world_size(), c.ulysses, rpn);
+  p.ulysses_off_node = ulysses_off_node(c, rpn);
   return p;
 }
 
@@ -346,56 +375,88 @@ double transfer_seconds(const MachineDescription& m, bool inter, double bytes, d
   return messages * (inter ? m.latency_inter : m.latency_intra) + bytes / (inter ? m.bandwidth_inter : m.bandwidth_intra);
 }
 
-// Dense-layer GEMMs, elementwise kernels and the optimizer.
-void add_dense_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
+// Dense-layer GEMMs. With tp every GEMM divides by tp: a block's over H/tp
+// heads and F/tp units of all R rows, the head's over the R/tp chunk rows.
+void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
   const ModelConfig& m = c.model;
-  const double s = static_cast<double>(c.scalar_bytes());
   const double L = static_cast<double>(m.layers), D = static_cast<double>(m.d_model);
-  const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
-  const double n = static_cast<double>(m.seq_len) / c.sp;
-  const double R = static_cast<double>(m.batch / c.dp) * n;  // local rows
+  const double F = static_cast<double>(m.ffn_width());
+  const double R = static_cast<double>(m.batch / c.dp) * static_cast<double>(m.seq_len / c.sp);  // rows of a TP group
   const FlopCount all = training_step_flops(m);
   const AttentionFlops attention = attention_flops(m);
   const double dense_flops = (all.total() - attention.forward - attention.backward) / c.world_size();
   // The backward pass recomputes each block's QKV and fc1 projections
   // (src/model/transformer.cpp): work the model's FLOP count leaves out.
-  const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F);
+  const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F) / c.tp;
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
+}
 
-  // Elementwise scalars per step (read + written), kernel by kernel, per row
-  // of D (F, V): each block's forward (bias rows 3 + 1 + 1 D and 1 F), backward
-  // (bias gradients 1 + 1 + 3 D and 1 F, attention delta 2, dq zero 1) and
-  // the backward's recomputation of the forward's LayerNorms, bias rows, q/k/v
-  // split and head merge; once: embedding 3 + 3, final LayerNorm and its
-  // recomputation, gradient zero 1, cross-entropy 2 + 3 per row of V.
+// Elementwise kernels and the optimizer: bandwidth-bound.
+void add_elementwise_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
+  const ModelConfig& m = c.model;
+  const double s = static_cast<double>(c.scalar_bytes()), tp = c.tp;
+  const double L = static_cast<double>(m.layers), D = static_cast<double>(m.d_model);
+  const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
+  const double n = static_cast<double>(m.seq_len / c.sp);
+  const double R = static_cast<double>(m.batch / c.dp) * n, r = R / tp;  // rows of a TP group, this rank's chunk
+  // Elementwise scalars per step (read + written), kernel by kernel, per row of
+  // D (F, V), by where the rows live with tp (docs/design.md 3.1a). Chunk rows
+  // (r x D): each block's forward LayerNorms, residual copies and adds, their
+  // backward and the backward's recomputed LayerNorms; once: embedding 3 + 3,
+  // final LayerNorm and its recomputation, gradient zero 1, cross-entropy 2 + 3
+  // per row of V. Attention region (R x D/tp): q/k/v bias rows (forward,
+  // recomputed) and gradients 3 + 3 + 3, q/k/v split and head merge (forward,
+  // recomputed), head split and q/k/v merge, attention delta 2, dq zero 1.
+  // The row-parallel proj and fc2 bias rows and gradients (1 + 1 + 1 + 1) fall
+  // on TP rank 0's R x D partial sums; FFN region (R x F/tp): GELU, fc1 bias.
   namespace e = elementwise_scalars;
-  const double block_forward_d = 2 * e::layer_norm_forward + 5 + e::qkv_split + e::head_merge +
-                                 2 * e::residual_copy + 2 * e::residual_add;
-  const double block_backward_d = 5 + 2 * e::layer_norm_backward + e::head_split + e::qkv_merge + 2 + 1;
-  const double block_recompute_d = 2 * e::layer_norm_forward + 3 + e::qkv_split + e::head_merge;
-  const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;  // GELU and fc1 bias rows / gradients
+  const double block_chunk_d = 4 * e::layer_norm_forward + 2 * e::residual_copy + 2 * e::residual_add +
+                               2 * e::layer_norm_backward;
+  const double block_shard_d = 9 + 2 * (e::qkv_split + e::head_merge) + e::head_split + e::qkv_merge + 2 + 1;
+  const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;
   const double once_d = 6 + 2 * e::layer_norm_forward + e::layer_norm_backward + 1;
-  double elementwise = L * (block_forward_d + block_backward_d + block_recompute_d) * R * D + L * block_f * R * F +
-                       once_d * R * D + 5 * R * V;
-  if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid) elementwise += L * 32 * R * D;  // pack + unpack, 8 tensors
+  double elementwise = L * (block_chunk_d * r * D + block_shard_d * R * D / tp + 4 * R * D + block_f * R * F / tp) +
+                       once_d * r * D + 5 * r * V;
+  if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid)
+    elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
-  // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written).
+  // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written)
+  // of this rank's parameters: the replicated ones with its TP shards, and its wpe rows.
   const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
-  const double local_parameters = static_cast<double>(replicated_parameter_count(m)) + n * D;
+  const double local_parameters = static_cast<double>(replicated_parameter_count(m, c.tp)) + n * D;
   out.compute_parts["optimizer"] = optimizer_passes * local_parameters * s / machine.elementwise_bandwidth;
 }
 
-// The all-reduces: a ring's 2 (p-1)/p bytes and a tree's 2 log2(p) latencies.
+// The all-reduces, each over its group: a ring's 2 (p-1)/p bytes and a tree's
+// 2 log2(p) latencies. grad_norm is one double over the SP group (wpe's share)
+// and one over the TP group (the shards').
 void add_allreduces(const MachineDescription& machine, const StepConfig& c, const Placement& where, StepPrediction& out) {
-  const double world = c.world_size();
+  const double world = c.world_size(), dp = c.dp, sp = c.sp, tp = c.tp;
   const std::tuple<const char*, double, bool> allreduces[] = {{"gradients.replicated", world, where.world_inter},
                                                              {"loss", world, where.world_inter},
-                                                             {"gradients.wpe", c.dp, where.dp_inter},
-                                                             {"grad_norm", c.sp, where.sp_inter}};
-  for (const auto& [label, p, inter] : allreduces)
-    if (p > 1)
-      out.exchange_parts[label] = transfer_seconds(machine, inter, 2.0 * (p - 1) / p * out.exchange_bytes.at(label),
-                                                   2.0 * std::ceil(std::log2(p)));
+                                                             {"gradients.tensor_parallel", dp * sp, where.shard_inter},
+                                                             {"gradients.wpe", dp * tp, where.position_inter},
+                                                             {"grad_norm", sp, where.sp_inter},
+                                                             {"grad_norm", tp, where.tp_inter}};
+  for (const auto& [label, p, inter] : allreduces) {
+    const auto bytes = out.exchange_bytes.find(label);
+    if (p < 2 || bytes == out.exchange_bytes.end()) continue;
+    const double call_bytes = std::string(label) == "grad_norm" ? sizeof(double) : bytes->second;
+    out.exchange_parts[label] += transfer_seconds(machine, inter, 2.0 * (p - 1) / p * call_bytes,
+                                                  2.0 * std::ceil(std::log2(p)));
+  }
+}
+
+// Megatron's all-gathers and reduce-scatters over a TP group: blocking (the
+// next GEMM or LayerNorm needs their result), on the node's link when the
+// group's consecutive ranks share a node; each call a ring of tp - 1 messages.
+void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c, bool inter, StepPrediction& out) {
+  const double L = static_cast<double>(c.model.layers);
+  // Per layer: forward 2 + 2, backward 4 (two recomputed LayerNorm outputs, two output gradients) + 2.
+  const std::pair<const char*, double> calls_per_layer[] = {{"tensor_parallel.gather", 6},
+                                                            {"tensor_parallel.reduce_scatter", 4}};
+  for (const auto& [label, calls] : calls_per_layer)
+    out.exchange_parts[label] = transfer_seconds(machine, inter, out.exchange_bytes.at(label), L * calls * (c.tp - 1));
 }
 
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
@@ -406,10 +467,12 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const bool rsa = c.strategy == Strategy::rsa;
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(m.layers), b = static_cast<double>(m.batch / c.dp);
-  const double X = b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model * c.scalar_bytes());
+  // One local [b, H/tp, n, Dh] tensor: this TP rank's heads.
+  const double X =
+      b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model / c.tp * c.scalar_bytes());
   const RingWork w = ring_work(c, U, !rsa);
-  // Forward FLOPs of one c x c block over the rank's heads; the backward's are 2.5x.
-  const double block_flops = 4.0 * b * (static_cast<double>(m.heads) / U) * w.chunk * w.chunk * m.head_dim();
+  // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
+  const double block_flops = 4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * w.chunk * w.chunk * m.head_dim();
   const double rate_f = rsa ? machine.rsa_forward_rate() : machine.attention_flops_forward;
   const double rate_b = rsa ? machine.rsa_backward_rate() : machine.attention_flops_backward;
   const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
@@ -456,10 +519,13 @@ std::map<std::string, double> exchange_bytes(const StepConfig& c) {
   in.strategy = c.strategy;
   in.world_size = c.world_size();
   in.dp = c.dp;
+  in.tp = c.tp;
   in.sp = c.sp;
   in.ulysses = c.ulysses;
   in.scalar_bytes = c.scalar_bytes();
-  in.replicated_parameters = replicated_parameter_count(c.model);
+  const ParameterLayout layout(c.model, 0, c.tp, 0);  // this rank's replicated part; its TP shards at the end
+  in.replicated_parameters = layout.replicated_size();
+  in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
   in.local_wpe_parameters = c.model.seq_len / c.sp * c.model.d_model;
   return modelled_exchange_bytes(in);
 }
@@ -470,10 +536,11 @@ MemoryPlan memory_plan(const StepConfig& c) {
   in.strategy = c.strategy;
   in.optimizer = c.optimizer;
   in.dp = c.dp;
+  in.tp = c.tp;
   in.sp = c.sp;
   in.ulysses = c.ulysses;
   in.scalar_bytes = c.scalar_bytes();
-  in.replicated_parameters = replicated_parameter_count(c.model);
+  in.replicated_parameters = replicated_parameter_count(c.model, c.tp);
   return plan_memory(in);
 }
 
@@ -489,8 +556,10 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
       node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
   const Placement where = place(c, machine.ranks_per_node);
   out.exchange_bytes = exchange_bytes(c);
-  add_dense_compute(machine, c, out);
+  add_gemm_compute(machine, c, out);
+  add_elementwise_compute(machine, c, out);
   add_allreduces(machine, c, where, out);
+  if (c.tp > 1) add_tensor_parallel(machine, c, where.tp_inter, out);
   add_ring_attention(machine, c, where.ring_inter, out);
   if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
     add_alltoalls(machine, c, where.ulysses_off_node, out);
@@ -512,12 +581,13 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
 
 namespace {
 
-// The deck's ulysses_degree when it fits sp and the heads, else the largest
-// degree that divides sp and the heads and fits in a node.
-int hybrid_degree(const StepConfig& deck, int sp, std::int64_t ranks_per_node) {
-  const std::int64_t heads = deck.model.heads;
+// The deck's ulysses_degree when it fits sp and the heads of a TP rank, else
+// the largest degree that divides both and whose group (u SP ranks at stride
+// tp, so u tp consecutive world ranks) fits in a node.
+int hybrid_degree(const StepConfig& deck, int sp, int tp, std::int64_t ranks_per_node) {
+  const std::int64_t heads = deck.model.heads / tp;
   if (deck.ulysses > 1 && sp % deck.ulysses == 0 && heads % deck.ulysses == 0) return deck.ulysses;
-  for (std::int64_t u = std::min<std::int64_t>(sp, ranks_per_node); u > 1; --u)
+  for (std::int64_t u = std::min<std::int64_t>(sp, ranks_per_node / tp); u > 1; --u)
     if (sp % u == 0 && heads % u == 0) return static_cast<int>(u);
   return 1;
 }
@@ -526,19 +596,28 @@ int hybrid_degree(const StepConfig& deck, int sp, std::int64_t ranks_per_node) {
 
 std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine, const StepConfig& deck, int ranks) {
   const std::int64_t batch = deck.model.batch;
-  const int dp = (deck.dp > 1 && ranks % deck.dp == 0 && batch % deck.dp == 0) ? deck.dp : 1;
-  const int sp = ranks / dp;
+  const int tp = (deck.tp > 1 && ranks % deck.tp == 0) ? deck.tp : 1;
+  const int dp = (deck.dp > 1 && (ranks / tp) % deck.dp == 0 && batch % deck.dp == 0) ? deck.dp : 1;
+  const int sp = ranks / (dp * tp);
   std::vector<StrategyChoice> choices;
   for (const Strategy strategy : kPredictedStrategies) {
     StepConfig c = deck;
     c.strategy = strategy;
-    c.dp = strategy == Strategy::local ? ranks : dp;  // local: data parallelism only
+    c.tp = tp;
+    c.dp = strategy == Strategy::local ? ranks / tp : dp;  // local: no sequence parallelism
     c.sp = strategy == Strategy::local ? 1 : sp;
     c.ulysses = strategy == Strategy::ulysses  ? sp
-                : strategy == Strategy::hybrid ? hybrid_degree(deck, sp, machine.ranks_per_node)
+                : strategy == Strategy::hybrid ? hybrid_degree(deck, sp, tp, machine.ranks_per_node)
                                                : 1;
-    choices.push_back({c, predict_step(machine, c)});
+    choices.push_back({to_string(strategy), c, predict_step(machine, c)});
   }
+  // Pure tensor parallelism: the ranks of each DP replica form one TP group.
+  StepConfig c = deck;
+  c.strategy = Strategy::local;
+  c.dp = dp;
+  c.tp = ranks / dp;
+  c.sp = c.ulysses = 1;
+  choices.push_back({kTensorParallelChoice, c, predict_step(machine, c)});
   return choices;
 }
 
@@ -554,7 +633,10 @@ int best_strategy(const std::vector<StrategyChoice>& choices) {
 }
 
 std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConfig config) {
-  const std::int64_t granule = 2 * std::max<std::int64_t>(config.sp, 1);
+  // Multiples of 2 sp (every layout splits them) whose rows (batch/dp)(seq_len/sp) divide over tp.
+  const std::int64_t tp = std::max(config.tp, 1);
+  const std::int64_t b = std::max<std::int64_t>(config.model.batch / std::max(config.dp, 1), 1);
+  const std::int64_t granule = 2 * std::max<std::int64_t>(config.sp, 1) * (tp / std::gcd(tp, 2 * b));
   const auto fits = [&](std::int64_t units) {
     config.model.seq_len = units * granule;
     const StepPrediction p = predict_step(machine, config);

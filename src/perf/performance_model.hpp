@@ -14,12 +14,17 @@
 //            + elementwise bytes (LayerNorm, GELU, head layouts, residual adds,
 //              cross-entropy, Ulysses packing, optimizer) / elementwise_bandwidth;
 //              (RSA's softmax over its n x N rows is part of its calibrated rate)
+//            with tp > 1 (Megatron, docs/design.md 3.1a) a rank computes every
+//            block GEMM and its attention for H/tp heads and F/tp units over all
+//            R rows, and its LayerNorm, residual, head and loss work on R/tp rows
 //  exchange  per Comm label: messages * latency + bytes / bandwidth, the bytes
 //            from modelled_exchange_bytes; intra- or inter-node bandwidth by
 //            where the partners sit (consecutive world ranks share a node;
 //            Ulysses groups are consecutive SP ranks; a ring crosses nodes
 //            when its SP group spans more than one node); all-reduces as a ring
-//            (2 (p-1)/p bytes / bandwidth) with a tree's 2 log2(p) latencies
+//            (2 (p-1)/p bytes / bandwidth) with a tree's 2 log2(p) latencies;
+//            tensor-parallel all-gathers and reduce-scatters (tp consecutive
+//            ranks) are blocking: bytes / bandwidth + (tp-1) latencies per call
 //  hidden    the part of each ring step's posted K/V (RSA: K, V) transfer that
 //            runs during that step's block compute:
 //            min(compute, overlap_efficiency * transfer); the backward's
@@ -117,13 +122,14 @@ struct StepConfig {
   Strategy strategy = Strategy::local;
   Layout layout = Layout::contiguous;
   OptimizerKind optimizer = OptimizerKind::adamw;
-  int dp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
+  int dp = 1, tp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
   std::int64_t query_block = kernels::kHostTileRows, key_block = kernels::kHostTileRows;  // attention tiles
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
-  int world_size() const { return dp * sp; }
+  int world_size() const { return dp * tp * sp; }
 };
 
-// "" when the decomposition can run, else why not (as the deck validator would say).
+// "" when the decomposition can run, else the deck validator's message for it
+// (validate_config: "key: reason", e.g. "parallel.tp: must divide model.heads ...").
 std::string step_config_problem(const StepConfig& config);
 
 struct StepPrediction {
@@ -141,23 +147,32 @@ struct StepPrediction {
 
 StepPrediction predict_step(const MachineDescription& machine, const StepConfig& config);
 
-// Replicated parameters (all but wpe) of the model, as ParameterLayout counts them.
-std::int64_t replicated_parameter_count(const ModelConfig& model);
+// Replicated parameters (all but wpe) on one rank, as ParameterLayout counts
+// them: with tp > 1 the tensors whole on every rank plus this rank's TP shards.
+std::int64_t replicated_parameter_count(const ModelConfig& model, int tp = 1);
 
 // Fraction of the c x c diagonal block of a causal attention that the blockwise
 // kernel computes with query_block x key_block tiles (tiles wholly above the
 // diagonal are skipped): (T+1)/(2T) for T equal tiles, 1/2 in the limit.
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block);
 
-// The strategies predict_strategies() compares, in its order.
+// The strategies predict_strategies() compares, in its order; after them
+// comes one more choice, pure tensor parallelism (kTensorParallelChoice).
 constexpr Strategy kPredictedStrategies[] = {Strategy::local, Strategy::ring, Strategy::rsa, Strategy::ulysses,
                                             Strategy::hybrid};
+inline constexpr const char* kTensorParallelChoice = "tensor_parallel";
+// The names of predict_strategies()' choices, in its order.
+inline constexpr const char* kPredictedChoices[] = {"local", "ring", "rsa", "ulysses", "hybrid", kTensorParallelChoice};
 
-// The strategies predicted for `ranks` ranks: each with its decomposition
-// (dp from the deck when it divides ranks and the batch, else 1; hybrid with
-// the deck's ulysses_degree when > 1, else the largest divisor of sp and heads
-// that fits in a node). Invalid ones come back with valid = false.
+// The choices predicted for `ranks` ranks: each strategy of kPredictedStrategies
+// with its decomposition (tp from the deck when it divides ranks, else 1; dp
+// from the deck when it divides ranks / tp and the batch, else 1; local: dp =
+// ranks / tp; hybrid with the deck's ulysses_degree when > 1, else the largest
+// divisor of sp and heads / tp whose group fits in a node), then pure tensor
+// parallelism: strategy local, the same dp, tp = ranks / dp. Invalid ones come
+// back with valid = false and the validator's problem.
 struct StrategyChoice {
+  std::string name;  // one of kPredictedChoices
   StepConfig config;
   StepPrediction prediction;
 };
@@ -166,10 +181,11 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
 // Index in `choices` of the fastest valid strategy that fits, -1 if none.
 int best_strategy(const std::vector<StrategyChoice>& choices);
 
-// The longest seq_len (a multiple of 2 sp, so that every layout splits it, at
-// most 2^31) with which `config` is valid and its planned memory fits in the
-// machine's memory per rank; 0 when not even the shortest fits. The planned
-// memory grows with seq_len, so a bisection finds it.
+// The longest seq_len (a multiple of 2 sp, so that every layout splits it, and
+// of what makes the rows (batch/dp)(seq_len/sp) divide over tp; at most 2^31)
+// with which `config` is valid and its planned memory fits in the machine's
+// memory per rank; 0 when not even the shortest fits. The planned memory grows
+// with seq_len, so a bisection finds it.
 std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConfig config);
 
 }  // namespace miniattn

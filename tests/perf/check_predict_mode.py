@@ -28,7 +28,7 @@ run:
   mode: predict
 """
 
-STRATEGIES = ["local", "ring", "rsa", "ulysses", "hybrid"]
+STRATEGIES = ["local", "ring", "rsa", "ulysses", "hybrid", "tensor_parallel"]
 
 
 def run(exe, deck, sets):

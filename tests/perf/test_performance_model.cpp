@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
@@ -185,6 +187,8 @@ TEST(PerformanceModel, ReplicatedParametersMatchTheLayout) {
   m.ffn = 80;
   m.layers = 3;
   EXPECT_EQ(replicated_parameter_count(m), ParameterLayout(m, 10).replicated_size());
+  EXPECT_EQ(replicated_parameter_count(m, 2), ParameterLayout(m, 10, 2, 1).replicated_size());
+  EXPECT_LT(replicated_parameter_count(m, 2), replicated_parameter_count(m));
 }
 
 TEST(PerformanceModel, BestStrategySwitchesWithTheMachine) {
@@ -255,7 +259,141 @@ TEST(PerformanceModel, ImpossibleDecompositionsAreMarked) {
   EXPECT_FALSE(predict_step(m, local).valid);
   StepConfig odd = config(Strategy::ring, 3, 1000);
   EXPECT_FALSE(predict_step(m, odd).valid);
-  EXPECT_NE(predict_step(m, odd).problem.find("2 sp"), std::string::npos);
+  // The deck validator's own message, naming the key.
+  EXPECT_NE(predict_step(m, odd).problem.find("model.seq_len: must be divisible by 2 * sp"), std::string::npos)
+      << predict_step(m, odd).problem;
+}
+
+// The problem of `c`, which must be invalid.
+std::string problem_of(const StepConfig& c) {
+  const StepPrediction p = predict_step(test_machine(), c);
+  EXPECT_FALSE(p.valid);
+  return p.problem;
+}
+
+TEST(PerformanceModel, InvalidTensorParallelismIsMarkedAsTheValidatorSays) {
+  StepConfig c = config(Strategy::local, 1, 1 << 12);  // 8 heads, FFN 1024
+  c.tp = 3;
+  EXPECT_NE(problem_of(c).find("parallel.tp: must divide model.heads"), std::string::npos) << problem_of(c);
+  c = config(Strategy::local, 1, 1 << 12);
+  c.model.ffn = 1020;
+  c.tp = 8;
+  EXPECT_NE(problem_of(c).find("parallel.tp: must divide the FFN width"), std::string::npos) << problem_of(c);
+  c = config(Strategy::ring, 2, 8);  // (batch 1 / dp 1) x (8 / sp 2) = 4 rows over 8 TP ranks
+  c.tp = 8;
+  EXPECT_NE(problem_of(c).find("parallel.tp: must divide the rows"), std::string::npos) << problem_of(c);
+  c = config(Strategy::ulysses, 8, 1 << 12);  // 8 heads / tp 2 = 4 per TP rank, not divisible by sp 8
+  c.tp = 2;
+  EXPECT_NE(problem_of(c).find("model.heads: must be divisible by sp x parallel.tp"), std::string::npos)
+      << problem_of(c);
+  c.sp = c.ulysses = 4;
+  EXPECT_TRUE(predict_step(test_machine(), c).valid) << predict_step(test_machine(), c).problem;
+  c = config(Strategy::hybrid, 8, 1 << 12, 4);  // 8 heads / tp 4 = 2, not divisible by the Ulysses degree 4
+  c.tp = 4;
+  EXPECT_NE(problem_of(c).find("model.heads: must be divisible by parallel.ulysses_degree x parallel.tp"),
+            std::string::npos)
+      << problem_of(c);
+}
+
+TEST(PerformanceModel, TensorParallelismSplitsGemmsAndMemory) {
+  const MachineDescription m = test_machine();  // no "alone" rates: 1 and 2 ranks run at the same rates
+  for (const Strategy strategy : {Strategy::local, Strategy::ring}) {
+    StepConfig one = config(strategy, strategy == Strategy::local ? 1 : 2, 1 << 14), two = one;
+    two.tp = 2;
+    const StepPrediction p1 = predict_step(m, one), p2 = predict_step(m, two);
+    ASSERT_TRUE(p2.valid) << p2.problem;
+    EXPECT_LT(p2.memory_bytes_per_rank, p1.memory_bytes_per_rank) << to_string(strategy);
+    // Every GEMM splits over the TP group: H/tp heads and F/tp units of all rows, the head's R/tp rows.
+    EXPECT_NEAR(p2.compute_parts.at("gemm") / p1.compute_parts.at("gemm"), 0.5, 1e-9) << to_string(strategy);
+    EXPECT_NEAR(p2.compute_parts.at("attention_forward") / p1.compute_parts.at("attention_forward"), 0.5, 1e-9);
+    EXPECT_LT(p2.compute_parts.at("optimizer"), p1.compute_parts.at("optimizer"));
+    EXPECT_EQ(p2.memory_parts.at("parameters+gradients"),
+              2 * (replicated_parameter_count(two.model, 2) + (1 << 14) / two.sp * 256) * 4);
+  }
+}
+
+TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
+  MachineDescription m = test_machine();  // 4 ranks per node
+  StepConfig ring = config(Strategy::ring, 2, 1 << 14);
+  ring.tp = 2;
+  const StepPrediction p = predict_step(m, ring);
+  ASSERT_TRUE(p.valid) << p.problem;
+  ExchangeModelInput in;
+  in.model = ring.model;
+  in.strategy = Strategy::ring;
+  in.world_size = 4;
+  in.tp = in.sp = 2;
+  in.scalar_bytes = 4;
+  const ParameterLayout layout(ring.model, (1 << 14) / 2, 2, 0);
+  in.replicated_parameters = layout.replicated_size();
+  in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
+  in.local_wpe_parameters = layout.sharded_size();
+  EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
+  for (const char* label : {"tensor_parallel.gather", "tensor_parallel.reduce_scatter", "gradients.tensor_parallel"}) {
+    EXPECT_GT(p.exchange_bytes.at(label), 0.0) << label;
+    EXPECT_GT(p.exchange_parts.at(label), 0.0) << label;
+  }
+  // Per layer 6 all-gathers and 4 reduce-scatters of (tp-1)/tp of the R x D rows,
+  // each a ring of tp - 1 messages on the node's link.
+  const double rows = (1 << 14) / 2, L = 2, chunk = rows * 256 * 4 / 2;
+  EXPECT_NEAR(p.exchange_parts.at("tensor_parallel.gather"),
+              L * 6 * (m.latency_intra + chunk / m.bandwidth_intra), 1e-12);
+  // Pure tensor parallelism on one node: nothing hides, the inter-node link is unused.
+  StepConfig tp4 = config(Strategy::local, 1, 1 << 14);
+  tp4.tp = 4;
+  const StepPrediction q = predict_step(m, tp4);
+  ASSERT_TRUE(q.valid) << q.problem;
+  EXPECT_EQ(q.hidden_seconds, 0.0);
+  EXPECT_NEAR(q.step_seconds, q.compute_seconds + q.exchange_seconds, 1e-12 * q.step_seconds);
+  m.bandwidth_inter /= 10;
+  EXPECT_DOUBLE_EQ(predict_step(m, tp4).exchange_seconds, q.exchange_seconds);
+  // Over two nodes it crosses them.
+  StepConfig tp8 = tp4;
+  tp8.tp = 8;
+  EXPECT_GT(predict_step(m, tp8).exchange_parts.at("tensor_parallel.gather"),
+            predict_step(test_machine(), tp8).exchange_parts.at("tensor_parallel.gather"));
+}
+
+TEST(PerformanceModel, PureTensorParallelismIsAChoice) {
+  MachineDescription m = test_machine();
+  StepConfig deck = config(Strategy::ring, 1, 1 << 12);
+  std::vector<StrategyChoice> choices = predict_strategies(m, deck, 4);
+  ASSERT_EQ(choices.size(), std::size(kPredictedChoices));
+  for (std::size_t i = 0; i < choices.size(); ++i) EXPECT_EQ(choices[i].name, kPredictedChoices[i]);
+  const StrategyChoice& tp = choices.back();
+  EXPECT_EQ(tp.name, "tensor_parallel");
+  EXPECT_EQ(tp.config.strategy, Strategy::local);
+  EXPECT_EQ(tp.config.tp, 4);
+  EXPECT_EQ(tp.config.dp * tp.config.sp, 1);
+  EXPECT_TRUE(tp.prediction.valid) << tp.prediction.problem;
+  EXPECT_GT(longest_fitting_seq_len(m, tp.config), 0);
+  // The deck's tp goes to the sequence-parallel strategies where it divides the ranks.
+  deck.tp = 2;
+  choices = predict_strategies(m, deck, 4);
+  EXPECT_EQ(choices[1].config.tp, 2);
+  EXPECT_EQ(choices[1].config.sp, 2);
+  EXPECT_EQ(choices[0].config.dp, 2);  // local: dp x tp
+  EXPECT_EQ(predict_strategies(m, deck, 1)[1].config.tp, 1);
+  // Two heads do not split over 4 TP ranks: invalid, and the validator says why.
+  deck.tp = 1;
+  deck.model.heads = 2;
+  choices = predict_strategies(m, deck, 4);
+  EXPECT_FALSE(choices.back().prediction.valid);
+  EXPECT_NE(choices.back().prediction.problem.find("parallel.tp: must divide model.heads"), std::string::npos);
+  EXPECT_NE(best_strategy(choices), static_cast<int>(choices.size()) - 1);
+  EXPECT_EQ(longest_fitting_seq_len(m, choices.back().config), 0);
+  // A model whose replicated weights and moments do not fit on one rank: only
+  // the choice that shards them fits, and it is the best.
+  deck = config(Strategy::ring, 1, 1 << 10);
+  deck.model.d_model = 1024;
+  deck.model.layers = 24;
+  m.memory_bytes_per_rank = 3e9;  // whole: 24 x 12.6M x 4 copies x 4 bytes = 4.8 GB; over 4 TP ranks ~1.3 GB
+  choices = predict_strategies(m, deck, 4);
+  ASSERT_EQ(best_strategy(choices), static_cast<int>(choices.size()) - 1);
+  EXPECT_FALSE(choices[1].prediction.fits);
+  const std::int64_t longest = longest_fitting_seq_len(m, choices.back().config);
+  EXPECT_GT(longest, 1 << 10);
+  EXPECT_EQ(longest_fitting_seq_len(m, choices[1].config), 0);
 }
 
 TEST(MachineFile, RoundTripAndErrors) {
