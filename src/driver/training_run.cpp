@@ -75,21 +75,27 @@ void check_grad_norm(TrainingState<T>& s, double norm, index_t step) {
                                            std::to_string(on_rank) + ")"));
 }
 
+// The replicated buffer's two parts (ParameterLayout): the tensors whole on
+// every rank, then this rank's tensor-parallel shards.
+template <class T>
+std::pair<View1<T>, View1<T>> whole_and_shards(const ParameterLayout& layout, const View1<T>& buffer) {
+  const index_t split = layout.tensor_parallel_begin(), end = layout.replicated_size();
+  return {Kokkos::subview(buffer, Kokkos::make_pair(index_t{0}, split)),
+          Kokkos::subview(buffer, Kokkos::make_pair(split, end))};
+}
+
 // Sums each gradient over the ranks holding a replica of its parameter:
 // tensors whole on every rank over the world, tensor-parallel shards over the
 // ranks of the same TP index (one buffer with tp = 1), wpe rows over the
 // ranks holding the same positions.
 template <class T>
 void sum_gradients(TrainingState<T>& s) {
-  const View1<T>& grads = s.grads.replicated;
   if (s.grid.tp_size == 1) {
-    s.comm->allreduce_sum(grads, s.grid.world, "gradients.replicated");
+    s.comm->allreduce_sum(s.grads.replicated, s.grid.world, "gradients.replicated");
   } else {
-    const index_t split = s.layout.tensor_parallel_begin(), end = s.layout.replicated_size();
-    s.comm->allreduce_sum(View1<T>(Kokkos::subview(grads, Kokkos::make_pair(index_t{0}, split))), s.grid.world,
-                          "gradients.replicated");
-    s.comm->allreduce_sum(View1<T>(Kokkos::subview(grads, Kokkos::make_pair(split, end))), s.grid.shard_comm,
-                          "gradients.tensor_parallel");
+    const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
+    s.comm->allreduce_sum(whole, s.grid.world, "gradients.replicated");
+    s.comm->allreduce_sum(shards, s.grid.shard_comm, "gradients.tensor_parallel");
   }
   s.comm->allreduce_sum(s.grads.sharded, s.grid.position_comm, "gradients.wpe");
 }
@@ -98,16 +104,12 @@ void sum_gradients(TrainingState<T>& s) {
 // (each parameter counted once: shards summed over their TP group, wpe rows over the SP group).
 template <class T>
 double gradient_sum_of_squares(TrainingState<T>& s) {
-  const View1<T>& grads = s.grads.replicated;
-  const index_t split = s.layout.tensor_parallel_begin(), end = s.layout.replicated_size();
-  const double whole = s.gradient_sum.template sum_of_squares<T>(
-      View1<T>(Kokkos::subview(grads, Kokkos::make_pair(index_t{0}, split))));
-  double shards = s.gradient_sum.template sum_of_squares<T>(
-      View1<T>(Kokkos::subview(grads, Kokkos::make_pair(split, end))));
-  if (s.grid.tp_size > 1) shards = s.comm->allreduce_sum(shards, s.grid.tp_comm, "grad_norm");
-  const double wpe =
+  const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
+  double shards_sq = s.gradient_sum.template sum_of_squares<T>(shards);
+  if (s.grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, s.grid.tp_comm, "grad_norm");
+  const double wpe_sq =
       s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), s.grid.sp_comm, "grad_norm");
-  return whole + shards + wpe;
+  return s.gradient_sum.template sum_of_squares<T>(whole) + shards_sq + wpe_sq;
 }
 
 // Data, forward, backward and the gradient all-reduces; returns the global mean loss.
