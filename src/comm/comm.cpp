@@ -71,6 +71,24 @@ void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int s
   });
 }
 
+template <class T>
+void Comm::post_send(const T* send, std::size_t count, int dest, MPI_Comm group, const std::string& label,
+                     PendingExchange& pending) {
+  counted(stats_, label, count * sizeof(T), [&] {
+    post_shift_impl(send, nullptr, count, scalar_type_of<T>(), dest, MPI_PROC_NULL, group, pending);
+    pending.label = label;
+  });
+}
+
+template <class T>
+void Comm::post_recv(T* recv, std::size_t count, int source, MPI_Comm group, const std::string& label,
+                     PendingExchange& pending) {
+  counted(stats_, label, 0, [&] {
+    post_shift_impl(nullptr, recv, count, scalar_type_of<T>(), MPI_PROC_NULL, source, group, pending);
+    pending.label = label;
+  });
+}
+
 void Comm::wait(PendingExchange& pending) {
   if (!pending.active()) return;
   const double t0 = MPI_Wtime();
@@ -110,6 +128,8 @@ void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank
   template void Comm::allreduce_sum<T>(const View1<T>&, MPI_Comm, const std::string&);                      \
   template void Comm::post_shift<T>(const T*, T*, std::size_t, int, int, MPI_Comm, const std::string&,      \
                                     PendingExchange&);                                                      \
+  template void Comm::post_send<T>(const T*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&); \
+  template void Comm::post_recv<T>(T*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);       \
   template void Comm::alltoall<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                 \
   template void Comm::allgather<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                \
   template void Comm::reduce_scatter_sum<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);

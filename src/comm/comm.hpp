@@ -75,6 +75,16 @@ class Comm {
                   const std::string& label, PendingExchange& pending);
   void wait(PendingExchange& pending);
 
+  // One direction of a shift (pipeline stages): a non-blocking send of
+  // `count` elements to rank dest of group, or a receive from rank source;
+  // the buffer is untouchable until wait(). A send counts its bytes, a receive none.
+  template <class T>
+  void post_send(const T* send, std::size_t count, int dest, MPI_Comm group, const std::string& label,
+                 PendingExchange& pending);
+  template <class T>
+  void post_recv(T* recv, std::size_t count, int source, MPI_Comm group, const std::string& label,
+                 PendingExchange& pending);
+
   // All-to-all: block j of send (count_per_rank elements) goes to rank j, block
   // i of recv comes from rank i. Bytes counted exclude the block kept locally.
   template <class T>
@@ -103,6 +113,7 @@ class Comm {
 
  protected:
   virtual void allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) = 0;
+  // dest or source MPI_PROC_NULL: that direction is left out (send or recv is then null).
   virtual void post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
                                int source, MPI_Comm group, PendingExchange& pending) = 0;
   virtual void wait_impl(PendingExchange& pending) = 0;

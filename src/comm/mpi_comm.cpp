@@ -99,26 +99,32 @@ void MpiComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type,
 void MpiComm::post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
                               int source, MPI_Comm group, PendingExchange& pending) {
   compat::fence("miniattn::MpiComm::post_shift");
-  MPI_Request reqs[2];
   if (staged_) {
     HostStaging s;
     s.bytes = count * bytes_of(type);
-    s.send = host_copy_of(send, s.bytes);
-    s.recv.reset(new char[s.bytes]);
-    s.device_recv = recv;
+    if (dest != MPI_PROC_NULL) s.send = host_copy_of(send, s.bytes);
+    if (source != MPI_PROC_NULL) {
+      s.recv.reset(new char[s.bytes]);
+      s.device_recv = recv;
+    }
     send = s.send.get();
     recv = s.recv.get();
     pending.staged.push_back(std::move(s));
   }
-  MPI_Irecv(recv, mpi_count(count), mpi_type(type), source, 0, group, &reqs[0]);
-  MPI_Isend(send, mpi_count(count), mpi_type(type), dest, 0, group, &reqs[1]);
-  pending.requests.push_back(reqs[0]);
-  pending.requests.push_back(reqs[1]);
+  if (source != MPI_PROC_NULL) {
+    pending.requests.emplace_back();
+    MPI_Irecv(recv, mpi_count(count), mpi_type(type), source, 0, group, &pending.requests.back());
+  }
+  if (dest != MPI_PROC_NULL) {
+    pending.requests.emplace_back();
+    MPI_Isend(send, mpi_count(count), mpi_type(type), dest, 0, group, &pending.requests.back());
+  }
 }
 
 void MpiComm::wait_impl(PendingExchange& pending) {
   MPI_Waitall(static_cast<int>(pending.requests.size()), pending.requests.data(), MPI_STATUSES_IGNORE);
-  for (const HostStaging& s : pending.staged) copy_to_memory_space(s.device_recv, s.recv.get(), s.bytes);
+  for (const HostStaging& s : pending.staged)
+    if (s.device_recv != nullptr) copy_to_memory_space(s.device_recv, s.recv.get(), s.bytes);
 }
 
 void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,

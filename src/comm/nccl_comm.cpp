@@ -188,15 +188,16 @@ void NcclComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type
 void NcclComm::post_shift_impl(const void* send, void* recv, std::size_t count, ScalarType type, int dest,
                                int source, MPI_Comm group, PendingExchange& pending) {
   const Impl::Group& g = impl_->group(group);
-  if (dest < 0 || dest >= g.size || source < 0 || source >= g.size)
-    throw RuntimeFailure("NcclComm: ring shift to rank " + std::to_string(dest) + " from rank " +
-                         std::to_string(source) + " in a group of " + std::to_string(g.size));
+  const auto outside = [&](int rank) { return rank != MPI_PROC_NULL && (rank < 0 || rank >= g.size); };
+  if (outside(dest) || outside(source))
+    throw RuntimeFailure("NcclComm: shift to rank " + std::to_string(dest) + " from rank " + std::to_string(source) +
+                         " in a group of " + std::to_string(g.size));
   if (count == 0) return;
   compat::fence("miniattn::NcclComm::post_shift");
   const cudaStream_t stream = impl_->ring_stream();
-  grouped(g.comm, "ncclGroupEnd (ring shift)", [&](ncclResult_t& first, const char*& first_call) {
-    note(ncclSend(send, count, nccl_type(type), dest, g.comm, stream), "ncclSend", first, first_call);
-    note(ncclRecv(recv, count, nccl_type(type), source, g.comm, stream), "ncclRecv", first, first_call);
+  grouped(g.comm, "ncclGroupEnd (shift)", [&](ncclResult_t& first, const char*& first_call) {
+    if (dest != MPI_PROC_NULL) note(ncclSend(send, count, nccl_type(type), dest, g.comm, stream), "ncclSend", first, first_call);
+    if (source != MPI_PROC_NULL) note(ncclRecv(recv, count, nccl_type(type), source, g.comm, stream), "ncclRecv", first, first_call);
   });
   pending.stream_work = true;
 }

@@ -10,26 +10,35 @@ int rank_in(MPI_Comm comm) {
 }
 }  // namespace
 
-ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int tp, int ulysses_degree) {
+ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int pp, int tp, int ulysses_degree) {
   ProcessGrid g;
   g.world = world;
   MPI_Comm_rank(world, &g.world_rank);
   MPI_Comm_size(world, &g.world_size);
   g.dp_size = dp;
+  g.pp_size = pp;
   g.tp_size = tp;
-  g.sp_size = g.world_size / (dp * tp);
-  // world rank = (dp index x sp + sp index) x tp + tp index
+  g.sp_size = g.world_size / (dp * pp * tp);
+  const int sp = g.sp_size;
+  // world rank = ((dp index x pp + pp index) x sp + sp index) x tp + tp index
   const int tp_index = g.world_rank % tp;
-  const int sp_index = g.world_rank / tp % g.sp_size;
-  const int dp_index = g.world_rank / (tp * g.sp_size);
-  MPI_Comm_split(world, dp_index * tp + tp_index, sp_index, &g.sp_comm);
-  MPI_Comm_split(world, sp_index * tp + tp_index, dp_index, &g.dp_comm);
-  MPI_Comm_split(world, dp_index * g.sp_size + sp_index, tp_index, &g.tp_comm);
-  MPI_Comm_split(world, sp_index, dp_index * tp + tp_index, &g.position_comm);
-  MPI_Comm_split(world, tp_index, dp_index * g.sp_size + sp_index, &g.shard_comm);
+  const int sp_index = g.world_rank / tp % sp;
+  const int pp_index = g.world_rank / (tp * sp) % pp;
+  const int dp_index = g.world_rank / (tp * sp * pp);
+  MPI_Comm_split(world, (dp_index * pp + pp_index) * tp + tp_index, sp_index, &g.sp_comm);
+  MPI_Comm_split(world, (pp_index * sp + sp_index) * tp + tp_index, dp_index, &g.dp_comm);
+  MPI_Comm_split(world, (dp_index * pp + pp_index) * sp + sp_index, tp_index, &g.tp_comm);
+  MPI_Comm_split(world, pp_index * sp + sp_index, dp_index * tp + tp_index, &g.position_comm);
+  MPI_Comm_split(world, pp_index * tp + tp_index, dp_index * sp + sp_index, &g.shard_comm);
+  MPI_Comm_split(world, pp_index, (dp_index * sp + sp_index) * tp + tp_index, &g.stage_comm);
+  MPI_Comm_split(world, (dp_index * sp + sp_index) * tp + tp_index, pp_index, &g.pp_comm);
+  const bool holds_wte = pp > 1 && (pp_index == 0 || pp_index == pp - 1);
+  MPI_Comm_split(world, holds_wte ? (dp_index * sp + sp_index) * tp + tp_index : MPI_UNDEFINED, pp_index,
+                 &g.tied_embedding_comm);
   g.sp_rank = rank_in(g.sp_comm);
   g.dp_rank = rank_in(g.dp_comm);
   g.tp_rank = rank_in(g.tp_comm);
+  g.pp_rank = rank_in(g.pp_comm);
   g.ulysses_size = ulysses_degree;
   g.ring_size = g.sp_size / ulysses_degree;
   MPI_Comm_split(g.sp_comm, g.sp_rank / ulysses_degree, g.sp_rank % ulysses_degree, &g.ulysses_comm);
@@ -40,7 +49,8 @@ ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int tp, int ulysses_degr
 }
 
 void ProcessGrid::free() {
-  for (MPI_Comm* c : {&sp_comm, &dp_comm, &tp_comm, &position_comm, &shard_comm, &ulysses_comm, &ring_comm})
+  for (MPI_Comm* c : {&sp_comm, &dp_comm, &tp_comm, &position_comm, &shard_comm, &stage_comm, &pp_comm,
+                      &tied_embedding_comm, &ulysses_comm, &ring_comm})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 

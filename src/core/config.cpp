@@ -53,10 +53,12 @@ const std::vector<Field>& fields() {
       {"parallel", "layout", MINIATTN_CONFIG_ENUM(parallel, layout)},
       {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
       {"parallel", "tp", MINIATTN_CONFIG_REF(parallel, tp)},
+      {"parallel", "pp", MINIATTN_CONFIG_REF(parallel, pp)},
       {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
       {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},
       {"parallel", "gpu_aware_mpi", MINIATTN_CONFIG_ENUM(parallel, gpu_aware_mpi)},
       {"train", "steps", MINIATTN_CONFIG_REF(train, steps)},
+      {"train", "micro_batches", MINIATTN_CONFIG_REF(train, micro_batches)},
       {"train", "lr", MINIATTN_CONFIG_REF(train, lr)},
       {"train", "optimizer", MINIATTN_CONFIG_ENUM(train, optimizer)},
       {"train", "weight_decay", MINIATTN_CONFIG_REF(train, weight_decay)},
@@ -633,6 +635,8 @@ void check_sizes_and_counts(const Config& c) {
   require_at_least("model.batch", m.batch, 1);
   require_at_least("parallel.dp", c.parallel.dp, 1);
   require_at_least("parallel.tp", c.parallel.tp, 1);
+  require_at_least("parallel.pp", c.parallel.pp, 1);
+  require_at_least("train.micro_batches", c.train.micro_batches, 1);
   require_at_least("parallel.ulysses_degree", c.parallel.ulysses_degree, 1);
   if (c.run.mode == RunMode::predict) {
     require_at_least("train.steps", c.train.steps, 0);
@@ -685,7 +689,7 @@ void check_training(const Config& c) {
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
 }
 
-// The process grid: world = dp x tp x sp.
+// The process grid: world = dp x pp x tp x sp.
 void check_process_grid(const Config& c, int world_size) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
@@ -699,17 +703,34 @@ void check_process_grid(const Config& c, int world_size) {
                               std::to_string(p.dp) + " = " + std::to_string(world / p.dp) + ", not divisible by " +
                               std::to_string(p.tp) + ")");
   }
-  const std::int64_t sp = world / (p.dp * p.tp);
+  if ((world / (p.dp * p.tp)) % p.pp != 0) {
+    reject("parallel.pp", "must divide the ranks of each DP group over parallel.tp (" + std::to_string(world) +
+                              " ranks / (parallel.dp " + std::to_string(p.dp) + " x parallel.tp " +
+                              std::to_string(p.tp) + ") = " + std::to_string(world / (p.dp * p.tp)) +
+                              ", not divisible by " + std::to_string(p.pp) + ")");
+  }
+  if (p.pp > m.layers) {
+    reject("parallel.pp", "must be <= model.layers (" + std::to_string(p.pp) + " stages > " +
+                              std::to_string(m.layers) + " layers): each stage holds at least one layer");
+  }
+  const std::int64_t sp = sp_size(p, world);
   if (m.batch % p.dp != 0) {
     reject("model.batch", "must be divisible by parallel.dp (" + std::to_string(m.batch) + " % " +
                               std::to_string(p.dp) + " != 0)");
   }
+  const std::int64_t micro_batch = m.batch / p.dp / c.train.micro_batches;
+  if ((m.batch / p.dp) % c.train.micro_batches != 0) {
+    reject("train.micro_batches", "must divide the samples of each DP group, model.batch / parallel.dp (" +
+                                      std::to_string(m.batch / p.dp) + " % " +
+                                      std::to_string(c.train.micro_batches) + " != 0)");
+  }
   check_tensor_parallel(m, p);
   const std::string sp_text = "sp = " + std::to_string(world) + " ranks / (parallel.dp " + std::to_string(p.dp) +
-                              " x parallel.tp " + std::to_string(p.tp) + ") = " + std::to_string(sp);
+                              " x parallel.pp " + std::to_string(p.pp) + " x parallel.tp " + std::to_string(p.tp) +
+                              ") = " + std::to_string(sp);
   if (p.strategy == Strategy::local && sp != 1) {
     reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
-                                    " (use parallel.dp x parallel.tp = " + std::to_string(world) +
+                                    " (use parallel.dp x parallel.pp x parallel.tp = " + std::to_string(world) +
                                     " = world size, or a sequence-parallel strategy)");
   }
   // The layout splits the sequence for 'local' too (zigzag: 2 chunks on 1 rank).
@@ -722,9 +743,10 @@ void check_process_grid(const Config& c, int world_size) {
                                 std::to_string(m.seq_len) + " % " + std::to_string(2 * sp) + " != 0)");
   }
   // Megatron's sequence parallelism splits each TP group's rows over its tp ranks.
-  const std::int64_t rows = (m.batch / p.dp) * (m.seq_len / sp);
+  const std::int64_t rows = micro_batch * (m.seq_len / sp);
   if (rows % p.tp != 0) {
-    reject("parallel.tp", "must divide the rows of each TP group, model.batch / parallel.dp x model.seq_len / sp (" +
+    reject("parallel.tp", "must divide the rows of each TP group's micro-batch, model.batch / parallel.dp / "
+                          "train.micro_batches x model.seq_len / sp (" +
                               std::to_string(rows) + " % " + std::to_string(p.tp) + " != 0; " + sp_text + ")");
   }
   const std::int64_t heads = m.heads / p.tp;  // per TP rank
@@ -771,6 +793,10 @@ void check_files(const Config& c) {
 }
 
 }  // namespace
+
+std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size) {
+  return world_size / (parallel.dp * parallel.tp * parallel.pp);
+}
 
 void validate_config(const Config& c, int world_size) {
   if (world_size < 1) throw std::invalid_argument("validate_config: world_size must be >= 1");

@@ -61,6 +61,7 @@ struct ParallelConfig {
   Layout layout = Layout::contiguous;
   std::int64_t dp = 1;
   std::int64_t tp = 1;  // Megatron tensor parallelism: heads and FFN units split over tp ranks
+  std::int64_t pp = 1;  // pipeline stages: contiguous layers per stage, a 1F1B schedule
   std::int64_t ulysses_degree = 1;
   CommBackend comm = CommBackend::mpi;
   GpuAwareMpi gpu_aware_mpi = GpuAwareMpi::automatic;  // false: stage exchanges through host buffers
@@ -68,6 +69,9 @@ struct ParallelConfig {
 
 struct TrainConfig {
   std::int64_t steps = 10;
+  // Each DP group's samples are split into this many micro-batches, whose
+  // gradients are summed before the update (the pipeline's unit of work).
+  std::int64_t micro_batches = 1;
   double lr = 1e-3;
   OptimizerKind optimizer = OptimizerKind::adamw;
   double weight_decay = 0.0;
@@ -111,6 +115,9 @@ struct KernelConfig {
   std::int64_t query_block = 0;  // 0: chosen per backend (kernels::choose_attention_tiles)
   std::int64_t key_block = 0;
 };
+
+// Sequence-parallel ranks: world = dp x pp x tp x sp.
+std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size);
 
 struct Config {
   ModelConfig model;

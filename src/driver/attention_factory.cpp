@@ -29,11 +29,12 @@ View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& pa
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& grid, Comm& comm,
                                          const View2<const index_t>& positions,
-                                         const kernels::AttentionBlocking& blocking) {
+                                         const kernels::AttentionBlocking& blocking, index_t micro_batch,
+                                         index_t count) {
   const ModelConfig& m = c.model;
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
-  const index_t B = m.batch / grid.dp_size, H = m.heads / grid.tp_size, Dh = m.head_dim();  // this TP rank's heads
+  const index_t B = micro_batch, H = m.heads / grid.tp_size, Dh = m.head_dim();  // this TP rank's heads
   const index_t n = m.seq_len / grid.sp_size;
 
   AttentionLayers<T> result;
@@ -45,7 +46,7 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
     ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
-  for (index_t l = 0; l < m.layers; ++l) {
+  for (index_t l = 0; l < count; ++l) {
     if (strategy == Strategy::local || strategy == Strategy::ring) {
       layers.push_back(
           std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, name));
@@ -63,9 +64,11 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
 
 template AttentionLayers<float> make_attention_layers<float>(const Config&, const ProcessGrid&, Comm&,
                                                              const View2<const index_t>&,
-                                                             const kernels::AttentionBlocking&);
+                                                             const kernels::AttentionBlocking&, index_t,
+                                                             index_t);
 template AttentionLayers<double> make_attention_layers<double>(const Config&, const ProcessGrid&, Comm&,
                                                                const View2<const index_t>&,
-                                                               const kernels::AttentionBlocking&);
+                                                               const kernels::AttentionBlocking&, index_t,
+                                                               index_t);
 
 }  // namespace miniattn

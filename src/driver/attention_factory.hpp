@@ -1,5 +1,6 @@
 #pragma once
-// Builds the deck's attention strategy (one instance per layer) on the process grid:
+// Builds the deck's attention strategy (one instance per layer of the stage
+// and micro-batch slot) on the process grid:
 //   local    ring attention on a ring of one rank (sp = 1)
 //   ring     ring attention over the SP group
 //   rsa      Ring Self-Attention over the SP group
@@ -30,9 +31,11 @@ struct AttentionLayers {
   std::size_t shared_workspace_bytes = 0;  // workspaces all layers share (not in the layers' own counts)
 };
 
+// `count` strategies for micro-batches of `micro_batch` samples.
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& config, const ProcessGrid& grid, Comm& comm,
                                          const View2<const index_t>& ring_positions,
-                                         const kernels::AttentionBlocking& blocking);
+                                         const kernels::AttentionBlocking& blocking, index_t micro_batch,
+                                         index_t count);
 
 }  // namespace miniattn

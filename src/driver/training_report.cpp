@@ -5,6 +5,7 @@
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
+#include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/gemm_rate.hpp"
@@ -25,8 +26,16 @@ nlohmann::json spread_over_ranks(double value, MPI_Comm comm) {
   return {{"min", min}, {"max", max}, {"mean", sum / size}};
 }
 
+// Whether `value` holds on every rank of comm.
+bool all_ranks(bool value, MPI_Comm comm) {
+  int local = value ? 1 : 0, all = 0;
+  MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm);
+  return all != 0;
+}
+
 // Bytes per step by Comm label: measured by the Comm counters and modelled
-// from the sizes; adds the totals to `result`.
+// from the sizes (this rank's; ranks of different pipeline stages differ);
+// adds the totals and whether every rank's match to `result`.
 template <class T>
 nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nlohmann::json& result) {
   ExchangeModelInput in;
@@ -36,6 +45,8 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   in.dp = s.grid.dp_size;
   in.tp = s.grid.tp_size;
   in.sp = s.grid.sp_size;
+  in.pp = s.grid.pp_size;
+  in.stage = s.grid.pp_rank;
   in.ulysses = s.grid.ulysses_size;
   in.scalar_bytes = sizeof(T);
   in.replicated_parameters = s.layout.replicated_size();
@@ -44,9 +55,11 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   const std::map<std::string, double> modelled = modelled_exchange_bytes(in);
   nlohmann::json table = nlohmann::json::object();
   double measured_total = 0.0, modelled_total = 0.0, seconds = 0.0;
+  bool holds = true;  // every label: measured == modelled on this rank
   for (const auto& [label, stats] : s.comm->stats()) {
     const double per_step = static_cast<double>(stats.bytes_sent) / step_count;
     const auto model_it = modelled.find(label);
+    holds = holds && per_step == (model_it == modelled.end() ? 0.0 : model_it->second);
     table[label] = {{"bytes_per_step", per_step},
                     {"bytes_per_step_model", model_it == modelled.end() ? 0.0 : model_it->second},
                     {"calls", stats.calls},
@@ -56,8 +69,12 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   }
   for (const auto& [label, bytes] : modelled) {
     modelled_total += bytes;
-    if (!table.contains(label)) table[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
+    if (!table.contains(label)) {
+      table[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
+      holds = holds && bytes == 0.0;
+    }
   }
+  result["exchange_model_holds_on_every_rank"] = all_ranks(holds, s.grid.world);
   result["exchange_seconds_per_step"] = seconds / step_count;
   result["exchange_bytes_per_step_measured"] = measured_total;
   result["exchange_bytes_per_step_model"] = modelled_total;
@@ -94,8 +111,9 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
   }
   b["blas"] = {{"library", blas.library}, {"core", blas.core}, {"threads", blas.threads}, {"warning", blas.warning}};
   b["step"] = rate_of(step_median, flops.total());
-  b["forward"] = rate_of(s.timer.median("forward"), flops.forward);
-  b["backward"] = rate_of(s.timer.median("backward"), flops.backward);
+  // Per step: the passes of all micro-batches (this rank's stage).
+  b["forward"] = rate_of(s.timer.total("forward") / step_count, flops.forward);
+  b["backward"] = rate_of(s.timer.total("backward") / step_count, flops.backward);
   b["attention_forward"] = rate_of(s.timer.median("attention_forward"), attention.forward / layers);
   b["attention_backward"] = rate_of(s.timer.median("attention_backward"), attention.backward / layers);
   const double nan_check_per_step = s.timer.total("nan_check") / step_count;
@@ -113,14 +131,41 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
   return b;
 }
 
-nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, std::size_t baseline_resident) {
+// Rank 0's plan and allocation (pipeline stages differ), the most any rank
+// allocated, and whether every rank allocated what it planned.
+nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, std::size_t baseline_resident,
+                              MPI_Comm world) {
   nlohmann::json parts = nlohmann::json::object();
   for (const auto& [name, bytes] : memory.plan.parts) parts[name] = bytes;
   return {{"planned_bytes_per_rank", memory.plan.total()},
           {"planned_parts", parts},
           {"allocated_bytes_per_rank", allocated},
+          {"allocated_bytes_most_of_any_rank", spread_over_ranks(static_cast<double>(allocated), world)["max"]},
+          {"plan_holds_on_every_rank", all_ranks(memory.plan.total() == allocated, world)},
           {"baseline_resident_bytes", baseline_resident},
           {"available_bytes_per_rank", memory.available.bytes}};
+}
+
+// The pipeline: stages, their layers, micro-batches in flight, and the
+// bubble: each rank's idle time over the span of its passes (median over the
+// steps after the first), against the ideal 1F1B's (pp - 1) / (m + pp - 1).
+template <class T>
+nlohmann::json pipeline_section(const TrainingState<T>& s, const StepRecord& record, MPI_Comm world) {
+  const ProcessGrid& grid = s.grid;
+  const index_t m = s.share.micro_batches;
+  nlohmann::json layers = nlohmann::json::array();
+  for (int stage = 0; stage < grid.pp_size; ++stage) {
+    const StageLayers l = stage_layers(s.config.model.layers, grid.pp_size, stage);
+    layers.push_back({l.first, l.end});
+  }
+  const auto& idle = record.idle_fractions;
+  const double idle_median = median(std::vector<double>(idle.begin() + (idle.size() > 1 ? 1 : 0), idle.end()));
+  return {{"stages", grid.pp_size},
+          {"micro_batches", m},
+          {"stage_layers", layers},
+          {"slots_first_stage", pipeline_slots(0, grid.pp_size, m)},
+          {"bubble_fraction_measured", spread_over_ranks(idle_median, world)},
+          {"bubble_fraction_model", modelled_bubble_fraction(grid.pp_size, m)}};
 }
 
 }  // namespace
@@ -148,6 +193,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["ranks"] = s.grid.world_size;
   r["dp"] = s.grid.dp_size;
   r["tp"] = s.grid.tp_size;
+  r["pp"] = s.grid.pp_size;
   r["sp"] = s.grid.sp_size;
   r["ulysses_degree"] = s.grid.ulysses_size;
   r["strategy"] = to_string(c.parallel.strategy);
@@ -174,7 +220,8 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["flops_per_step"] = {{"forward", flops.forward}, {"backward", flops.backward}, {"total", flops.total()}};
   r["achieved_flops_per_second"] = step_median > 0 ? flops.total() / step_median : 0.0;
   r["exchange"] = exchange_table(s, step_count, r);
-  r["memory"] = memory_section(memory, s.allocated_bytes(), record.baseline_resident_bytes);
+  r["memory"] = memory_section(memory, s.allocated_bytes(), record.baseline_resident_bytes, world);
+  r["pipeline"] = pipeline_section(s, record, world);
   r["peak_memory_bytes_per_rank"] = spread_over_ranks(static_cast<double>(peak_resident_bytes()), world);
   r["losses"] = record.losses;
   r["initial_loss"] = record.losses.empty() ? 0.0 : record.losses.front();

@@ -76,7 +76,7 @@ void check_grad_norm(TrainingState<T>& s, double norm, index_t step) {
 }
 
 // The replicated buffer's two parts (ParameterLayout): the tensors whole on
-// every rank, then this rank's tensor-parallel shards.
+// every rank of the stage, then this rank's tensor-parallel shards.
 template <class T>
 std::pair<View1<T>, View1<T>> whole_and_shards(const ParameterLayout& layout, const View1<T>& buffer) {
   const index_t split = layout.tensor_parallel_begin(), end = layout.replicated_size();
@@ -85,54 +85,62 @@ std::pair<View1<T>, View1<T>> whole_and_shards(const ParameterLayout& layout, co
 }
 
 // Sums each gradient over the ranks holding a replica of its parameter:
-// tensors whole on every rank over the world, tensor-parallel shards over the
-// ranks of the same TP index (one buffer with tp = 1), wpe rows over the
-// ranks holding the same positions.
+// tensors whole on every rank of the stage over the stage, tensor-parallel
+// shards over the stage's ranks of the same TP index (one buffer with tp = 1),
+// wpe rows over the ranks holding the same positions, and the tied wte
+// between the first stage (embedding) and the last (head).
 template <class T>
 void sum_gradients(TrainingState<T>& s) {
-  if (s.grid.tp_size == 1) {
-    s.comm->allreduce_sum(s.grads.replicated, s.grid.world, "gradients.replicated");
+  const ProcessGrid& grid = s.grid;
+  if (grid.tp_size == 1) {
+    s.comm->allreduce_sum(s.grads.replicated, grid.stage_comm, "gradients.replicated");
   } else {
     const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
-    s.comm->allreduce_sum(whole, s.grid.world, "gradients.replicated");
-    s.comm->allreduce_sum(shards, s.grid.shard_comm, "gradients.tensor_parallel");
+    s.comm->allreduce_sum(whole, grid.stage_comm, "gradients.replicated");
+    s.comm->allreduce_sum(shards, grid.shard_comm, "gradients.tensor_parallel");
   }
-  s.comm->allreduce_sum(s.grads.sharded, s.grid.position_comm, "gradients.wpe");
+  if (s.layout.holds_embedding()) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, "gradients.wpe");
+  if (grid.tied_embedding_comm != MPI_COMM_NULL) {
+    const index_t wte = s.layout.wte(), size = s.config.model.vocab * s.config.model.d_model;
+    s.comm->allreduce_sum(View1<T>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
+                          grid.tied_embedding_comm, "gradients.tied_embedding");
+  }
 }
 
 // Sum of squares of the gradients of the whole model, the same on every rank
-// (each parameter counted once: shards summed over their TP group, wpe rows over the SP group).
+// (each parameter counted once: shards summed over their TP group, wpe rows
+// over the SP group, stages over the pipeline; the tied copy of wte left out).
 template <class T>
 double gradient_sum_of_squares(TrainingState<T>& s) {
+  const ProcessGrid& grid = s.grid;
   const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
+  const index_t whole_size = static_cast<index_t>(whole.extent(0));
+  const auto counted = Kokkos::subview(whole, Kokkos::make_pair(s.layout.tied_copy_size(), whole_size));
   double shards_sq = s.gradient_sum.template sum_of_squares<T>(shards);
-  if (s.grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, s.grid.tp_comm, "grad_norm");
-  const double wpe_sq =
-      s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), s.grid.sp_comm, "grad_norm");
-  return s.gradient_sum.template sum_of_squares<T>(whole) + shards_sq + wpe_sq;
+  if (grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, grid.tp_comm, "grad_norm");
+  double wpe_sq = 0.0;
+  if (s.layout.holds_embedding())
+    wpe_sq = s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), grid.sp_comm,
+                                   "grad_norm");
+  const double stage_sq = s.gradient_sum.template sum_of_squares<T>(View1<T>(counted)) + shards_sq + wpe_sq;
+  return grid.pp_size > 1 ? s.comm->allreduce_sum(stage_sq, grid.pp_comm, "grad_norm") : stage_sq;
 }
 
-// Data, forward, backward and the gradient all-reduces; returns the global mean loss.
+// Data, the pipeline's forward and backward passes, the gradient all-reduces;
+// returns the global mean loss and records the step's pipeline idle fraction.
 template <class T>
-double loss_and_gradients(TrainingState<T>& s, index_t step) {
+double loss_and_gradients(TrainingState<T>& s, index_t step, StepRecord& record) {
   const double tokens = static_cast<double>(s.config.model.batch * s.config.model.seq_len);
   {
     auto t = s.timer.measure("data");
     s.task.fill(step, s.share.first_sample, s.share.local_batch, s.positions, s.inputs, s.targets);
     s.grads.fill(T(0));
   }
-  double loss_sum = 0.0;
-  {
-    auto t = s.timer.measure("forward");
-    loss_sum = s.model.forward(s.params, s.inputs, s.targets);
-  }
-  {
-    auto t = s.timer.measure("backward");
-    s.model.backward(s.params, s.grads, s.targets, static_cast<T>(1.0 / tokens));
-  }
+  const PipelinePass pass = run_pipeline(s);
+  record.idle_fractions.push_back(pass.span_seconds > 0 ? 1.0 - pass.busy_seconds / pass.span_seconds : 0.0);
   auto t = s.timer.measure("gradient_exchange");
   sum_gradients(s);
-  return s.comm->allreduce_sum(loss_sum, s.grid.world, "loss") / tokens;
+  return s.comm->allreduce_sum(pass.loss_sum, s.grid.world, "loss") / tokens;
 }
 
 // Clips by the global gradient norm and updates the parameters; returns the norm.
@@ -203,7 +211,7 @@ void train_step(TrainingState<T>& s, index_t step, const InjectedFault& fault, S
   if (fault.rank == s.grid.world_rank && fault.step == step)
     throw RuntimeFailure("injected fault (MINIATTN_FAULT) at step " + std::to_string(step));
   const double start = wall_seconds();
-  const double loss = loss_and_gradients(s, step);
+  const double loss = loss_and_gradients(s, step, record);
   check_loss(s, loss, step);
   double seconds = wall_seconds() - start;
   // The snapshot holds this step's gradients and the parameters they were taken at.
@@ -225,10 +233,11 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   record.baseline_resident_bytes = peak_resident_bytes();
   int world_size = 1;
   MPI_Comm_size(world, &world_size);
-  const int dp = static_cast<int>(c.parallel.dp), tp = static_cast<int>(c.parallel.tp);
-  ProcessGrid grid = ProcessGrid::create(world, dp, tp, ulysses_degree_for(c.parallel, world_size / (dp * tp)));
+  const int dp = static_cast<int>(c.parallel.dp), pp = static_cast<int>(c.parallel.pp);
+  const int tp = static_cast<int>(c.parallel.tp), sp = static_cast<int>(sp_size(c.parallel, world_size));
+  ProcessGrid grid = ProcessGrid::create(world, dp, pp, tp, ulysses_degree_for(c.parallel, sp));
   const RankShare share = rank_share(c, grid);
-  const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank);
+  const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);
   const InjectedFault fault = injected_fault(grid.world_rank);
   const MemoryCheck memory = check_memory(c, grid, layout, sizeof(T), fault);
 

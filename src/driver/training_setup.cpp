@@ -11,6 +11,7 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
+#include "model/pipeline_schedule.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
@@ -55,10 +56,11 @@ kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGri
 void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
                       const MemoryCheck& memory) {
   const ModelConfig& m = c.model;
-  std::printf("miniattn: %s, %s, %d ranks (dp %d x tp %d x sp %d), strategy %s, %lld parameters\n",
-              to_string(c.run.mode), to_string(m.precision), grid.world_size, grid.dp_size, grid.tp_size, grid.sp_size,
-              to_string(c.parallel.strategy),
-              static_cast<long long>(layout.total_global_count()));
+  std::printf("miniattn: %s, %s, %d ranks (dp %d x pp %d x tp %d x sp %d), strategy %s, %lld parameters, "
+              "%lld micro-batches\n",
+              to_string(c.run.mode), to_string(m.precision), grid.world_size, grid.dp_size, grid.pp_size,
+              grid.tp_size, grid.sp_size, to_string(c.parallel.strategy),
+              static_cast<long long>(layout.total_global_count()), static_cast<long long>(c.train.micro_batches));
   std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
               "(available %s)\n",
               static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
@@ -70,10 +72,13 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
   std::fflush(stdout);
 }
 
-void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_on_node) {
-  const std::size_t needed = memory.plan.total(), available = memory.available.bytes;
+// Pipeline stages plan different amounts: the most any rank needs decides,
+// the same on every rank; rank 0 names its own parts.
+void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_on_node, MPI_Comm world) {
+  const LeastOverRanks most = least_over_ranks(-static_cast<double>(memory.plan.total()), world);
+  const std::size_t needed = static_cast<std::size_t>(-most.value), available = memory.available.bytes;
   if (available == 0 || needed <= available) return;
-  std::string parts;
+  std::string parts = most.rank == 0 ? "" : " the most of any rank, on rank " + std::to_string(most.rank) + "; rank 0:";
   for (const auto& [name, bytes] : memory.plan.parts)
     parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
   const std::string amount = format_bytes(static_cast<double>(available));
@@ -120,6 +125,8 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   share.n = static_cast<index_t>(share.positions.size());
   share.local_batch = c.model.batch / grid.dp_size;
   share.first_sample = grid.dp_rank * share.local_batch;
+  share.micro_batches = c.train.micro_batches;
+  share.micro_batch = share.local_batch / share.micro_batches;
   return share;
 }
 
@@ -155,6 +162,9 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.dp = grid.dp_size;
   in.tp = grid.tp_size;
   in.sp = grid.sp_size;
+  in.pp = grid.pp_size;
+  in.stage = grid.pp_rank;
+  in.micro_batches = c.train.micro_batches;
   in.ulysses = grid.ulysses_size;
   in.scalar_bytes = scalar_bytes;
   in.replicated_parameters = layout.replicated_size();
@@ -165,7 +175,7 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
   memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, node_ranks), grid.world);
   if (grid.world_rank == 0) print_run_header(c, grid, layout, memory);
-  refuse_if_too_large(c, memory, node_ranks);
+  refuse_if_too_large(c, memory, node_ranks, grid.world);
   return memory;
 }
 
@@ -183,11 +193,15 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_tiles(agreed_attention_tiles<T>(c, g)),
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
-      attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking)),
-      model(c.model, l, sh.local_batch, sh.n, std::move(attention.layers),
-            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size}),
+      attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
+                                         pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches) *
+                                             l.layers().count())),
+      model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
+            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
+            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
       inputs("inputs", sh.rows()),
       targets("targets", sh.rows()),
+      pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);
 }
@@ -209,7 +223,7 @@ std::size_t TrainingState<T>::allocated_bytes() const {
       inputs.span() + targets.span() + positions.span() + attention_positions.span();
   return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) +
          model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
-         index_elements * sizeof(index_t);
+         index_elements * sizeof(index_t) + pipeline_send.span() * sizeof(T);
 }
 
 template <class T>

@@ -25,13 +25,17 @@
 
 namespace miniattn {
 
-// This rank's share of the data: samples of its DP group, positions of its SP rank.
+// This rank's share of the data: samples of its DP group, positions of its
+// SP rank; the samples go through the model in micro-batches.
 struct RankShare {
   std::vector<index_t> positions;  // global positions, in local order
   index_t n = 0;                   // positions.size()
   index_t local_batch = 0;
   index_t first_sample = 0;
+  index_t micro_batches = 1;
+  index_t micro_batch = 0;  // samples per micro-batch
   index_t rows() const { return local_batch * n; }
+  index_t micro_batch_rows() const { return micro_batch * n; }
 };
 RankShare rank_share(const Config& c, const ProcessGrid& grid);
 
@@ -86,7 +90,8 @@ struct TrainingState {
   View2<index_t> attention_positions;
   AttentionLayers<T> attention;  // its layers move into the model
   Transformer<T> model;
-  View1<index_t> inputs, targets;
+  View1<index_t> inputs, targets;  // all micro-batches of the step, one after the other
+  View2<T> pipeline_send;          // the input gradient in flight to the previous stage (none on the first)
   SyntheticTask task;
   PhaseTimer timer;
 
@@ -97,6 +102,17 @@ struct TrainingState {
   std::size_t allocated_bytes() const;
 };
 
+// One step's forward and backward passes over this rank's micro-batches, in
+// the 1F1B order (pipeline_schedule.hpp), exchanging activations and their
+// gradients with the neighbouring stages (pipeline_step.cpp).
+struct PipelinePass {
+  double loss_sum = 0.0;      // on the last stage: the cross-entropy summed over this rank's rows
+  double busy_seconds = 0.0;  // in the stage's forward and backward passes
+  double span_seconds = 0.0;  // from the first pass to the last send
+};
+template <class T>
+PipelinePass run_pipeline(TrainingState<T>& s);
+
 // Reads io.restart or io.init, or initialises at random; returns the first step.
 template <class T>
 index_t load_or_initialize(TrainingState<T>& s);
@@ -106,6 +122,7 @@ struct StepRecord {
   index_t first_step = 0;
   std::vector<double> losses;      // every step's loss, to compare loss curves between decompositions
   std::vector<double> step_times;  // every step's seconds without snapshot or checkpoint writing
+  std::vector<double> idle_fractions;  // every step's pipeline idle time over its span (pipeline bubble)
   double total_seconds = 0.0;
   double last_grad_norm = 0.0;
   std::size_t baseline_resident_bytes = 0;  // before the run allocated anything

@@ -64,13 +64,16 @@ std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<i
   } else {
     blocks.push_back(whole);
   }
+  if (!p.held)  // another pipeline stage's tensor: as many calls, no rows
+    for (LocalBlock& b : blocks) b.block.row_count = 0;
   return blocks;
 }
 
 bool writes_blocks_of(const ParameterInfo& p, const ProcessGrid& grid) {
+  if (!p.held || p.tied_copy) return false;  // the stage holding it (wte: the first) writes it
   if (p.sharded) return grid.dp_rank == 0 && grid.tp_rank == 0;  // one replica of the positions
   if (p.tensor_shard.dim >= 0) return grid.dp_rank == 0 && grid.sp_rank == 0;  // one TP group
-  return grid.world_rank == 0;
+  return grid.dp_rank == 0 && grid.sp_rank == 0 && grid.tp_rank == 0;
 }
 
 template <class T>
@@ -122,6 +125,7 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "layout", std::string(to_string(c.parallel.layout)));
   file.set_attribute("/", "dp", c.parallel.dp);
   file.set_attribute("/", "tp", c.parallel.tp);
+  file.set_attribute("/", "pp", c.parallel.pp);
   file.set_attribute("/", "ranks", static_cast<std::int64_t>(world_size));
   file.set_attribute("/", "config", config_to_json(c).dump());
 }
@@ -141,7 +145,7 @@ void write_snapshot(const std::string& path, const Config& config, const Paramet
                          static_cast<std::uint64_t>(config.model.seq_len + 1)};
   tokens.row_begin = static_cast<std::uint64_t>(content.first_sample);
   // Every rank of a DP group has its samples' whole stream; one writes it.
-  tokens.row_count = grid.sp_rank == 0 && grid.tp_rank == 0 ? content.tokens.extent(0) : 0;
+  tokens.row_count = grid.sp_rank == 0 && grid.tp_rank == 0 && grid.first_stage() ? content.tokens.extent(0) : 0;
   file.write("/inputs/tokens", DType::i64, tokens, content.tokens.data());
 
   RowBlock scalar;

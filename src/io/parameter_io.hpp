@@ -37,9 +37,11 @@ struct LocalBlock {
 };
 // The blocks of p this rank holds, as many on every rank (the I/O calls are
 // collective): the whole tensor; wpe: one per position run; a tensor-parallel
-// shard: one per group of rows (q, k, v) or its range of columns.
+// shard: one per group of rows (q, k, v) or its range of columns; another
+// pipeline stage's tensor: as many, of no rows.
 std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<index_t>& positions, Layout layout);
-// Whether this rank writes its blocks of p: exactly one replica of each block does.
+// Whether this rank writes its blocks of p: exactly one replica of each block
+// does, on the stage holding it (wte: the first).
 bool writes_blocks_of(const ParameterInfo& p, const ProcessGrid& grid);
 
 // Reads every parameter by name from /params of an HDF5 file (float32 or

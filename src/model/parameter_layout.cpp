@@ -1,5 +1,6 @@
 #include "model/parameter_layout.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <stdexcept>
@@ -13,6 +14,14 @@ index_t product(const std::vector<index_t>& shape) {
   return n;
 }
 }  // namespace
+
+StageLayers stage_layers(index_t layers, int stages, int stage) {
+  const index_t base = layers / stages, extra = layers % stages, s = stage;
+  StageLayers l;
+  l.first = s * base + std::min(s, extra);
+  l.end = l.first + base + (s < extra ? 1 : 0);
+  return l;
+}
 
 std::size_t ParameterLayout::add(const std::string& name, std::vector<index_t> shape, InitKind init, double std,
                                  bool decay, int tp_dim, index_t tp_groups) {
@@ -40,27 +49,38 @@ std::size_t ParameterLayout::add(const std::string& name, std::vector<index_t> s
 // tensor-parallel shards, so that each part is reduced over its own group in
 // one call. The list keeps model order (initialisation keys on it).
 void ParameterLayout::place_in_buffers() {
+  for (ParameterInfo& p : params_)
+    if (!p.held) p.local_size = 0;
   for (const bool tensor_parallel : {false, true}) {
     if (tensor_parallel) tensor_parallel_begin_ = replicated_size_;
     for (ParameterInfo& p : params_) {
-      if (p.sharded || (p.tensor_shard.dim >= 0) != tensor_parallel) continue;
+      if (!p.held || p.sharded || (p.tensor_shard.dim >= 0) != tensor_parallel) continue;
       p.offset = replicated_size_;
       replicated_size_ += p.local_size;
     }
   }
 }
 
-ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, int tp_size, int tp_rank)
-    : tp_size_(tp_size), tp_rank_(tp_rank) {
+ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, int tp_size, int tp_rank,
+                                 int pp_size, int pp_rank)
+    : tp_size_(tp_size),
+      tp_rank_(tp_rank),
+      pp_size_(pp_size),
+      pp_rank_(pp_rank),
+      layers_(stage_layers(m.layers, pp_size, pp_rank)) {
   const index_t D = m.d_model, F = m.ffn_width(), V = m.vocab, N = m.seq_len;
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
   constexpr int rows = 0, columns = 1;  // Megatron: column-parallel layers split W's rows, row-parallel its columns
 
   const std::size_t wte = add("wte", {V, D}, InitKind::normal, std, true);
+  params_[wte].held = holds_embedding() || holds_head();
+  params_[wte].tied_copy = !holds_embedding() && holds_head();
+  tied_copy_size_ = params_[wte].tied_copy ? V * D : 0;  // wte comes first in the buffer
   ParameterInfo& wpe = params_[add("wpe", {N, D}, InitKind::normal, 0.01, true)];
   wpe.sharded = true;
-  wpe.local_size = local_positions * D;
+  wpe.held = holds_embedding();
+  wpe.local_size = wpe.held ? local_positions * D : 0;
   sharded_size_ = wpe.local_size;
 
   std::vector<std::array<std::size_t, 12>> block_params;
@@ -80,9 +100,12 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
         add(p + "ffn.fc2.weight", {D, F}, InitKind::normal, residual_std, true, columns),
         add(p + "ffn.fc2.bias", {D}, InitKind::zeros, 0.0, false),
     });
+    const bool on_stage = l >= layers_.first && l < layers_.end;
+    for (std::size_t i : block_params.back()) params_[i].held = on_stage;
   }
   const std::size_t ln_f_weight = add("ln_f.weight", {D}, InitKind::ones, 0.0, false);
   const std::size_t ln_f_bias = add("ln_f.bias", {D}, InitKind::zeros, 0.0, false);
+  params_[ln_f_weight].held = params_[ln_f_bias].held = holds_head();
   place_in_buffers();
 
   auto offset = [&](std::size_t i) { return params_[i].offset; };

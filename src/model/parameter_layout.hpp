@@ -9,6 +9,10 @@
 //    a shard is the whole tensor.
 //  * sharded: the wpe rows of the positions this rank owns (sequence-split
 //    embeddings); read, written and reduced by rows.
+// With pipeline parallelism a rank holds only its stage's tensors (held):
+// its blocks, wte and wpe on the first stage, ln_f and wte (the tied head) on
+// the last. The list names every parameter of the model on every rank, in
+// model order (initialisation and the files' collective calls key on it).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -48,6 +52,8 @@ struct TensorShard {
 
 struct ParameterInfo {
   std::string name;
+  bool held = true;        // on this rank's pipeline stage; else local_size is 0
+  bool tied_copy = false;  // the last stage's wte: a copy of the first stage's (not written, not in the norm)
   std::vector<index_t> global_shape;  // as in the HDF5 file / state_dict
   TensorShard tensor_shard;           // this rank's part over tensor parallelism
   bool sharded = false;               // wpe: this rank holds rows of its positions only
@@ -64,11 +70,22 @@ struct BlockOffsets {
   index_t ln2_weight, ln2_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias;
 };
 
+// The layers [first, end) of a pipeline stage: contiguous, as even as the
+// count allows, the first (layers % stages) stages holding one more (the last
+// stage also runs the head).
+struct StageLayers {
+  index_t first = 0, end = 0;
+  index_t count() const { return end - first; }
+};
+StageLayers stage_layers(index_t layers, int stages, int stage);
+
 class ParameterLayout {
  public:
   // local_positions: number of sequence positions (wpe rows) this rank owns;
-  // tp_size, tp_rank: the tensor-parallel group and this rank's index in it.
-  ParameterLayout(const ModelConfig& model, index_t local_positions, int tp_size = 1, int tp_rank = 0);
+  // tp_size, tp_rank: the tensor-parallel group and this rank's index in it;
+  // pp_size, pp_rank: the pipeline stages and this rank's.
+  ParameterLayout(const ModelConfig& model, index_t local_positions, int tp_size = 1, int tp_rank = 0,
+                  int pp_size = 1, int pp_rank = 0);
 
   const std::vector<ParameterInfo>& parameters() const { return params_; }
   const ParameterInfo& find(const std::string& name) const;  // throws std::out_of_range
@@ -78,9 +95,17 @@ class ParameterLayout {
   index_t sharded_size() const { return sharded_size_; }
   index_t total_global_count() const;  // parameter count of the whole model
 
+  const StageLayers& layers() const { return layers_; }
+  bool holds_embedding() const { return pp_rank_ == 0; }           // wte and wpe
+  bool holds_head() const { return pp_rank_ == pp_size_ - 1; }     // ln_f and the tied wte
+  // Elements at the start of the replicated buffer that are the tied copy of
+  // wte (the last stage with pp > 1), else 0.
+  index_t tied_copy_size() const { return tied_copy_size_; }
+
   index_t wte() const { return wte_; }
   index_t ln_f_weight() const { return ln_f_weight_; }
   index_t ln_f_bias() const { return ln_f_bias_; }
+  // Block l (a layer of this rank's stage).
   const BlockOffsets& block(index_t l) const { return blocks_[static_cast<std::size_t>(l)]; }
 
  private:
@@ -91,7 +116,9 @@ class ParameterLayout {
 
   std::vector<ParameterInfo> params_;
   std::vector<BlockOffsets> blocks_;
-  int tp_size_ = 1, tp_rank_ = 0;
+  int tp_size_ = 1, tp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0;
+  StageLayers layers_;
+  index_t tied_copy_size_ = 0;
   index_t replicated_size_ = 0;
   index_t tensor_parallel_begin_ = 0;
   index_t sharded_size_ = 0;

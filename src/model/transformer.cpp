@@ -63,15 +63,16 @@ void fill_with_index(const View1<index_t>& v) {
 }  // namespace
 
 template <class T>
-Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch,
+Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
                             index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention,
-                            const TensorParallelGroup& tp)
+                            const TensorParallelGroup& tp, index_t slots)
     : model_(model),
       layout_(layout),
+      layers_(layout.layers()),
       tp_(tp),
-      local_batch_(local_batch),
+      local_batch_(micro_batch),
       local_positions_(local_positions),
-      rows_(local_batch * local_positions),
+      rows_(micro_batch * local_positions),
       chunk_rows_(tp.chunk_rows(rows_)),
       first_row_(tp.first_row(rows_)),
       d_shard_(model.d_model / tp.size),
@@ -79,28 +80,33 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
       attention_(std::move(attention)) {
   const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
   const index_t Ds = d_shard_, Fs = ffn_shard_;
-  const index_t B = local_batch, n = local_positions, R = rows_, r = chunk_rows_;
+  const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
 
   wpe_row_ = View1<index_t>("wpe_row", n);
   fill_with_index(wpe_row_);
 
-  for (index_t l = 0; l <= model.layers; ++l)
-    residual_.push_back(View2<T>("residual." + std::to_string(l), r, D));
-  for (index_t l = 0; l < model.layers; ++l) {
-    const std::string p = "blocks." + std::to_string(l) + ".";
-    BlockActivations<T> a;
-    a.after_attention = View2<T>(p + "after_attention", r, D);
-    a.ln1_mean = View1<T>(p + "ln1_mean", r);
-    a.ln1_rstd = View1<T>(p + "ln1_rstd", r);
-    a.ln2_mean = View1<T>(p + "ln2_mean", r);
-    a.ln2_rstd = View1<T>(p + "ln2_rstd", r);
-    a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
-    a.lse = View3<T>(p + "lse", B, H, n);
-    blocks_.push_back(a);
+  for (index_t k = 0; k < slots; ++k) {
+    SlotActivations<T> slot;
+    const std::string prefix = slots > 1 ? "slot" + std::to_string(k) + "." : "";
+    for (index_t l = layers_.first; l <= layers_.end; ++l)
+      slot.residual.push_back(View2<T>(prefix + "residual." + std::to_string(l), r, D));
+    for (index_t l = layers_.first; l < layers_.end; ++l) {
+      const std::string p = prefix + "blocks." + std::to_string(l) + ".";
+      BlockActivations<T> a;
+      a.after_attention = View2<T>(p + "after_attention", r, D);
+      a.ln1_mean = View1<T>(p + "ln1_mean", r);
+      a.ln1_rstd = View1<T>(p + "ln1_rstd", r);
+      a.ln2_mean = View1<T>(p + "ln2_mean", r);
+      a.ln2_rstd = View1<T>(p + "ln2_rstd", r);
+      a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
+      a.lse = View3<T>(p + "lse", B, H, n);
+      slot.blocks.push_back(a);
+    }
+    slots_.push_back(slot);
   }
+  logits_ = View2<T>("logits", layout.holds_head() ? r : 0, V);
   final_mean_ = View1<T>("ln_f_mean", r);
   final_rstd_ = View1<T>("ln_f_rstd", r);
-  logits_ = View2<T>("logits", r, V);
   logits_lse_ = View1<T>("logits_lse", r);
   row_loss_ = View1<double>("row_loss", r);
   loss_sum_ = kernels::OrderedSum(r);
@@ -137,17 +143,19 @@ View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_ro
 }
 
 template <class T>
-void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l) {
+void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l) {
   const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, ffn_shard_);
-  BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
-  const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
-  const View2<T>& x_out = residual_[static_cast<std::size_t>(l + 1)];
+  SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
+  const std::size_t i = static_cast<std::size_t>(l - layers_.first);
+  BlockActivations<T>& a = saved.blocks[i];
+  const View2<T>& x_in = saved.residual[i];
+  const View2<T>& x_out = saved.residual[i + 1];
 
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
   tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
-  AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
+  AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_forward", [&] { attention.forward(q_, k_, v_, a.attention_out, a.lse); });
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
@@ -168,17 +176,19 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t l)
 }
 
 template <class T>
-double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<const index_t>& inputs,
+double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, const View1<const index_t>& inputs,
                                const View1<const index_t>& targets) {
   compat::ProfilingRegion region("miniattn::forward");
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
-  const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
-  const View1<const index_t> chunk_inputs = chunk_of(inputs);
-  kernels::embedding_forward<T>(chunk_inputs, wpe_row_, wte, wpe, residual_[0], first_row_);
-  kernels::group_rows_by_token(chunk_inputs, token_rows_);
-  for (index_t l = 0; l < model_.layers; ++l) block_forward(params, l);
-  kernels::layer_norm_forward<T>(residual_.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
+  const SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
+  if (layout_.holds_embedding()) {
+    const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
+    kernels::embedding_forward<T>(chunk_of(inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
+  }
+  for (index_t l = layers_.first; l < layers_.end; ++l) block_forward(params, slot, l);
+  if (!layout_.holds_head()) return 0.0;
+  kernels::layer_norm_forward<T>(saved.residual.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
   kernels::linear_forward<T>(normed_, wte, View1<const T>(), logits_);
@@ -188,13 +198,15 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, const View1<co
 
 template <class T>
 void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                                    index_t l) {
+                                    index_t slot, index_t l) {
   // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
   const index_t D = model_.d_model;
   const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
   const BlockTensors<T> g(grads.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
-  BlockActivations<T>& a = blocks_[static_cast<std::size_t>(l)];
-  const View2<T>& x_in = residual_[static_cast<std::size_t>(l)];
+  SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
+  const std::size_t i = static_cast<std::size_t>(l - layers_.first);
+  BlockActivations<T>& a = saved.blocks[i];
+  const View2<T>& x_in = saved.residual[i];
 
   // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
   // ln2's output (normed_, gathered into all_rows_) and fc1's output are
@@ -229,7 +241,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
-  AttentionStrategy<T>& attention = *attention_[static_cast<std::size_t>(l)];
+  AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_backward", [&] {
     attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   });
@@ -242,37 +254,49 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
                                   g.ln1_bias, column_partials_);
 }
 
+// Head: logits = ln_f(x) wte^T, tied with the token embedding; leaves
+// dL/dx in d_residual_. ln_f's output is recomputed into normed_ (bitwise as
+// in forward).
 template <class T>
-void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                              const View1<const index_t>& targets, T loss_scale) {
-  compat::ProfilingRegion region("miniattn::backward");
+void Transformer<T>::head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
+                                   const View2<T>& x, const View1<const index_t>& targets, T loss_scale) {
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const auto d_wte = matrix_at(grads.replicated, layout_.wte(), V, D);
-
-  // Head: logits = ln_f(x) wte^T, tied with the token embedding.
-  // ln_f's output is recomputed into normed_ (bitwise as in forward).
   const auto ln_f_weight = vector_at(params.replicated, layout_.ln_f_weight(), D);
   const auto ln_f_bias = vector_at(params.replicated, layout_.ln_f_bias(), D);
-  kernels::layer_norm_forward<T>(residual_.back(), ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
+  kernels::layer_norm_forward<T>(x, ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
   kernels::cross_entropy_backward<T>(logits_, chunk_of(targets), logits_lse_, loss_scale, logits_);
   kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>(), column_partials_);
   Kokkos::deep_copy(d_residual_, T(0));
-  kernels::layer_norm_backward<T>(d_normed_, residual_.back(), ln_f_weight, final_mean_, final_rstd_, d_residual_,
+  kernels::layer_norm_backward<T>(d_normed_, x, ln_f_weight, final_mean_, final_rstd_, d_residual_,
                                   vector_at(grads.replicated, layout_.ln_f_weight(), D),
                                   vector_at(grads.replicated, layout_.ln_f_bias(), D), column_partials_);
+}
 
-  for (index_t l = model_.layers - 1; l >= 0; --l) block_backward(params, grads, l);
-
-  kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, d_wte,
+template <class T>
+void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot,
+                              const View1<const index_t>& inputs, const View1<const index_t>& targets,
+                              T loss_scale) {
+  compat::ProfilingRegion region("miniattn::backward");
+  if (layout_.holds_head())
+    head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), targets, loss_scale);
+  for (index_t l = layers_.end - 1; l >= layers_.first; --l) block_backward(params, grads, slot, l);
+  if (!layout_.holds_embedding()) return;
+  const index_t D = model_.d_model, V = model_.vocab;
+  kernels::group_rows_by_token(chunk_of(inputs), token_rows_);
+  kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, matrix_at(grads.replicated, layout_.wte(), V, D),
                                  matrix_at(grads.sharded, 0, local_positions_, D), first_row_);
 }
 
 template <class T>
 index_t Transformer<T>::first_nonfinite_stage() const {
-  for (index_t stage = 0; stage <= model_.layers; ++stage)
-    if (kernels::count_nonfinite<T>(residual_[static_cast<std::size_t>(stage)]) > 0) return stage;
-  if (kernels::count_nonfinite<T>(logits_) > 0) return model_.layers + 1;
+  // A stage's input is the previous stage's output: the first stage checks its embedding.
+  const std::size_t first = layout_.holds_embedding() ? 0 : 1;
+  for (std::size_t i = first; i <= static_cast<std::size_t>(layers_.count()); ++i)
+    for (const SlotActivations<T>& saved : slots_)
+      if (kernels::count_nonfinite<T>(saved.residual[i]) > 0) return layers_.first + static_cast<index_t>(i);
+  if (layout_.holds_head() && kernels::count_nonfinite<T>(logits_) > 0) return model_.layers + 1;
   return -1;
 }
 
@@ -286,11 +310,13 @@ std::string Transformer<T>::stage_name(index_t stage) const {
 template <class T>
 std::size_t Transformer<T>::allocated_bytes() const {
   std::size_t bytes = wpe_row_.span() * sizeof(index_t);
-  for (const auto& r : residual_) bytes += r.span() * sizeof(T);
-  for (const auto& a : blocks_) {
-    bytes += a.after_attention.span() * sizeof(T);
-    for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
-    bytes += (a.attention_out.span() + a.lse.span()) * sizeof(T);
+  for (const SlotActivations<T>& saved : slots_) {
+    for (const auto& r : saved.residual) bytes += r.span() * sizeof(T);
+    for (const auto& a : saved.blocks) {
+      bytes += a.after_attention.span() * sizeof(T);
+      for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
+      bytes += (a.attention_out.span() + a.lse.span()) * sizeof(T);
+    }
   }
   // q_, k_, v_ and fc1_out_ are views into arena_: not counted again.
   for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);

@@ -7,6 +7,12 @@
 // group: this rank holds its chunk of them in the LayerNorm and residual
 // regions (residual stream, LayerNorms, the head and the loss) and all of them
 // for its H / tp heads and F / tp FFN units in between.
+//
+// With pipeline parallelism the model is this rank's stage: its layers, the
+// embedding on the first stage, ln_f, the head and the loss on the last. The
+// rows are one micro-batch's, and `slots` micro-batches can be in flight
+// between their forward and backward passes (the 1F1B schedule bounds them):
+// each slot saves its own activations; workspaces are shared.
 #include <memory>
 #include <vector>
 
@@ -37,35 +43,51 @@ struct BlockActivations {
   View3<T> lse;            // [B, H / tp, n]
 };
 
+// What one micro-batch in flight saves on this stage.
+template <class T>
+struct SlotActivations {
+  std::vector<View2<T>> residual;  // [i]: input of the stage's block i; back(): the stage's output
+  std::vector<BlockActivations<T>> blocks;
+};
+
 template <class T>
 class Transformer {
  public:
-  // attention: one strategy per layer (each keeps what its backward pass needs)
-  // over this rank's H / tp heads.
-  Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t local_batch, index_t local_positions,
-              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention, const TensorParallelGroup& tp = {});
+  // attention: one strategy per slot and layer of the stage (each keeps what
+  // its backward pass needs; slot-major) over this rank's H / tp heads.
+  Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch, index_t local_positions,
+              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention, const TensorParallelGroup& tp = {},
+              index_t slots = 1);
 
-  // Runs the model on the group's inputs and targets (all rows); returns the
-  // SUM of the cross-entropy over this rank's chunk of rows (the caller sums
-  // over ranks and divides by the global token count).
-  double forward(const ParameterBuffers<T>& params, const View1<const index_t>& inputs,
+  // Runs the stage on one micro-batch (the group's inputs and targets, all
+  // rows) in `slot`. On the first stage it starts from the embedding, on the
+  // others from stage_input(slot), which the caller has filled. Returns, on
+  // the last stage, the SUM of the cross-entropy over this rank's chunk of
+  // rows (the caller sums over ranks and divides by the global token count),
+  // else 0 (the output is stage_output(slot)).
+  double forward(const ParameterBuffers<T>& params, index_t slot, const View1<const index_t>& inputs,
                  const View1<const index_t>& targets);
 
-  // Accumulates d(loss_scale * local loss sum)/d(params) into grads (+=).
-  // Must follow forward() on the same inputs.
-  void backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                const View1<const index_t>& targets, T loss_scale);
+  // Accumulates d(loss_scale * loss sum)/d(params) into grads (+=) for the
+  // micro-batch in `slot`, which forward() ran. On the last stage it starts
+  // from the loss, on the others from residual_gradient(), which the caller
+  // has filled with the gradient of stage_output(slot); on return
+  // residual_gradient() holds the gradient of stage_input(slot).
+  void backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot,
+                const View1<const index_t>& inputs, const View1<const index_t>& targets, T loss_scale);
 
   index_t rows() const { return rows_; }
   index_t chunk_rows() const { return chunk_rows_; }
-  // Output of block l ([chunk rows, D]); l = layers - 1 is the input of ln_f.
-  View2<const T> block_output(index_t l) const { return residual_[static_cast<std::size_t>(l + 1)]; }
-  View2<const T> logits() const { return logits_; }  // valid after forward() until backward()
-  const AttentionStrategy<T>& attention(index_t layer) const { return *attention_[static_cast<std::size_t>(layer)]; }
+  index_t slots() const { return static_cast<index_t>(slots_.size()); }
+  // [chunk rows, D]: what enters and leaves the stage, and their gradient (one buffer).
+  View2<T> stage_input(index_t slot) const { return slots_[static_cast<std::size_t>(slot)].residual.front(); }
+  View2<T> stage_output(index_t slot) const { return slots_[static_cast<std::size_t>(slot)].residual.back(); }
+  View2<T> residual_gradient() const { return d_residual_; }
 
   // After forward(): the position, in forward order, of the first activation
-  // holding a NaN or Inf (0 embedding, 1 + l block l, layers + 1 logits), or
-  // -1 when all are finite. An ordinal, so ranks can agree on the earliest.
+  // of this stage holding a NaN or Inf in any slot (0 embedding, 1 + l block l,
+  // layers + 1 logits), or -1 when all are finite. An ordinal, so ranks can
+  // agree on the earliest.
   index_t first_nonfinite_stage() const;
   std::string stage_name(index_t stage) const;
 
@@ -77,8 +99,14 @@ class Transformer {
   std::size_t allocated_bytes() const;
 
  private:
-  void block_forward(const ParameterBuffers<T>& params, index_t l);
-  void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t l);
+  // Block l (a layer of the stage) on the micro-batch in `slot`.
+  void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l);
+  void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot, index_t l);
+  void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, const View2<T>& x,
+                     const View1<const index_t>& targets, T loss_scale);
+  AttentionStrategy<T>& attention(index_t slot, index_t l) {
+    return *attention_[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
+  }
   // [R, D / tp] over the first R x D / tp values of `memory`: merged heads or their gradient.
   View2<T> merged_rows(const View2<T>& memory) const;
   // This rank's chunk of the group's inputs or targets.
@@ -87,20 +115,20 @@ class Transformer {
   ModelConfig model_;
   PhaseTimer* timer_ = nullptr;
   const ParameterLayout& layout_;
+  StageLayers layers_;
   TensorParallelGroup tp_;
   index_t local_batch_, local_positions_, rows_, chunk_rows_, first_row_;
   index_t d_shard_, ffn_shard_;  // this rank's D / tp attention columns and F / tp FFN units
   std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
 
-  View1<index_t> wpe_row_;         // local wpe row of each local position (identity)
-  std::vector<View2<T>> residual_;  // residual_[l]: input of block l; residual_[L]: input of ln_f
-  std::vector<BlockActivations<T>> blocks_;
-  View2<T> logits_;
+  View1<index_t> wpe_row_;  // local wpe row of each local position (identity)
+  std::vector<SlotActivations<T>> slots_;
+  View2<T> logits_;  // [r, V] on the last stage, else empty
   View1<T> final_mean_, final_rstd_;
   View1<T> logits_lse_;     // [R]: log-sum-exp of each row of logits (forward, reused by backward)
   View1<double> row_loss_;  // [R]: cross-entropy of each row, summed in a fixed order
   kernels::OrderedSum loss_sum_;
-  kernels::TokenRows token_rows_;  // this step's rows of each token (the wte gradient's order)
+  kernels::TokenRows token_rows_;  // the micro-batch's rows of each token (the wte gradient's order)
 
   // Workspaces shared by all blocks, each reused in both passes (forward and
   // backward never overlap); what each holds when is spelled out in block_forward

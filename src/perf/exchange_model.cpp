@@ -1,5 +1,7 @@
 #include "perf/exchange_model.hpp"
 
+#include "model/parameter_layout.hpp"
+
 namespace miniattn {
 
 namespace {
@@ -19,19 +21,24 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   const double s = static_cast<double>(in.scalar_bytes);
   const double b = static_cast<double>(m.batch / in.dp), n = static_cast<double>(m.seq_len / in.sp);
   const double t = in.tp, D = static_cast<double>(m.d_model), H = static_cast<double>(m.heads) / t;
-  const double L = static_cast<double>(m.layers);
+  const double L = static_cast<double>(stage_layers(m.layers, in.pp, in.stage).count());
+  const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
   const double X = b * n * D / t * s;
   const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
 
   std::map<std::string, double> bytes;
   const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
-  if (in.world_size > 1) {
+  if (in.dp * in.sp * in.tp > 1)
     bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * s;
-    bytes["loss"] = sizeof(double);
-  }
+  if (in.world_size > 1) bytes["loss"] = sizeof(double);
   if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * s;
-  if (in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
-  if (in.sp > 1 || in.tp > 1) bytes["grad_norm"] = sizeof(double) * ((in.sp > 1) + (in.tp > 1));
+  if (first_stage && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
+  if (in.pp > 1 && (first_stage || last_stage))
+    bytes["gradients.tied_embedding"] = static_cast<double>(m.vocab * m.d_model) * s;
+  const int norm_shares = (first_stage && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
+  if (norm_shares > 0) bytes["grad_norm"] = sizeof(double) * norm_shares;
+  if (!last_stage) bytes["pipeline.activations"] = b * n * D / t * s;
+  if (!first_stage) bytes["pipeline.gradients"] = b * n * D / t * s;
   if (in.tp > 1) {
     const double chunk = (t - 1) * b * n * D / t * s;
     bytes["tensor_parallel.gather"] = L * 6 * chunk;

@@ -12,10 +12,15 @@
 //                    LayerNorm outputs, two output gradients) and 4
 //                    reduce-scatters (2 + 2) of the [b n / t, D] chunk, each
 //                    sending (t-1) b n D s / t  (t > 1)
-// plus, per step: the gradients of the tensors whole on every rank (ranks > 1),
-// of the tensor-parallel shards (dp sp > 1, with t > 1), of the wpe rows
-// (dp t > 1), the loss (ranks > 1) and the gradient norm's shares of wpe
-// (sp > 1) and of the shards (t > 1).
+// over the stage's layers (all of them with pp = 1), plus, per step: the
+// gradients of the tensors whole on every rank of the stage (dp sp t > 1), of
+// the tensor-parallel shards (dp sp > 1, with t > 1), of the wpe rows (first
+// stage, dp t > 1), of the tied wte (first and last stage, pp > 1), the loss
+// (ranks > 1) and the gradient norm's shares of wpe (first stage, sp > 1), of
+// the shards (t > 1) and of the stages (pp > 1). Pipeline: every micro-batch's
+// [b n / (m t), D] output goes to the next stage (all but the last) and its
+// input gradient to the previous one (all but the first): b n D s / t each
+// per step, whatever the number m of micro-batches.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -28,13 +33,14 @@ struct ExchangeModelInput {
   ModelConfig model;
   Strategy strategy = Strategy::local;
   int world_size = 1, dp = 1, tp = 1, sp = 1, ulysses = 1;
+  int pp = 1, stage = 0;  // pipeline stages and this rank's
   std::size_t scalar_bytes = 8;
-  std::int64_t replicated_parameters = 0;       // on this rank, tensor-parallel shards included
+  std::int64_t replicated_parameters = 0;       // on this rank (its stage's), tensor-parallel shards included
   std::int64_t tensor_parallel_parameters = 0;  // of those, the shards
   std::int64_t local_wpe_parameters = 0;
 };
 
-// Bytes per step, by the same labels the Comm counters use.
+// Bytes this rank sends per step, by the same labels the Comm counters use.
 std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& in);
 
 }  // namespace miniattn

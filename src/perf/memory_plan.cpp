@@ -7,9 +7,11 @@
 #include <type_traits>
 
 #include "core/types.hpp"
+#include "model/pipeline_schedule.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "kernels/reduction.hpp"
+#include "model/parameter_layout.hpp"
 
 namespace miniattn {
 
@@ -22,9 +24,15 @@ std::size_t MemoryPlan::total() const {
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ModelConfig& m = in.model;
   const std::size_t s = in.scalar_bytes, ib = sizeof(index_t), tp = static_cast<std::size_t>(in.tp);
-  const std::size_t b = static_cast<std::size_t>(m.batch / in.dp), n = static_cast<std::size_t>(m.seq_len / in.sp);
+  const std::size_t local_batch = static_cast<std::size_t>(m.batch / in.dp);
+  const std::size_t b = local_batch / static_cast<std::size_t>(in.micro_batches);  // a micro-batch
+  const std::size_t n = static_cast<std::size_t>(m.seq_len / in.sp);
   const std::size_t D = static_cast<std::size_t>(m.d_model), V = static_cast<std::size_t>(m.vocab);
-  const std::size_t L = static_cast<std::size_t>(m.layers), N = static_cast<std::size_t>(m.seq_len);
+  const std::size_t N = static_cast<std::size_t>(m.seq_len);
+  // This stage's layers, each held once per micro-batch in flight.
+  const std::size_t L = static_cast<std::size_t>(stage_layers(m.layers, in.pp, in.stage).count());
+  const std::size_t slots = static_cast<std::size_t>(pipeline_slots(in.stage, in.pp, in.micro_batches));
+  const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
   // This rank's share: heads, attention columns and FFN units over TP.
   const std::size_t H = static_cast<std::size_t>(m.heads) / tp, Da = D / tp;
   const std::size_t F = static_cast<std::size_t>(m.ffn_width()) / tp;
@@ -32,10 +40,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t G = static_cast<std::size_t>(in.sp) / U;
 
   MemoryPlan plan;
-  const std::size_t parameters = static_cast<std::size_t>(in.replicated_parameters) + n * D;
+  const std::size_t wpe = first_stage ? n * D : 0, replicated = static_cast<std::size_t>(in.replicated_parameters);
+  const std::size_t parameters = replicated + wpe;
   plan.parts["parameters+gradients"] = 2 * parameters * s;
   if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * s;
-  plan.parts["tokens+positions"] = 2 * R * ib + n * ib + n * ib + G * U * n * ib;
+  plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib;
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
   // attention output, LayerNorm statistics, log-sum-exp), the residual stream,
@@ -48,7 +57,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
   // (kernels/embedding.hpp).
   const std::size_t per_block = (r * D + R * Da + 4 * r + R * H) * s;
-  plan.parts["activations"] = L * per_block + (L + 1) * r * D * s + (3 * r + r * V) * s + r * sizeof(double);
+  plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + (3 * r + (last_stage ? r * V : 0)) * s +
+                              r * sizeof(double);
+  if (!first_stage) plan.parts["pipeline send buffer"] = r * D * s;
   plan.parts["workspaces"] = (3 * R * Da + r * D + R * std::max(3 * Da, F) + 2 * r * D + R * F + 4 * R * Da +
                               (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
@@ -56,12 +67,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   };
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
   plan.parts["reduction workspaces"] = chunks * std::max({3 * Da, F, D}) * s + ordered_sum_bytes(r) +
-                                       ordered_sum_bytes(std::max(parameters - n * D, n * D)) + (V + 1 + 2 * r) * ib;
+                                       ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
 
-  // Attention strategies, one per layer, plus the ring workspace they share.
+  // Attention strategies, one per layer and slot, plus the ring workspace they share.
   std::size_t attention = 0;
   if (in.strategy == Strategy::rsa) {
-    attention = L * (R * H * N + R * H + 8 * R * Da) * s;
+    attention = slots * L * (R * H * N + R * H + 8 * R * Da) * s;
   } else {
     // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
     // of the backward kernel, and the travelling K/V/dK/dV double buffers.
@@ -69,7 +80,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                                              kernels::transposed_keys_row(static_cast<index_t>(ring_rows)));
     attention = 2 * R * H * s + 2 * b * (H / U) * (D / m.heads) * transposed_row * s + (G > 1 ? 8 * R * Da * s : 0);
     if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
-      attention += L * (2 * R * Da + 8 * R * Da + R * H) * s;  // all-to-all buffers, head-split tensors
+      attention += slots * L * (2 * R * Da + 8 * R * Da + R * H) * s;  // all-to-all buffers, head-split tensors
   }
   plan.parts["attention"] = attention;
   return plan;

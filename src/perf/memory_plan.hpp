@@ -9,7 +9,11 @@
 // its defining cost. Tensor parallelism divides all of it by tp: the residual
 // stream and LayerNorm regions hold R / tp rows (Megatron sequence
 // parallelism), the attention and FFN regions H / tp heads and F / tp units;
-// it adds two [R, D] exchange buffers.
+// it adds two [R, D] exchange buffers. With micro-batches, R is one micro-
+// batch's rows; pipeline stage s keeps the activations of its layers for
+// min(pp - s, micro_batches) micro-batches in flight (the 1F1B bound), the
+// embedding's parameters on the first stage, the head's on the last, and a
+// [R / tp, D] send buffer for the input gradient on all but the first.
 #include <cstddef>
 #include <map>
 #include <string>
@@ -28,8 +32,10 @@ struct MemoryPlanInput {
   Strategy strategy = Strategy::local;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, tp = 1, sp = 1, ulysses = 1;
+  int pp = 1, stage = 0;  // pipeline stages and this rank's
+  std::int64_t micro_batches = 1;
   std::size_t scalar_bytes = 8;
-  std::int64_t replicated_parameters = 0;  // on this rank (tensor-parallel shards included)
+  std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
 };
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);

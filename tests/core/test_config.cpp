@@ -106,8 +106,8 @@ std::vector<BadDeck> bad_decks() {
       {"batch_divisible_by_dp", "parallel:\n  dp: 2\nmodel:\n  batch: 3\n", {}, 2,
        {"model.batch: must be divisible by parallel.dp (3 % 2 != 0)"}},
       {"local_needs_sp_1", "parallel:\n  strategy: local\n", {}, 2,
-       {"parallel.strategy: 'local'", "sp = 2 ranks / (parallel.dp 1 x parallel.tp 1) = 2",
-        "use parallel.dp x parallel.tp = 2", "sequence-parallel strategy"}},
+       {"parallel.strategy: 'local'", "sp = 2 ranks / (parallel.dp 1 x parallel.pp 1 x parallel.tp 1) = 2",
+        "use parallel.dp x parallel.pp x parallel.tp = 2", "sequence-parallel strategy"}},
       {"contiguous_seq_len", "parallel:\n  strategy: ring\nmodel:\n  seq_len: 255\n", {}, 2,
        {"model.seq_len: must be divisible by sp for parallel.layout contiguous", "255 % 2 != 0"}},
       {"zigzag_seq_len", "parallel:\n  strategy: ring\n  layout: zigzag\nmodel:\n  seq_len: 12\n", {}, 4,
@@ -124,6 +124,15 @@ std::vector<BadDeck> bad_decks() {
       {"tp_divides_ranks", "parallel:\n  tp: 2\n", {}, 3, {"parallel.tp: must divide the ranks", "3 ranks"}},
       {"tp_divides_rows", "parallel:\n  tp: 4\nmodel:\n  seq_len: 6\n", {}, 4,
        {"parallel.tp: must divide the rows", "6 % 4 != 0"}},
+      {"pp_zero", "parallel:\n  pp: 0\n", {}, 1, {"parallel.pp: must be >= 1"}},
+      {"pp_divides_ranks", "parallel:\n  pp: 2\n", {}, 3, {"parallel.pp: must divide the ranks", "= 3, not divisible by 2"}},
+      {"pp_beyond_layers", "parallel:\n  pp: 4\nmodel:\n  layers: 2\n", {}, 4,
+       {"parallel.pp: must be <= model.layers", "4 stages > 2 layers"}},
+      {"micro_batches_zero", "train:\n  micro_batches: 0\n", {}, 1, {"train.micro_batches: must be >= 1"}},
+      {"micro_batches_divide_samples", "model:\n  batch: 6\ntrain:\n  micro_batches: 4\n", {}, 1,
+       {"train.micro_batches: must divide the samples of each DP group", "6 % 4 != 0"}},
+      {"tp_divides_micro_batch_rows", "parallel:\n  tp: 2\nmodel:\n  batch: 2\n  seq_len: 3\ntrain:\n  micro_batches: 2\n",
+       {}, 2, {"parallel.tp: must divide the rows of each TP group's micro-batch", "3 % 2 != 0"}},
       {"tp_ulysses_heads", "parallel:\n  strategy: ulysses\n  tp: 2\nmodel:\n  heads: 4\n", {}, 8,
        {"model.heads: must be divisible by sp x parallel.tp", "model.heads / parallel.tp = 2, not divisible by 4"}},
       {"lr_zero", "train:\n  lr: 0\n", {}, 1, {"train.lr: must be > 0, got 0.0"}},
@@ -594,7 +603,7 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
     EXPECT_NE(c, before) << field.name();
     const std::string yaml = config_to_yaml(c);
     Config back;
-    const int world = static_cast<int>(c.parallel.dp * c.parallel.tp);
+    const int world = static_cast<int>(c.parallel.dp * c.parallel.tp * c.parallel.pp);
     EXPECT_NO_THROW(back = parse_config_text(yaml, {}, world)) << field.name() << "\n" << yaml;
     EXPECT_EQ(back, c) << field.name() << "\n" << yaml;
   }

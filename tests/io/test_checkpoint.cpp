@@ -110,7 +110,7 @@ struct RankSetup {
 
   explicit RankSetup(const Config& c)
       : config(c),
-        grid(ProcessGrid::create(MPI_COMM_WORLD, static_cast<int>(c.parallel.dp), 1, 1)),
+        grid(ProcessGrid::create(MPI_COMM_WORLD, static_cast<int>(c.parallel.dp), 1, 1, 1)),
         positions(miniattn::owned_positions(c.model.seq_len, grid.sp_size, grid.sp_rank, c.parallel.layout)),
         layout(c.model, static_cast<index_t>(positions.size())) {}
   ~RankSetup() { grid.free(); }

@@ -1,0 +1,85 @@
+// One step's forward and backward passes in the 1F1B order. Activations go
+// to the next stage and their gradients to the previous one as non-blocking
+// sends; a receive is posted when its pass is due and completed before it
+// runs. Micro-batch k lives in slot k % slots of the model: in 1F1B its
+// previous occupant (k - slots) has finished its backward pass by then.
+#include "model/pipeline_schedule.hpp"
+#include "driver/training_state.hpp"
+
+namespace miniattn {
+
+namespace {
+
+// The rows of micro-batch k in a step's inputs or targets.
+View1<const index_t> micro_batch_rows(const View1<index_t>& all, index_t k, index_t rows) {
+  return Kokkos::subview(View1<const index_t>(all), Kokkos::make_pair(k * rows, (k + 1) * rows));
+}
+
+template <class T>
+void receive(Comm& comm, const View2<T>& into, int source, MPI_Comm group, const std::string& label) {
+  PendingExchange pending;
+  comm.post_recv(into.data(), into.span(), source, group, label, pending);
+  comm.wait(pending);
+}
+
+}  // namespace
+
+template <class T>
+PipelinePass run_pipeline(TrainingState<T>& s) {
+  const ProcessGrid& grid = s.grid;
+  Transformer<T>& model = s.model;
+  Comm& comm = *s.comm;
+  const int previous = grid.first_stage() ? MPI_PROC_NULL : grid.pp_rank - 1;
+  const int next = grid.last_stage() ? MPI_PROC_NULL : grid.pp_rank + 1;
+  const index_t slots = model.slots(), rows = s.share.micro_batch_rows();
+  const double tokens = static_cast<double>(s.config.model.batch * s.config.model.seq_len);
+  std::vector<PendingExchange> activation_sends(static_cast<std::size_t>(slots));
+  PendingExchange gradient_send;
+
+  PipelinePass pass;
+  const double start = wall_seconds();
+  for (const PipelineOp& op : one_forward_one_backward(grid.pp_rank, grid.pp_size, s.share.micro_batches)) {
+    const index_t slot = op.micro_batch % slots;
+    const auto inputs = micro_batch_rows(s.inputs, op.micro_batch, rows);
+    const auto targets = micro_batch_rows(s.targets, op.micro_batch, rows);
+    if (op.forward) {
+      comm.wait(activation_sends[static_cast<std::size_t>(slot)]);  // the slot's last output has left
+      if (previous != MPI_PROC_NULL)
+        receive(comm, model.stage_input(slot), previous, grid.pp_comm, "pipeline.activations");
+      const double t0 = wall_seconds();
+      {
+        auto timed = s.timer.measure("forward");
+        pass.loss_sum += model.forward(s.params, slot, inputs, targets);
+      }
+      pass.busy_seconds += wall_seconds() - t0;
+      const View2<T> output = model.stage_output(slot);
+      if (next != MPI_PROC_NULL)
+        comm.post_send(output.data(), output.span(), next, grid.pp_comm, "pipeline.activations",
+                       activation_sends[static_cast<std::size_t>(slot)]);
+    } else {
+      if (next != MPI_PROC_NULL)
+        receive(comm, model.residual_gradient(), next, grid.pp_comm, "pipeline.gradients");
+      const double t0 = wall_seconds();
+      {
+        auto timed = s.timer.measure("backward");
+        model.backward(s.params, s.grads, slot, inputs, targets, static_cast<T>(1.0 / tokens));
+      }
+      pass.busy_seconds += wall_seconds() - t0;
+      if (previous != MPI_PROC_NULL) {
+        comm.wait(gradient_send);
+        Kokkos::deep_copy(s.pipeline_send, model.residual_gradient());
+        comm.post_send(s.pipeline_send.data(), s.pipeline_send.span(), previous, grid.pp_comm,
+                       "pipeline.gradients", gradient_send);
+      }
+    }
+  }
+  for (PendingExchange& send : activation_sends) comm.wait(send);
+  comm.wait(gradient_send);
+  pass.span_seconds = wall_seconds() - start;
+  return pass;
+}
+
+template PipelinePass run_pipeline<float>(TrainingState<float>&);
+template PipelinePass run_pipeline<double>(TrainingState<double>&);
+
+}  // namespace miniattn

@@ -1,0 +1,128 @@
+// The 1F1B schedule against its defining properties and against a simulation
+// of the pipeline it drives; the split of layers and parameters over stages.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "model/parameter_layout.hpp"
+#include "model/pipeline_schedule.hpp"
+
+namespace miniattn {
+namespace {
+
+TEST(PipelineSchedule, EveryMicroBatchOnceForwardThenBackwardInOrder) {
+  for (int stages = 1; stages <= 6; ++stages)
+    for (int stage = 0; stage < stages; ++stage)
+      for (index_t m = 1; m <= 9; ++m) {
+        const std::vector<PipelineOp> ops = one_forward_one_backward(stage, stages, m);
+        ASSERT_EQ(static_cast<index_t>(ops.size()), 2 * m);
+        index_t next_forward = 0, next_backward = 0, in_flight = 0, most_in_flight = 0;
+        for (const PipelineOp& op : ops) {
+          if (op.forward) {
+            EXPECT_EQ(op.micro_batch, next_forward++);
+            most_in_flight = std::max(most_in_flight, ++in_flight);
+          } else {
+            EXPECT_EQ(op.micro_batch, next_backward++);
+            EXPECT_LT(op.micro_batch, next_forward) << "backward before forward";
+            --in_flight;
+          }
+        }
+        EXPECT_EQ(most_in_flight, pipeline_slots(stage, stages, m)) << stages << " " << stage << " " << m;
+        // Warm-up: pp - stage - 1 forward passes (at most m), then the steady
+        // state's first forward (if any is left) before the first backward.
+        const index_t warm_up = std::min<index_t>(stages - stage - 1, m);
+        const auto first_backward = std::find_if(ops.begin(), ops.end(), [](const PipelineOp& op) { return !op.forward; });
+        EXPECT_EQ(first_backward - ops.begin(), warm_up + (warm_up < m ? 1 : 0));
+      }
+}
+
+// Runs every stage's list of passes with forward time 1 and backward time 2:
+// a forward pass waits for the previous stage's forward of the same
+// micro-batch, a backward pass for the next stage's backward. Returns the
+// step's span; fails if the stages deadlock.
+double simulated_span(int stages, index_t m, std::vector<double>& busy) {
+  std::vector<std::vector<PipelineOp>> ops;
+  for (int s = 0; s < stages; ++s) ops.push_back(one_forward_one_backward(s, stages, m));
+  std::vector<std::vector<double>> forward_done(stages, std::vector<double>(m, -1)), backward_done = forward_done;
+  std::vector<std::size_t> next(stages, 0);
+  std::vector<double> clock(stages, 0.0);
+  busy.assign(stages, 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      if (next[s] == ops[s].size()) continue;
+      const PipelineOp op = ops[s][next[s]];
+      const double ready = op.forward ? (s == 0 ? 0.0 : forward_done[s - 1][op.micro_batch])
+                                      : (s == stages - 1 ? 0.0 : backward_done[s + 1][op.micro_batch]);
+      if (ready < 0) continue;
+      const double duration = op.forward ? 1.0 : 2.0;
+      clock[s] = std::max(clock[s], ready) + duration;
+      busy[s] += duration;
+      (op.forward ? forward_done : backward_done)[s][op.micro_batch] = clock[s];
+      ++next[s];
+      progress = true;
+    }
+  }
+  for (int s = 0; s < stages; ++s) EXPECT_EQ(next[s], ops[s].size()) << "stage " << s << " deadlocked";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+TEST(PipelineSchedule, IdealBubbleIsTheModel) {
+  for (int stages = 1; stages <= 8; ++stages)
+    for (index_t m = 1; m <= 16; ++m) {
+      std::vector<double> busy;
+      const double span = simulated_span(stages, m, busy);
+      EXPECT_DOUBLE_EQ(span, 3.0 * static_cast<double>(m + stages - 1)) << stages << " stages, " << m;
+      for (double b : busy) EXPECT_NEAR(1.0 - b / span, modelled_bubble_fraction(stages, m), 1e-12);
+    }
+}
+
+TEST(StageLayers, ContiguousAndEvenFirstStagesLonger) {
+  for (index_t layers = 1; layers <= 12; ++layers)
+    for (int stages = 1; stages <= layers; ++stages) {
+      index_t next = 0;
+      for (int s = 0; s < stages; ++s) {
+        const StageLayers l = stage_layers(layers, stages, s);
+        EXPECT_EQ(l.first, next);
+        EXPECT_GE(l.count(), 1);
+        EXPECT_EQ(l.count(), layers / stages + (s < layers % stages ? 1 : 0));
+        next = l.end;
+      }
+      EXPECT_EQ(next, layers);
+    }
+}
+
+TEST(ParameterLayout, StagesHoldTheirTensorsOnce) {
+  ModelConfig m;
+  m.vocab = 17;
+  m.d_model = 8;
+  m.heads = 2;
+  m.layers = 5;
+  m.seq_len = 6;
+  const ParameterLayout whole(m, m.seq_len);
+  for (int stages : {2, 3, 5}) {
+    index_t held = 0;
+    for (int s = 0; s < stages; ++s) {
+      const ParameterLayout stage(m, m.seq_len, 1, 0, stages, s);
+      const StageLayers l = stage.layers();
+      for (const ParameterInfo& p : stage.parameters()) {
+        const bool block = p.name.rfind("blocks.", 0) == 0;
+        const index_t layer = block ? std::stol(p.name.substr(7)) : -1;
+        const bool expected = block ? layer >= l.first && layer < l.end
+                              : p.name == "wte" ? s == 0 || s == stages - 1
+                              : p.name == "wpe" ? s == 0
+                                                : s == stages - 1;  // ln_f
+        EXPECT_EQ(p.held, expected) << p.name << " on stage " << s << " of " << stages;
+        EXPECT_EQ(p.tied_copy, p.name == "wte" && s == stages - 1) << p.name;
+        if (p.held && !p.tied_copy) held += p.local_size;
+        if (!p.held) EXPECT_EQ(p.local_size, 0) << p.name;
+      }
+      EXPECT_EQ(stage.tied_copy_size(), s == stages - 1 ? m.vocab * m.d_model : 0);
+    }
+    EXPECT_EQ(held, whole.total_global_count()) << stages << " stages";
+  }
+}
+
+}  // namespace
+}  // namespace miniattn
