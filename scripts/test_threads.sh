@@ -9,7 +9,9 @@
 #     (unit kernel and attention tests on 2 threads; the model on 1, 2 and 4
 #     threads of one rank against each other and against 2 ranks x 1 thread;
 #     reference checks of snapshots written by 2 threads).
-# The Slurm test stays on the Debian build (scripts/test.sh).
+# The Slurm test and the tests labelled "slow" (8 oversubscribed ranks, the
+# same numbers on one thread per rank as the Serial suite) stay on the Debian
+# build (scripts/test.sh).
 # Extra arguments go to ctest (e.g. -L threads).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,4 +22,4 @@ build=${MINIATTN_OPENMP_BUILD_DIR:-$root/build-openmp}
 MINIATTN_BUILD_DIR=$build "$root/scripts/build.sh" -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix"
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
 cd "$build"
-ctest --output-on-failure --no-tests=error -LE slurm "$@"
+ctest --output-on-failure --no-tests=error -LE "slurm|slow" "$@"

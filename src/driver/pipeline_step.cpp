@@ -3,6 +3,9 @@
 // sends; a receive is posted when its pass is due and completed before it
 // runs. Micro-batch k lives in slot k % slots of the model: in 1F1B its
 // previous occupant (k - slots) has finished its backward pass by then.
+// The span is the whole pipeline's (between barriers of the stages), so a
+// stage's idle time counts its wait for the first activation and for the
+// others' last passes, as the bubble's model (pp - 1) / (m + pp - 1) does.
 #include "model/pipeline_schedule.hpp"
 #include "driver/training_state.hpp"
 
@@ -37,6 +40,7 @@ PipelinePass run_pipeline(TrainingState<T>& s) {
   PendingExchange gradient_send;
 
   PipelinePass pass;
+  if (grid.pp_size > 1) MPI_Barrier(grid.pp_comm);
   const double start = wall_seconds();
   for (const PipelineOp& op : one_forward_one_backward(grid.pp_rank, grid.pp_size, s.share.micro_batches)) {
     const index_t slot = op.micro_batch % slots;
@@ -75,6 +79,7 @@ PipelinePass run_pipeline(TrainingState<T>& s) {
   }
   for (PendingExchange& send : activation_sends) comm.wait(send);
   comm.wait(gradient_send);
+  if (grid.pp_size > 1) MPI_Barrier(grid.pp_comm);
   pass.span_seconds = wall_seconds() - start;
   return pass;
 }

@@ -108,7 +108,7 @@ struct TrainingState {
 struct PipelinePass {
   double loss_sum = 0.0;      // on the last stage: the cross-entropy summed over this rank's rows
   double busy_seconds = 0.0;  // in the stage's forward and backward passes
-  double span_seconds = 0.0;  // from the first pass to the last send
+  double span_seconds = 0.0;  // of the whole pipeline: from its first pass to its last send
 };
 template <class T>
 PipelinePass run_pipeline(TrainingState<T>& s);

@@ -250,12 +250,12 @@ std::vector<std::uint32_t> read_datasets(const Hdf5File& file, const std::vector
                                          const std::vector<index_t>& positions,
                                          Layout position_layout, std::string& error) {
   std::vector<std::uint32_t> crcs(datasets.size(), 0);
-  std::vector<Piece> whole, wpe, shards;
+  std::vector<Piece> whole, wpe, shards, other_stages;  // the last: read as nothing, not checked here
   for (std::size_t id = 0; id < datasets.size(); ++id) {
     const ParameterInfo& p = *datasets[id].parameter;
     const HostBuffers<T>& h = host[datasets[id].group];
     T* buffer = p.sharded ? h.sharded.data() : h.replicated.data();
-    std::vector<Piece>& pieces = p.sharded ? wpe : p.tensor_shard.dim >= 0 ? shards : whole;
+    std::vector<Piece>& pieces = !p.held ? other_stages : p.sharded ? wpe : p.tensor_shard.dim >= 0 ? shards : whole;
     for (const LocalBlock& b : local_blocks(p, positions, position_layout))
       read_block<T, S>(file, id, datasets[id].name, b.block, buffer + b.buffer_offset, pieces);
   }

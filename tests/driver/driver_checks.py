@@ -195,6 +195,11 @@ BAD_SETTINGS = [
     (2, ["parallel.tp=2", "model.heads=6", "model.ffn=33"], "parallel.tp"),
     (4, ["parallel.tp=4", "model.heads=12", "model.batch=1", "model.seq_len=22"], "parallel.tp"),  # 22 rows
     (4, ["parallel.strategy=ulysses", "parallel.tp=2", "model.heads=6"], "model.heads"),  # 3 heads per TP rank
+    (1, ["parallel.pp=0"], "parallel.pp"),
+    (3, ["parallel.pp=2", "parallel.strategy=ring"], "parallel.pp"),  # 3 ranks
+    (4, ["parallel.pp=4", "model.layers=2"], "parallel.pp"),  # a stage without a layer
+    (1, ["train.micro_batches=5"], "train.micro_batches"),  # 12 samples
+    (2, ["parallel.pp=2", "train.micro_batches=0"], "train.micro_batches"),
     (1, ["parallel.layout=zigzag", "model.seq_len=21"], "model.seq_len"),
     (1, ["model.heads=0"], "model.heads"),
     (1, ["model.ffn=-1"], "model.ffn"),
@@ -380,6 +385,68 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1):
                   f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
 
+PP_DECK = """\
+model: {vocab: 32, d_model: 32, heads: 8, layers: 2, seq_len: 16, batch: 8, causal: true, precision: fp64}
+parallel: {strategy: local, dp: 1}
+train: {steps: 3, lr: 1.0e-2, optimizer: adamw, weight_decay: 0.1, grad_clip: 0.5, seed: 11}
+kernels: {query_block: 4, key_block: 3}
+run: {mode: train, log_every: 1}
+"""
+
+
+def decompositions(ranks):
+    """Every (dp, pp, tp, sp) with dp x pp x tp x sp = ranks."""
+    divisors = [d for d in range(1, ranks + 1) if ranks % d == 0]
+    return [(dp, pp, tp, ranks // (dp * pp * tp)) for dp in divisors for pp in divisors for tp in divisors
+            if ranks % (dp * pp * tp) == 0]
+
+
+def pipeline(c, ranks):
+    """Every decomposition of `ranks` over DP x PP x TP x SP that PP_DECK allows
+    (8 heads, 8 samples, 16 positions, max(2, pp) layers: all of them for 2, 4
+    and 8 ranks) equals the 1-rank run within 1e-10: loss curve, parameters and
+    gradients; on every rank the bytes sent are as modelled and the memory
+    plan is what was allocated. The SP strategy, the layout, causality and
+    the number of micro-batches vary from one decomposition to the next.
+    (No more layers than stages need: each dataset of a snapshot is a
+    collective write, slow on 8 ranks sharing 2 cores.)"""
+    deck = c.path("pp.yaml")
+    with open(deck, "w") as f:
+        f.write(PP_DECK)
+    refs = {}
+    split = 0  # decompositions with sp > 1 so far: each takes the next strategy
+    for i, (dp, pp, tp, sp) in enumerate(decompositions(ranks)):
+        causal, layout = ("true", "false")[i % 2], ("contiguous", "zigzag")[i // 2 % 2]
+        strategies = ["ring", "ulysses", "rsa"] + (["hybrid"] if sp >= 4 else [])
+        strategy = "local" if sp == 1 else strategies[split % len(strategies)]
+        split += sp > 1
+        samples = 8 // dp
+        micro = min(samples, 2 * pp) if (i % 3) else min(samples, pp)
+        layers = max(2, pp)
+        tag = f"{causal}-{layout}-{layers}"
+        common = [f"model.causal={causal}", f"parallel.layout={layout}", f"model.layers={layers}", "io.snapshot_step=2"]
+        if tag not in refs:
+            refs[tag] = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
+        name = f"dp{dp}-pp{pp}-tp{tp}-sp{sp}"
+        run = c.result(c.run(ranks, *common, f"io.snapshot={name}.h5", f"parallel.strategy={strategy}",
+                             f"parallel.dp={dp}", f"parallel.pp={pp}", f"parallel.tp={tp}",
+                             "parallel.ulysses_degree=2", f"train.micro_batches={micro}", deck=deck, threads=1))
+        got = (run["dp"], run["pp"], run["tp"], run["sp"], run["pipeline"]["micro_batches"])
+        if got != (dp, pp, tp, sp, micro):
+            fail(f"ran as (dp, pp, tp, sp, micro-batches) {got}, expected {(dp, pp, tp, sp, micro)}")
+        loss_err = compare_losses(refs[tag], run, 1e-10)
+        worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"{name}.h5"), 1e-10)
+        if not run["memory"]["plan_holds_on_every_rank"]:
+            fail(f"{name}: a rank allocated other than its memory plan: {run['memory']}")
+        if not run["exchange_model_holds_on_every_rank"]:
+            fail(f"{name}: a rank's bytes differ from the exchange model (rank 0: {run['exchange']})")
+        bubble = run["pipeline"]["bubble_fraction_model"]
+        if abs(bubble - (pp - 1) / (micro + pp - 1)) > 1e-15:
+            fail(f"{name}: modelled bubble {bubble}")
+        print(f"dp {dp} x pp {pp} x tp {tp} x sp {sp} ({strategy}, {layout}, causal={causal}, {micro} micro-batches): "
+              f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, bytes and memory as planned on every rank")
+
+
 def checkpoint_restart(c):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
@@ -417,6 +484,19 @@ def checkpoint_restart(c):
           "parallel.strategy=local", deck=deck)
     worst = compare_snapshots(c.path("whole.h5"), c.path("from_tp.h5"), 1e-10)
     print(f"checkpoint of 4 ranks (tp 2 x ring 2) restarted on 1 rank: {worst:.1e}")
+    # Pipeline stages write only their own tensors: a pp 2 x tp 2 checkpoint
+    # restarts on 1 rank and on pp 2 x ring 2, and the 2-rank ring checkpoint on pp 2 x dp 2.
+    c.run(4, *base[:2], "parallel.pp=2", "parallel.tp=2", "train.micro_batches=2", "train.steps=3",
+          "io.checkpoint=ck3_pp.h5", deck=deck)
+    for ranks, restart, sets in ((1, "ck3_pp.h5", ["parallel.strategy=local"]),
+                                 (4, "ck3_pp.h5", ["parallel.pp=2", "parallel.strategy=ring"]),
+                                 (4, "ck3.h5", ["parallel.pp=2", "parallel.dp=2", "parallel.strategy=local",
+                                                "train.micro_batches=1"])):
+        tag = f"from_pp_{ranks}_{restart}"
+        c.run(ranks, "train.steps=6", f"io.restart={restart}", f"io.snapshot={tag}.h5", "io.snapshot_step=5", *sets,
+              deck=deck)
+        worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
+        print(f"checkpoint {restart} restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
     # SIGKILL in the middle of writing the step-4 checkpoint: the step-3 one survives and restarts.
     env = dict(os.environ, MINIATTN_FAULT_KILL_IN_CHECKPOINT="4")
     cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
@@ -579,10 +659,10 @@ def main():
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
                                       "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads",
-                                      "staged_exchanges"])
+                                      "staged_exchanges", "pipeline"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
-    p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel")
+    p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel and pipeline")
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
     p.add_argument("--tp", type=int, default=1, help="for sequence_parallel (tensor parallelism)")
@@ -593,6 +673,8 @@ def main():
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
             sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp)
+        elif a.check == "pipeline":
+            pipeline(c, a.ranks)
         else:
             globals()[a.check](c)
     print(f"{a.check}: PASSED")
