@@ -18,6 +18,11 @@ ulysses), on a BERT-like non-causal model, and writes to --out:
                             is refused before any work (exit 2)
   prediction_64.md / .json  the same limits and the predicted step time at 64
                             ranks, on a GPU machine description
+  pipeline.md / .json       the paper's Table 4 experiment: pipeline size fixed
+                            (--pipeline, 2 here: the most 4 ranks allow beside a
+                            second axis), TP against SP as the other axis grows
+                            with the batch; measured memory per rank and
+                            tokens/s (--only pipeline runs just this)
   tp_vs_sp.png              the figures (matplotlib, when installed)
 
 Rank counts above the cores of this machine are oversubscribed: their memory
@@ -131,6 +136,43 @@ class Planner:
         return next(r for r in rows if r["ranks"] == ranks)["strategies"][choice]
 
 
+def pipeline_experiment(args):
+    """Table 4's shape with a pipeline: pp stages fixed, the parallel size P of
+    the other axis (TP, or SP with each strategy) grows with the batch; ranks = pp x P."""
+    rows = []
+    for size in args.pipeline_sizes:
+        ranks, batch = args.pipeline * size, args.batch * size
+        for name, settings in CONFIGS:
+            if name == "ulysses" and MODEL["heads"] % size:
+                continue
+            sets = {"model.batch": batch, "model.seq_len": args.seq_len, "run.mode": "bench",
+                    "train.steps": args.steps, "parallel.pp": args.pipeline,
+                    "train.micro_batches": args.micro_batches, "model.layers": max(MODEL["layers"], args.pipeline)}
+            sets.update(settings(size))
+            _, r = run_miniattn(args, ranks, sets)
+            rows.append({"parallel_size": size, "ranks": ranks, "config": name, "batch": batch,
+                         "allocated_bytes_most_of_any_rank": r["memory"]["allocated_bytes_most_of_any_rank"],
+                         "tokens_per_second": r["tokens_per_second"],
+                         "bubble_measured": r["pipeline"]["bubble_fraction_measured"]["mean"],
+                         "bubble_model": r["pipeline"]["bubble_fraction_model"],
+                         "oversubscribed": ranks > args.cores})
+            print(f"pipeline {args.pipeline} x {name} {size}: {mib(rows[-1]['allocated_bytes_most_of_any_rank'])} MiB "
+                  f"(most of any rank), {rows[-1]['tokens_per_second']:.0f} tokens/s", flush=True)
+    with open(os.path.join(args.out, "pipeline.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    lines = ["| parallel size | ranks | batch | config | MiB per rank (most of any rank) | tokens/s | bubble measured / model |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rate = f"{r['tokens_per_second']:.0f}" + (" (oversubscribed)" if r["oversubscribed"] else "")
+        lines.append(f"| {r['parallel_size']} | {r['ranks']} | {r['batch']} | {r['config']} | "
+                     f"{mib(r['allocated_bytes_most_of_any_rank'])} | {rate} | "
+                     f"{r['bubble_measured']:.3f} / {r['bubble_model']:.3f} |")
+    with open(os.path.join(args.out, "pipeline.md"), "w") as f:
+        f.write(f"Measured with `{' '.join(sys.argv)}`; model {MODEL} (layers at least pp), pipeline size "
+                f"{args.pipeline}, {args.micro_batches} micro-batches, N = {args.seq_len}, bench mode, "
+                f"{args.steps} steps (median).\n\n" + "\n".join(lines) + "\n")
+
+
 def limits(args, planner, ranks_list, seq_len, batch):
     """Largest batch at seq_len and longest sequence at batch, per rank count and choice."""
     rows = []
@@ -207,10 +249,17 @@ def main():
     p.add_argument("--gpu-budget-gib", type=float, default=16.0, help="the paper's P100 held 16 GB")
     p.add_argument("--skip-measured", action="store_true", help="only the planner's limits and the prediction")
     p.add_argument("--skip-limits", action="store_true", help="only the measured weak scaling (needs a quiet machine)")
+    p.add_argument("--only", choices=["pipeline"], help="run only this part")
+    p.add_argument("--pipeline", type=int, default=2, help="pipeline stages of the pipeline experiment")
+    p.add_argument("--pipeline-sizes", type=int, nargs="+", default=[1, 2], help="its parallel sizes")
+    p.add_argument("--micro-batches", type=int, default=4, help="its micro-batches per step")
     args = p.parse_args()
     args.miniattn = os.path.join(args.build, "src", "miniattn")
     os.makedirs(args.out, exist_ok=True)
 
+    if args.only == "pipeline":
+        pipeline_experiment(args)
+        return
     if not args.skip_limits:
         planner_limits(args)
     if not args.skip_measured:
