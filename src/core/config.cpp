@@ -687,11 +687,6 @@ void check_training(const Config& c) {
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
-  // The performance model has no pipeline yet: refuse rather than predict another run.
-  if (c.run.mode == RunMode::predict && c.parallel.pp > 1)
-    reject("parallel.pp", "run.mode predict does not model pipeline stages yet; predict with parallel.pp 1");
-  if (c.run.mode == RunMode::predict && c.train.micro_batches > 1)
-    reject("train.micro_batches", "run.mode predict does not model micro-batches yet; predict with 1");
 }
 
 // The process grid: world = dp x pp x tp x sp.

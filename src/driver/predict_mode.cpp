@@ -6,6 +6,7 @@
 
 #include "core/config_json.hpp"
 #include "core/error.hpp"
+#include "model/pipeline_schedule.hpp"
 #include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
 
@@ -21,6 +22,8 @@ StepConfig deck_step_config(const Config& c) {
   s.optimizer = c.train.optimizer;
   s.dp = static_cast<int>(c.parallel.dp);
   s.tp = static_cast<int>(c.parallel.tp);
+  s.pp = static_cast<int>(c.parallel.pp);
+  s.micro_batches = c.train.micro_batches;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
   // Tiles given as 0 are the ones this build would choose.
   const kernels::AttentionBlocking tiles = c.model.precision == Precision::fp32
@@ -31,10 +34,10 @@ StepConfig deck_step_config(const Config& c) {
   return s;
 }
 
-// The deck's decomposition on the ranks of this run.
-StepConfig own_step_config(const StepConfig& deck, int world_size) {
+// The deck's decomposition (dp x pp x tp x sp) on the ranks of this run.
+StepConfig own_step_config(const Config& c, const StepConfig& deck, int world_size) {
   StepConfig own = deck;
-  own.sp = world_size / (own.dp * own.tp);
+  own.sp = static_cast<int>(sp_size(c.parallel, world_size));
   if (own.strategy == Strategy::ulysses) own.ulysses = own.sp;
   else if (own.strategy != Strategy::hybrid) own.ulysses = 1;
   return own;
@@ -54,7 +57,8 @@ MachineDescription deck_machine(const Config& c) {
 }
 
 nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
-  nlohmann::json j = {{"dp", c.dp}, {"tp", c.tp}, {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
+  nlohmann::json j = {{"dp", c.dp}, {"pp", c.pp}, {"micro_batches", c.micro_batches}, {"tp", c.tp},
+                      {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
   if (!p.valid) {
     j["problem"] = p.problem;
     return j;
@@ -65,7 +69,8 @@ nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
             {"hidden_seconds", p.hidden_seconds},
             {"memory_bytes_per_rank", p.memory_bytes_per_rank},
             {"fits", p.fits},
-            {"tokens_per_second", p.tokens_per_second}});
+            {"tokens_per_second", p.tokens_per_second},
+            {"bubble_fraction", p.bubble_fraction}});
   return j;
 }
 
@@ -76,10 +81,14 @@ nlohmann::json full_json(const StepConfig& c, const StepPrediction& p) {
             {"ranks", c.world_size()},
             {"seq_len", c.model.seq_len}});
   if (!p.valid) return j;
+  // Per rank of stage 0 (with pp = 1: every rank), but memory_parts: the stage needing the most.
   j.update({{"compute", p.compute_parts},
             {"exchange", p.exchange_parts},
             {"exchange_bytes_per_step", p.exchange_bytes},
-            {"memory_parts", p.memory_parts}});
+            {"memory_parts", p.memory_parts},
+            {"stage_seconds_per_micro_batch", p.stage_seconds},
+            {"pipeline_seconds", p.pipeline_seconds},
+            {"bubble_seconds", p.bubble_seconds}});
   return j;
 }
 
@@ -93,9 +102,14 @@ nlohmann::json strategy_table(const MachineDescription& machine, const StepConfi
       config.model.seq_len = seq_len;
       const std::vector<StrategyChoice> choices = predict_strategies(machine, config, static_cast<int>(ranks));
       const int best = best_strategy(choices);
-      // dp and tp of the sequence-parallel strategies (each choice has its own in its entry).
-      nlohmann::json row = {
-          {"ranks", ranks}, {"seq_len", seq_len}, {"dp", choices[1].config.dp}, {"tp", choices[1].config.tp}};
+      // dp, pp and tp of the sequence-parallel strategies (each choice has its own in its entry).
+      const StepConfig& sp_choice = choices[1].config;
+      nlohmann::json row = {{"ranks", ranks},
+                            {"seq_len", seq_len},
+                            {"dp", sp_choice.dp},
+                            {"pp", sp_choice.pp},
+                            {"micro_batches", sp_choice.micro_batches},
+                            {"tp", sp_choice.tp}};
       for (const StrategyChoice& choice : choices)
         row["strategies"][choice.name] = brief_json(choice.config, choice.prediction);
       row["best"] = best < 0 ? nlohmann::json(nullptr) : nlohmann::json(choices[best].name);
@@ -137,14 +151,17 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               m.causal ? "causal" : "non-causal", to_string(c.parallel.layout));
   std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; '-': not possible)\n",
               memory.c_str());
-  std::printf("miniattn: dp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / dp\n",
-              kTensorParallelChoice);
-  std::printf("%7s %4s %4s %10s", "ranks", "dp", "tp", "seq_len");
+  std::printf("miniattn: dp, pp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / "
+              "(dp pp); pp %lld stages, %lld micro-batches, modelled bubble %.3f\n",
+              kTensorParallelChoice, static_cast<long long>(c.parallel.pp),
+              static_cast<long long>(c.train.micro_batches),
+              modelled_bubble_fraction(static_cast<int>(c.parallel.pp), c.train.micro_batches));
+  std::printf("%7s %4s %4s %4s %10s", "ranks", "dp", "pp", "tp", "seq_len");
   for (const char* name : kPredictedChoices) std::printf(" | %-26s", name);
   std::printf(" | best\n");
   for (const nlohmann::json& row : result.at("predictions")) {
-    std::printf("%7lld %4d %4d %10lld", row.at("ranks").get<long long>(), row.at("dp").get<int>(),
-                row.at("tp").get<int>(), row.at("seq_len").get<long long>());
+    std::printf("%7lld %4d %4d %4d %10lld", row.at("ranks").get<long long>(), row.at("dp").get<int>(),
+                row.at("pp").get<int>(), row.at("tp").get<int>(), row.at("seq_len").get<long long>());
     for (const char* name : kPredictedChoices) std::printf(" | %-26s", cell(row.at("strategies").at(name)).c_str());
     std::printf(" | %s\n", row.at("best").is_null() ? "none fits" : row.at("best").get<std::string>().c_str());
   }
@@ -159,10 +176,10 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
     std::printf("\n");
   }
   const nlohmann::json& own = result.at("prediction_for_deck");
-  std::printf("miniattn: this deck on %d ranks (%s, dp %d x tp %d x sp %d, N=%lld): %s\n", own.at("ranks").get<int>(),
-              own.at("strategy").get<std::string>().c_str(), own.at("dp").get<int>(), own.at("tp").get<int>(),
-              own.at("sp").get<int>(),
-              own.at("seq_len").get<long long>(),
+  std::printf("miniattn: this deck on %d ranks (%s, dp %d x pp %d x tp %d x sp %d, %lld micro-batches, N=%lld): %s\n",
+              own.at("ranks").get<int>(), own.at("strategy").get<std::string>().c_str(), own.at("dp").get<int>(),
+              own.at("pp").get<int>(), own.at("tp").get<int>(), own.at("sp").get<int>(),
+              own.at("micro_batches").get<long long>(), own.at("seq_len").get<long long>(),
               own.at("valid").get<bool>() ? cell(own).c_str() : own.at("problem").get<std::string>().c_str());
   std::fflush(stdout);
 }
@@ -175,7 +192,7 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   MPI_Comm_size(world, &world_size);
   const MachineDescription machine = deck_machine(c);
   const std::vector<std::int64_t> seq_lens = parse_predict_seq_lens(c.run.predict_seq_lens);
-  const StepConfig deck = deck_step_config(c), own = own_step_config(deck, world_size);
+  const StepConfig deck = deck_step_config(c), own = own_step_config(c, deck, world_size);
 
   nlohmann::json result = {{"program", "miniattn"},
                            {"mode", "predict"},

@@ -5,10 +5,12 @@
 // predict: reads run.machine and prints, for rank counts 1, 2, 4, ... up to
 // run.predict_max_ranks and each of run.predict_seq_lens, every strategy's
 // predicted step seconds and memory per rank (with the deck's parallel.tp where
-// it divides the ranks, plus pure tensor parallelism, "tensor_parallel") and the
-// best choice (fastest that fits); the result JSON holds every prediction, each
-// with its dp, tp and sp, plus `prediction_for_deck`: the deck's own strategy,
-// dp and tp on the ranks it runs on.
+// it divides the ranks, the deck's parallel.pp and train.micro_batches, plus
+// pure tensor parallelism, "tensor_parallel") and the best choice (fastest
+// that fits); the result JSON holds every prediction, each with its dp, pp,
+// micro_batches, tp, sp and modelled pipeline bubble_fraction, plus
+// `prediction_for_deck`: the deck's own strategy, dp, pp, tp and micro-batches
+// on the ranks it runs on, with its per-stage micro-batch times.
 // No Kokkos work and no communication: one rank answers in well under a second.
 //
 // calibrate: measures this machine (GEMM, attention and elementwise rates with

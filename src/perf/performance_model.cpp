@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
+#include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/memory_plan.hpp"
@@ -228,8 +229,8 @@ MachineDescription MachineDescription::shared_by(std::int64_t active) const {
 
 // ---------------------------------------------------------------- sizes
 
-std::int64_t replicated_parameter_count(const ModelConfig& m, int tp) {
-  return ParameterLayout(m, 0, tp, 0).replicated_size();
+std::int64_t replicated_parameter_count(const ModelConfig& m, int tp, int pp, int stage) {
+  return ParameterLayout(m, 0, tp, 0, pp, stage).replicated_size();
 }
 
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block) {
@@ -249,41 +250,56 @@ double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, st
 
 // ---------------------------------------------------------------- decompositions
 
-// The deck validator itself judges a decomposition, so that predict marks
-// invalid exactly what a run would refuse, with the same message.
-std::string step_config_problem(const StepConfig& c) {
-  if (c.dp < 1 || c.tp < 1 || c.sp < 1) return "dp, tp and sp must be >= 1";
+namespace {
+
+// The deck validator itself judges a decomposition on `ranks` ranks, so that
+// predict marks invalid exactly what a run would refuse, with the same
+// message. It is judged as the training run it predicts (run.mode train):
+// what run.mode predict itself may refuse is no property of the decomposition.
+std::string validator_problem(const StepConfig& c, int ranks) {
   Config deck;
   deck.model = c.model;
   deck.parallel.strategy = c.strategy;
   deck.parallel.layout = c.layout;
   deck.parallel.dp = c.dp;
   deck.parallel.tp = c.tp;
+  deck.parallel.pp = c.pp;
   deck.parallel.ulysses_degree = c.strategy == Strategy::hybrid ? c.ulysses : 1;  // ulysses: sp, implied
   deck.train.optimizer = c.optimizer;
-  deck.run.mode = RunMode::predict;
+  deck.train.micro_batches = c.micro_batches;
+  deck.run.mode = RunMode::train;
   try {
-    validate_config(deck, c.world_size());
+    validate_config(deck, ranks);
   } catch (const InputError& e) {
     return e.what();
   }
   return "";
 }
 
+}  // namespace
+
+std::string step_config_problem(const StepConfig& c) {
+  if (c.dp < 1 || c.tp < 1 || c.pp < 1 || c.sp < 1) return "dp, tp, pp and sp must be >= 1";
+  return validator_problem(c, c.world_size());
+}
+
 namespace {
 
 // Where the partners of each exchange sit (world ranks r share node r / rpn;
-// world rank = (dp index x sp + sp index) x tp + tp index, docs/design.md 3.1:
-// TP groups are consecutive ranks, SP groups ranks at stride tp, Ulysses groups
-// consecutive SP ranks).
+// world rank = ((dp index x pp + stage) x sp + sp index) x tp + tp index,
+// docs/design.md 3.1: TP groups are consecutive ranks, SP groups ranks at
+// stride tp, Ulysses groups consecutive SP ranks, neighbour stages sp tp apart).
 struct Placement {
   bool ring_inter = false;       // some ring hop crosses nodes
   double ulysses_off_node = 0;   // worst rank: fraction of its Ulysses peers on other nodes
   bool world_inter = false;      // the world spans several nodes
+  bool stage_inter = false;      // a stage's ranks (DP x SP x TP, one stage) do
   bool sp_inter = false;         // an SP group spans several nodes
   bool tp_inter = false;         // a TP group spans several nodes
-  bool position_inter = false;   // a position group (DP x TP, the replicas of a wpe row) does
-  bool shard_inter = false;      // a shard group (DP x SP, one TP index) does
+  bool position_inter = false;   // a position group (DP x TP of the first stage, the replicas of a wpe row) does
+  bool shard_inter = false;      // a shard group (DP x SP, one stage and TP index) does
+  bool pp_inter = false;         // a pipeline group (the stages of one DP, SP, TP index) does
+  std::vector<bool> boundary_inter;  // [k]: some pair of stage k and k + 1 sits on two nodes
 };
 
 // Whether any of `groups` groups spans nodes, group g's ranks lying in
@@ -301,7 +317,7 @@ bool some_group_spans(std::int64_t groups, First first, Last last, std::int64_t 
 double ulysses_off_node(const StepConfig& c, std::int64_t rpn) {
   const std::int64_t U = c.ulysses, tp = c.tp, rings = c.sp / std::max(c.ulysses, 1);
   double worst = 0;
-  for (std::int64_t g = 0; U > 1 && g < c.world_size() / U; ++g) {  // g = (dp index, Ulysses group, tp index)
+  for (std::int64_t g = 0; U > 1 && g < c.world_size() / U; ++g) {  // g = (replica: dp index x pp + stage, Ulysses group, tp index)
     const std::int64_t first = ((g / (tp * rings)) * c.sp + ((g / tp) % rings) * U) * tp + g % tp;
     if (first / rpn == (first + (U - 1) * tp) / rpn) continue;
     std::int64_t smallest = U;
@@ -317,19 +333,33 @@ double ulysses_off_node(const StepConfig& c, std::int64_t rpn) {
 
 Placement place(const StepConfig& c, std::int64_t rpn) {
   Placement p;
-  const std::int64_t dp = c.dp, sp = c.sp, tp = c.tp;
+  const std::int64_t dp = c.dp, pp = c.pp, sp = c.sp, tp = c.tp, stage = sp * tp;
+  // World rank of SP index s and TP index t in replica g = dp index x pp + stage.
+  const auto at = [&](std::int64_t g, std::int64_t s, std::int64_t t) { return (g * sp + s) * tp + t; };
   p.world_inter = c.world_size() > rpn;
   // (A group of one rank spans nothing: skipped, the loops are O(world).)
+  p.stage_inter = dp * sp * tp > 1 && some_group_spans(
+      pp, [&](std::int64_t k) { return at(k, 0, 0); }, [&](std::int64_t k) { return at((dp - 1) * pp + k, sp - 1, tp - 1); },
+      rpn);
   p.sp_inter = sp > 1 && some_group_spans(
-      dp * tp, [&](std::int64_t g) { return (g / tp) * sp * tp + g % tp; },
-      [&](std::int64_t g) { return (g / tp) * sp * tp + g % tp + (sp - 1) * tp; }, rpn);
+      dp * pp * tp, [&](std::int64_t g) { return at(g / tp, 0, g % tp); },
+      [&](std::int64_t g) { return at(g / tp, sp - 1, g % tp); }, rpn);
   p.tp_inter = tp > 1 && some_group_spans(
-      dp * sp, [&](std::int64_t g) { return g * tp; }, [&](std::int64_t g) { return g * tp + tp - 1; }, rpn);
+      dp * pp * sp, [&](std::int64_t g) { return g * tp; }, [&](std::int64_t g) { return g * tp + tp - 1; }, rpn);
   p.position_inter = dp * tp > 1 && some_group_spans(
-      sp, [&](std::int64_t s) { return s * tp; },
-      [&](std::int64_t s) { return ((dp - 1) * sp + s) * tp + tp - 1; }, rpn);
+      sp, [&](std::int64_t s) { return at(0, s, 0); }, [&](std::int64_t s) { return at((dp - 1) * pp, s, tp - 1); },
+      rpn);
   p.shard_inter = dp * sp > 1 && some_group_spans(
-      tp, [&](std::int64_t t) { return t; }, [&](std::int64_t t) { return (dp * sp - 1) * tp + t; }, rpn);
+      pp * tp, [&](std::int64_t g) { return at(g / tp, 0, g % tp); },
+      [&](std::int64_t g) { return at((dp - 1) * pp + g / tp, sp - 1, g % tp); }, rpn);
+  // Pipeline groups and neighbour pairs: g = (dp index, SP x TP index), stages `stage` ranks apart.
+  const auto first_stage = [&](std::int64_t g) { return at((g / stage) * pp, 0, 0) + g % stage; };
+  p.pp_inter = pp > 1 && some_group_spans(
+      dp * stage, first_stage, [&](std::int64_t g) { return first_stage(g) + (pp - 1) * stage; }, rpn);
+  for (std::int64_t k = 0; k + 1 < pp; ++k)
+    p.boundary_inter.push_back(some_group_spans(
+        dp * stage, [&](std::int64_t g) { return first_stage(g) + k * stage; },
+        [&](std::int64_t g) { return first_stage(g) + (k + 1) * stage; }, rpn));
   p.ring_inter = (sp / c.ulysses) > 1 && p.sp_inter;
   p.ulysses_off_node = ulysses_off_node(c, rpn);
   return p;
@@ -375,36 +405,68 @@ double transfer_seconds(const MachineDescription& m, bool inter, double bytes, d
   return messages * (inter ? m.latency_inter : m.latency_intra) + bytes / (inter ? m.bandwidth_inter : m.bandwidth_intra);
 }
 
+// What one micro-batch of one pipeline stage runs on a rank: the stage's
+// layers, batch / dp / m samples of its DP replica, the embedding on the first
+// stage and ln_f, the head and the loss on the last. With pp = m = 1: the
+// whole step's work.
+struct MicroBatch {
+  int stage = 0;
+  std::int64_t layers = 0, samples = 0;
+  bool first = true, last = true;
+};
+
+MicroBatch micro_batch(const StepConfig& c, int stage) {
+  MicroBatch w;
+  w.stage = stage;
+  w.layers = stage_layers(c.model.layers, c.pp, stage).count();
+  w.samples = c.model.batch / c.dp / c.micro_batches;
+  w.first = stage == 0;
+  w.last = stage == c.pp - 1;
+  return w;
+}
+
 // Dense-layer GEMMs. With tp every GEMM divides by tp: a block's over H/tp
 // heads and F/tp units of all R rows, the head's over the R/tp chunk rows.
-void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
-  const ModelConfig& m = c.model;
+// The stage's share of the model's FLOP count: a model of its layers and
+// batch / m samples (over the stage's dp sp tp ranks), less the head's FLOPs
+// (those of that model without layers) on all but the last stage.
+void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, StepPrediction& out) {
+  ModelConfig m = c.model;
+  m.layers = w.layers;
+  m.batch = c.model.batch / c.micro_batches;
   const double L = static_cast<double>(m.layers), D = static_cast<double>(m.d_model);
   const double F = static_cast<double>(m.ffn_width());
-  const double R = static_cast<double>(m.batch / c.dp) * static_cast<double>(m.seq_len / c.sp);  // rows of a TP group
+  const double R = static_cast<double>(w.samples) * static_cast<double>(m.seq_len / c.sp);  // rows of a TP group
   const FlopCount all = training_step_flops(m);
   const AttentionFlops attention = attention_flops(m);
-  const double dense_flops = (all.total() - attention.forward - attention.backward) / c.world_size();
+  double stage_flops = all.total() - attention.forward - attention.backward;
+  if (!w.last) {
+    m.layers = 0;
+    stage_flops -= training_step_flops(m).total();
+  }
+  const double dense_flops = stage_flops / c.stage_ranks();
   // The backward pass recomputes each block's QKV and fc1 projections
   // (src/model/transformer.cpp): work the model's FLOP count leaves out.
   const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F) / c.tp;
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 }
 
-// Elementwise kernels and the optimizer: bandwidth-bound.
-void add_elementwise_compute(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
+// Elementwise kernels of a micro-batch: bandwidth-bound.
+void add_elementwise_compute(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
+                             StepPrediction& out) {
   const ModelConfig& m = c.model;
   const double s = static_cast<double>(c.scalar_bytes()), tp = c.tp;
-  const double L = static_cast<double>(m.layers), D = static_cast<double>(m.d_model);
+  const double L = static_cast<double>(w.layers), D = static_cast<double>(m.d_model);
   const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
   const double n = static_cast<double>(m.seq_len / c.sp);
-  const double R = static_cast<double>(m.batch / c.dp) * n, r = R / tp;  // rows of a TP group, this rank's chunk
-  // Elementwise scalars per step (read + written), kernel by kernel, per row of
-  // D (F, V), by where the rows live with tp (docs/design.md 3.1a). Chunk rows
-  // (r x D): each block's forward LayerNorms, residual copies and adds, their
-  // backward and the backward's recomputed LayerNorms; once: embedding 3 + 3,
-  // final LayerNorm and its recomputation, gradient zero 1, cross-entropy 2 + 3
-  // per row of V. Attention region (R x D/tp): q/k/v bias rows (forward,
+  const double R = static_cast<double>(w.samples) * n, r = R / tp;  // rows of a TP group, this rank's chunk
+  // Elementwise scalars per micro-batch (read + written), kernel by kernel, per
+  // row of D (F, V), by where the rows live with tp (docs/design.md 3.1a).
+  // Chunk rows (r x D): each block's forward LayerNorms, residual copies and
+  // adds, their backward and the backward's recomputed LayerNorms; once: the
+  // embedding 3 + 3 (first stage), the final LayerNorm and its recomputation,
+  // the residual gradient's zeroing 1 and cross-entropy 2 + 3 per row of V
+  // (last stage). Attention region (R x D/tp): q/k/v bias rows (forward,
   // recomputed) and gradients 3 + 3 + 3, q/k/v split and head merge (forward,
   // recomputed), head split and q/k/v merge, attention delta 2, dq zero 1.
   // The row-parallel proj and fc2 bias rows and gradients (1 + 1 + 1 + 1) fall
@@ -414,30 +476,42 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
                                2 * e::layer_norm_backward;
   const double block_shard_d = 9 + 2 * (e::qkv_split + e::head_merge) + e::head_split + e::qkv_merge + 2 + 1;
   const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;
-  const double once_d = 6 + 2 * e::layer_norm_forward + e::layer_norm_backward + 1;
+  const double once_d = (w.first ? 6 : 0) + (w.last ? 2 * e::layer_norm_forward + e::layer_norm_backward + 1 : 0);
+  const double once_v = w.last ? 5 : 0;
   double elementwise = L * (block_chunk_d * r * D + block_shard_d * R * D / tp + 4 * R * D + block_f * R * F / tp) +
-                       once_d * r * D + 5 * r * V;
+                       once_d * r * D + once_v * r * V;
   if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid)
     elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
-  // Gradient zeroing, the norm's sum of squares and the update (AdamW: p, g, m, v read, p, m, v written)
-  // of this rank's parameters: the replicated ones with its TP shards, and its wpe rows.
+}
+
+// Once per step, after the pipeline: gradient zeroing, the norm's sum of
+// squares and the update (AdamW: p, g, m, v read, p, m, v written) of stage
+// 0's parameters on this rank: the replicated ones with its TP shards, and its wpe rows.
+void add_optimizer(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
+  const double s = static_cast<double>(c.scalar_bytes()), D = static_cast<double>(c.model.d_model);
+  const double n = static_cast<double>(c.model.seq_len / c.sp);
   const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
-  const double local_parameters = static_cast<double>(replicated_parameter_count(m, c.tp)) + n * D;
+  const double local_parameters = static_cast<double>(replicated_parameter_count(c.model, c.tp, c.pp, 0)) + n * D;
   out.compute_parts["optimizer"] = optimizer_passes * local_parameters * s / machine.elementwise_bandwidth;
 }
 
-// The all-reduces, each over its group: a ring's 2 (p-1)/p bytes and a tree's
-// 2 log2(p) latencies. grad_norm is one double over the SP group (wpe's share)
-// and one over the TP group (the shards').
+// Stage 0's all-reduces (out.exchange_bytes says which it has), each over its
+// group: a ring's 2 (p-1)/p bytes and a tree's 2 log2(p) latencies. The
+// gradients of the tensors whole on a stage's ranks are summed over those; the
+// tied wte over the first and last stage (a pipeline group's two ends).
+// grad_norm is one double over the SP group (wpe's share, on the first
+// stage), one over the TP group (the shards') and one over the stages.
 void add_allreduces(const MachineDescription& machine, const StepConfig& c, const Placement& where, StepPrediction& out) {
-  const double world = c.world_size(), dp = c.dp, sp = c.sp, tp = c.tp;
-  const std::tuple<const char*, double, bool> allreduces[] = {{"gradients.replicated", world, where.world_inter},
+  const double world = c.world_size(), stage = c.stage_ranks(), dp = c.dp, sp = c.sp, tp = c.tp, pp = c.pp;
+  const std::tuple<const char*, double, bool> allreduces[] = {{"gradients.replicated", stage, where.stage_inter},
                                                              {"loss", world, where.world_inter},
                                                              {"gradients.tensor_parallel", dp * sp, where.shard_inter},
                                                              {"gradients.wpe", dp * tp, where.position_inter},
+                                                             {"gradients.tied_embedding", 2, where.pp_inter},
                                                              {"grad_norm", sp, where.sp_inter},
-                                                             {"grad_norm", tp, where.tp_inter}};
+                                                             {"grad_norm", tp, where.tp_inter},
+                                                             {"grad_norm", pp, where.pp_inter}};
   for (const auto& [label, p, inter] : allreduces) {
     const auto bytes = out.exchange_bytes.find(label);
     if (p < 2 || bytes == out.exchange_bytes.end()) continue;
@@ -449,30 +523,35 @@ void add_allreduces(const MachineDescription& machine, const StepConfig& c, cons
 
 // Megatron's all-gathers and reduce-scatters over a TP group: blocking (the
 // next GEMM or LayerNorm needs their result), on the node's link when the
-// group's consecutive ranks share a node; each call a ring of tp - 1 messages.
-void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c, bool inter, StepPrediction& out) {
-  const double L = static_cast<double>(c.model.layers);
+// group's consecutive ranks share a node; each call a ring of tp - 1
+// messages. A micro-batch moves 1/m of the stage's bytes per step.
+void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool inter,
+                         StepPrediction& out) {
+  const double L = static_cast<double>(w.layers);
   // Per layer: forward 2 + 2, backward 4 (two recomputed LayerNorm outputs, two output gradients) + 2.
   const std::pair<const char*, double> calls_per_layer[] = {{"tensor_parallel.gather", 6},
                                                             {"tensor_parallel.reduce_scatter", 4}};
   for (const auto& [label, calls] : calls_per_layer)
-    out.exchange_parts[label] = transfer_seconds(machine, inter, out.exchange_bytes.at(label), L * calls * (c.tp - 1));
+    out.exchange_parts[label] = transfer_seconds(machine, inter, out.exchange_bytes.at(label) / c.micro_batches,
+                                                 L * calls * (c.tp - 1));
 }
 
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
 // U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
 // and its K/V transfers, part of each hidden by the step's block compute.
-void add_ring_attention(const MachineDescription& machine, const StepConfig& c, bool ring_inter, StepPrediction& out) {
+void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
+                        StepPrediction& out) {
   const ModelConfig& m = c.model;
   const bool rsa = c.strategy == Strategy::rsa;
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
-  const double L = static_cast<double>(m.layers), b = static_cast<double>(m.batch / c.dp);
+  const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   // One local [b, H/tp, n, Dh] tensor: this TP rank's heads.
   const double X =
       b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model / c.tp * c.scalar_bytes());
-  const RingWork w = ring_work(c, U, !rsa);
+  const RingWork work = ring_work(c, U, !rsa);
   // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
-  const double block_flops = 4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * w.chunk * w.chunk * m.head_dim();
+  const double block_flops =
+      4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * work.chunk * work.chunk * m.head_dim();
   const double rate_f = rsa ? machine.rsa_forward_rate() : machine.attention_flops_forward;
   const double rate_b = rsa ? machine.rsa_backward_rate() : machine.attention_flops_backward;
   const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
@@ -480,7 +559,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const double pieces = rsa ? 2 : 1, t_piece = transfer_seconds(machine, ring_inter, 2 * X / pieces, 2 / pieces);
   double forward = 0, backward = 0, hidden = 0;
   for (int step = 0; step < G; ++step) {
-    const double blocks = step == 0 ? w.first : w.other;
+    const double blocks = step == 0 ? work.first : work.other;
     const double f = blocks * block_flops / rate_f, bwd = blocks * 2.5 * block_flops / rate_b;
     forward += f;
     backward += bwd;
@@ -498,22 +577,40 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
 }
 
 // All-to-alls over U consecutive ranks, each U - 1 messages: the on-node and
-// off-node shares travel side by side.
-void add_alltoalls(const MachineDescription& machine, const StepConfig& c, double off_node, StepPrediction& out) {
-  const double L = static_cast<double>(c.model.layers), U = c.ulysses;
+// off-node shares travel side by side. A micro-batch moves 1/m of the stage's bytes.
+void add_alltoalls(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, double off_node,
+                   StepPrediction& out) {
+  const double L = static_cast<double>(w.layers), U = c.ulysses;
   const double latency = off_node > 0 ? machine.latency_inter : machine.latency_intra;
   const std::pair<const char*, double> calls_per_layer[] = {{"ulysses.forward.qkv", 3}, {"ulysses.forward.out", 1},
                                                             {"ulysses.forward.lse", 1}, {"ulysses.backward.dout", 1},
                                                             {"ulysses.backward.dqkv", 3}};
   for (const auto& [label, calls] : calls_per_layer) {
-    const double bytes = out.exchange_bytes.at(label);
+    const double bytes = out.exchange_bytes.at(label) / c.micro_batches;
     const double on_time = (1 - off_node) * bytes / machine.bandwidth_intra;
     const double off_time = off_node * bytes / machine.bandwidth_inter;
     out.exchange_parts[label] = std::max(on_time, off_time) + L * calls * (U - 1) * latency;
   }
 }
 
-std::map<std::string, double> exchange_bytes(const StepConfig& c) {
+// A micro-batch's output to the next stage and its input gradient to the
+// previous one (out.exchange_bytes has the labels this stage sends): one
+// message each of 1/m of the step's bytes, over the link between the two
+// stages. A receive completes before its pass runs (driver/pipeline_step.cpp),
+// so every hop is on the pipeline's critical path: the sender's time counts it.
+void add_pipeline_sends(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
+                        const Placement& where, StepPrediction& out) {
+  const std::pair<const char*, int> sends[] = {{"pipeline.activations", w.stage}, {"pipeline.gradients", w.stage - 1}};
+  for (const auto& [label, boundary] : sends) {
+    const auto bytes = out.exchange_bytes.find(label);
+    if (bytes == out.exchange_bytes.end()) continue;
+    const bool inter = where.boundary_inter[static_cast<std::size_t>(boundary)];
+    out.exchange_parts[label] = transfer_seconds(machine, inter, bytes->second / c.micro_batches, 1);
+  }
+}
+
+// The bytes a rank of `stage` sends per step (all m micro-batches).
+std::map<std::string, double> exchange_bytes(const StepConfig& c, int stage) {
   ExchangeModelInput in;
   in.model = c.model;
   in.strategy = c.strategy;
@@ -522,15 +619,18 @@ std::map<std::string, double> exchange_bytes(const StepConfig& c) {
   in.tp = c.tp;
   in.sp = c.sp;
   in.ulysses = c.ulysses;
+  in.pp = c.pp;
+  in.stage = stage;
   in.scalar_bytes = c.scalar_bytes();
-  const ParameterLayout layout(c.model, 0, c.tp, 0);  // this rank's replicated part; its TP shards at the end
+  // This rank's replicated part (its stage's); its TP shards at the end.
+  const ParameterLayout layout(c.model, 0, c.tp, 0, c.pp, stage);
   in.replicated_parameters = layout.replicated_size();
   in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
   in.local_wpe_parameters = c.model.seq_len / c.sp * c.model.d_model;
   return modelled_exchange_bytes(in);
 }
 
-MemoryPlan memory_plan(const StepConfig& c) {
+MemoryPlan memory_plan(const StepConfig& c, int stage) {
   MemoryPlanInput in;
   in.model = c.model;
   in.strategy = c.strategy;
@@ -539,9 +639,49 @@ MemoryPlan memory_plan(const StepConfig& c) {
   in.tp = c.tp;
   in.sp = c.sp;
   in.ulysses = c.ulysses;
+  in.pp = c.pp;
+  in.stage = stage;
+  in.micro_batches = c.micro_batches;
   in.scalar_bytes = c.scalar_bytes();
-  in.replicated_parameters = replicated_parameter_count(c.model, c.tp);
+  in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   return plan_memory(in);
+}
+
+// The plan of the stage that needs the most: the run checks every rank's plan,
+// so that one decides whether it fits (stage 0 in practice: pp micro-batches
+// in flight, the embedding, the extra layer of an uneven split).
+MemoryPlan largest_memory_plan(const StepConfig& c) {
+  MemoryPlan largest = memory_plan(c, 0);
+  for (int stage = 1; stage < c.pp; ++stage) {
+    MemoryPlan plan = memory_plan(c, stage);
+    if (plan.total() > largest.total()) largest = std::move(plan);
+  }
+  return largest;
+}
+
+// Fills compute_seconds and exchange_seconds from the parts; returns compute + exchange - hidden.
+double sum_parts(StepPrediction& out) {
+  for (const auto& [name, seconds] : out.compute_parts) out.compute_seconds += seconds;
+  for (const auto& [name, seconds] : out.exchange_parts) out.exchange_seconds += seconds;
+  return out.compute_seconds + out.exchange_seconds - out.hidden_seconds;
+}
+
+// One micro-batch on one stage: its compute, its TP, SP and pipeline
+// exchanges, and the part of them its compute hides; exchange_bytes: the
+// stage's per step.
+StepPrediction micro_batch_work(const MachineDescription& machine, const StepConfig& c, const Placement& where,
+                                int stage) {
+  const MicroBatch w = micro_batch(c, stage);
+  StepPrediction out;
+  out.exchange_bytes = exchange_bytes(c, stage);
+  add_gemm_compute(machine, c, w, out);
+  add_elementwise_compute(machine, c, w, out);
+  if (c.tp > 1) add_tensor_parallel(machine, c, w, where.tp_inter, out);
+  add_ring_attention(machine, c, w, where.ring_inter, out);
+  if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
+    add_alltoalls(machine, c, w, where.ulysses_off_node, out);
+  if (c.pp > 1) add_pipeline_sends(machine, c, w, where, out);
+  return out;
 }
 
 }  // namespace
@@ -555,22 +695,32 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   const MachineDescription machine =
       node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
   const Placement where = place(c, machine.ranks_per_node);
-  out.exchange_bytes = exchange_bytes(c);
-  add_gemm_compute(machine, c, out);
-  add_elementwise_compute(machine, c, out);
-  add_allreduces(machine, c, where, out);
-  if (c.tp > 1) add_tensor_parallel(machine, c, where.tp_inter, out);
-  add_ring_attention(machine, c, where.ring_inter, out);
-  if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
-    add_alltoalls(machine, c, where.ulysses_off_node, out);
+  // 1F1B: the slowest stage's micro-batch sets the pace of all m + pp - 1 slots.
+  StepPrediction first_stage;
+  for (int stage = 0; stage < c.pp; ++stage) {
+    StepPrediction work = micro_batch_work(machine, c, where, stage);
+    out.stage_seconds.push_back(sum_parts(work));
+    if (stage == 0) first_stage = std::move(work);
+  }
+  const double m = static_cast<double>(c.micro_batches);
+  out.pipeline_seconds = (m + c.pp - 1) * *std::max_element(out.stage_seconds.begin(), out.stage_seconds.end());
+  out.bubble_fraction = modelled_bubble_fraction(c.pp, c.micro_batches);
 
-  for (const auto& [name, seconds] : out.compute_parts) out.compute_seconds += seconds;
-  for (const auto& [name, seconds] : out.exchange_parts) out.exchange_seconds += seconds;
-  out.step_seconds = out.compute_seconds + out.exchange_seconds - out.hidden_seconds;
+  // Stage 0 runs the step's last backward pass, so its gradient all-reduces
+  // and update end the step: its m micro-batches, its idle time in the
+  // pipeline (the bubble), then its once-per-step work.
+  out.exchange_bytes = first_stage.exchange_bytes;
+  for (const auto& [name, seconds] : first_stage.compute_parts) out.compute_parts[name] = m * seconds;
+  for (const auto& [name, seconds] : first_stage.exchange_parts) out.exchange_parts[name] = m * seconds;
+  out.hidden_seconds = m * first_stage.hidden_seconds;
+  add_optimizer(machine, c, out);
+  add_allreduces(machine, c, where, out);
+  out.bubble_seconds = out.pipeline_seconds - m * out.stage_seconds.front();
+  out.step_seconds = sum_parts(out) + out.bubble_seconds;
   const double tokens = static_cast<double>(c.model.seq_len) * static_cast<double>(c.model.batch);
   out.tokens_per_second = out.step_seconds > 0 ? tokens / out.step_seconds : 0.0;
 
-  const MemoryPlan plan = memory_plan(c);  // the planner the run itself checks against
+  const MemoryPlan plan = largest_memory_plan(c);  // the planner the run itself checks against
   out.memory_parts = plan.parts;
   out.memory_bytes_per_rank = static_cast<double>(plan.total());
   out.fits = out.memory_bytes_per_rank <= machine.memory_bytes_per_rank;
@@ -598,26 +748,41 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
   const std::int64_t batch = deck.model.batch;
   const int tp = (deck.tp > 1 && ranks % deck.tp == 0) ? deck.tp : 1;
   const int dp = (deck.dp > 1 && (ranks / tp) % deck.dp == 0 && batch % deck.dp == 0) ? deck.dp : 1;
-  const int sp = ranks / (dp * tp);
+  const int pp = deck.pp, sp = ranks / (dp * tp * pp);  // sp 0: the stages do not fit
   std::vector<StrategyChoice> choices;
+  // A decomposition that cannot make `ranks` (pp does not divide what dp and
+  // tp leave) is invalid as the validator says on `ranks` ranks; sp = 0 keeps
+  // its config invalid too (longest_fitting_seq_len: 0).
+  const auto add = [&](const char* name, StepConfig c) {
+    if (c.world_size() == ranks) {
+      choices.push_back({name, c, predict_step(machine, c)});
+      return;
+    }
+    StepPrediction p;
+    p.valid = false;
+    p.problem = validator_problem(c, ranks);
+    c.sp = 0;
+    choices.push_back({name, c, p});
+  };
   for (const Strategy strategy : kPredictedStrategies) {
     StepConfig c = deck;
     c.strategy = strategy;
     c.tp = tp;
-    c.dp = strategy == Strategy::local ? ranks / tp : dp;  // local: no sequence parallelism
+    // local: no sequence parallelism, dp x tp x pp ranks (else the SP strategies' dp: the validator names pp).
+    c.dp = strategy != Strategy::local ? dp : ranks % (tp * pp) == 0 ? ranks / (tp * pp) : dp;
     c.sp = strategy == Strategy::local ? 1 : sp;
     c.ulysses = strategy == Strategy::ulysses  ? sp
                 : strategy == Strategy::hybrid ? hybrid_degree(deck, sp, tp, machine.ranks_per_node)
                                                : 1;
-    choices.push_back({to_string(strategy), c, predict_step(machine, c)});
+    add(to_string(strategy), c);
   }
-  // Pure tensor parallelism: the ranks of each DP replica form one TP group.
+  // Pure tensor parallelism: the ranks of each DP replica's stage form one TP group.
   StepConfig c = deck;
   c.strategy = Strategy::local;
   c.dp = dp;
-  c.tp = ranks / dp;
+  c.tp = ranks % (dp * pp) == 0 ? ranks / (dp * pp) : tp;
   c.sp = c.ulysses = 1;
-  choices.push_back({kTensorParallelChoice, c, predict_step(machine, c)});
+  add(kTensorParallelChoice, c);
   return choices;
 }
 
@@ -633,9 +798,10 @@ int best_strategy(const std::vector<StrategyChoice>& choices) {
 }
 
 std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConfig config) {
-  // Multiples of 2 sp (every layout splits them) whose rows (batch/dp)(seq_len/sp) divide over tp.
+  // Multiples of 2 sp (every layout splits them) whose micro-batch rows (batch/dp/m)(seq_len/sp) divide over tp.
   const std::int64_t tp = std::max(config.tp, 1);
-  const std::int64_t b = std::max<std::int64_t>(config.model.batch / std::max(config.dp, 1), 1);
+  const std::int64_t b = std::max<std::int64_t>(
+      config.model.batch / std::max(config.dp, 1) / std::max<std::int64_t>(config.micro_batches, 1), 1);
   const std::int64_t granule = 2 * std::max<std::int64_t>(config.sp, 1) * (tp / std::gcd(tp, 2 * b));
   const auto fits = [&](std::int64_t units) {
     config.model.seq_len = units * granule;

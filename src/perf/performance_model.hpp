@@ -29,6 +29,19 @@
 //            runs during that step's block compute:
 //            min(compute, overlap_efficiency * transfer); the backward's
 //            travelling dK/dV are posted after the block compute and stay exposed.
+//
+// Pipeline (pp stages, m micro-batches, 1F1B): each stage's per-micro-batch
+// time t_s is the compute and TP/SP exchanges above for its layers
+// (stage_layers; the embedding on the first stage, ln_f, head and loss on the
+// last) and 1/m of the local batch, plus the sends of its activations and
+// input gradients to the neighbour stages (a receive completes before its pass
+// runs, so every hop is on the critical path). The pipeline spans
+// (m + pp - 1) max_s t_s; then come the gradient all-reduces (over the stage's
+// ranks; the tied wte between the first and last stage), the loss, the norm
+// and the update. Stage 0 runs the step's last backward pass, so its
+// all-reduces and update end the step: every per-rank figure (parts, bytes) is
+// stage 0's, the memory the largest stage's (stage 0's in practice: pp
+// micro-batches in flight). With pp = m = 1 all of it is the plain step above.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -123,23 +136,33 @@ struct StepConfig {
   Layout layout = Layout::contiguous;
   OptimizerKind optimizer = OptimizerKind::adamw;
   int dp = 1, tp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
+  int pp = 1;                               // pipeline stages
+  std::int64_t micro_batches = 1;           // per DP replica and step (train.micro_batches)
   std::int64_t query_block = kernels::kHostTileRows, key_block = kernels::kHostTileRows;  // attention tiles
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
-  int world_size() const { return dp * tp * sp; }
+  int world_size() const { return dp * tp * pp * sp; }
+  int stage_ranks() const { return dp * tp * sp; }  // the ranks of one pipeline stage
 };
 
 // "" when the decomposition can run, else the deck validator's message for it
 // (validate_config: "key: reason", e.g. "parallel.tp: must divide model.heads ...").
 std::string step_config_problem(const StepConfig& config);
 
+// step_seconds = compute_seconds + exchange_seconds - hidden_seconds + bubble_seconds,
+// each of stage 0's ranks (with pp = 1: the only stage; bubble_seconds = 0).
 struct StepPrediction {
   bool valid = true;
   std::string problem;  // why not valid
   double step_seconds = 0, compute_seconds = 0, exchange_seconds = 0, hidden_seconds = 0;
   std::map<std::string, double> compute_parts;   // gemm, attention_forward, attention_backward, elementwise, optimizer
   std::map<std::string, double> exchange_parts;  // seconds by Comm label, before hiding
-  std::map<std::string, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes)
-  std::map<std::string, std::size_t> memory_parts;
+  std::map<std::string, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes, stage 0)
+  // Pipeline: per-micro-batch seconds of each stage; the 1F1B span
+  // (m + pp - 1) x their maximum; stage 0's idle time in it; and the idle
+  // fraction of the ideal pipeline, modelled_bubble_fraction(pp, m).
+  std::vector<double> stage_seconds;
+  double pipeline_seconds = 0, bubble_seconds = 0, bubble_fraction = 0;
+  std::map<std::string, std::size_t> memory_parts;  // of the stage needing the most
   double memory_bytes_per_rank = 0;
   bool fits = true;
   double tokens_per_second = 0;
@@ -147,9 +170,10 @@ struct StepPrediction {
 
 StepPrediction predict_step(const MachineDescription& machine, const StepConfig& config);
 
-// Replicated parameters (all but wpe) on one rank, as ParameterLayout counts
-// them: with tp > 1 the tensors whole on every rank plus this rank's TP shards.
-std::int64_t replicated_parameter_count(const ModelConfig& model, int tp = 1);
+// Replicated parameters (all but wpe) on one rank of pipeline stage `stage`
+// (of pp), as ParameterLayout counts them: with tp > 1 the tensors whole on
+// every rank plus this rank's TP shards.
+std::int64_t replicated_parameter_count(const ModelConfig& model, int tp = 1, int pp = 1, int stage = 0);
 
 // Fraction of the c x c diagonal block of a causal attention that the blockwise
 // kernel computes with query_block x key_block tiles (tiles wholly above the
@@ -165,12 +189,14 @@ inline constexpr const char* kTensorParallelChoice = "tensor_parallel";
 inline constexpr const char* kPredictedChoices[] = {"local", "ring", "rsa", "ulysses", "hybrid", kTensorParallelChoice};
 
 // The choices predicted for `ranks` ranks: each strategy of kPredictedStrategies
-// with its decomposition (tp from the deck when it divides ranks, else 1; dp
-// from the deck when it divides ranks / tp and the batch, else 1; local: dp =
-// ranks / tp; hybrid with the deck's ulysses_degree when > 1, else the largest
+// with its decomposition (the deck's pp and micro_batches; tp from the deck
+// when it divides ranks, else 1; dp from the deck when it divides ranks / tp
+// and the batch, else 1; sp = ranks / (dp tp pp); local: sp = 1, dp = ranks /
+// (tp pp); hybrid with the deck's ulysses_degree when > 1, else the largest
 // divisor of sp and heads / tp whose group fits in a node), then pure tensor
-// parallelism: strategy local, the same dp, tp = ranks / dp. Invalid ones come
-// back with valid = false and the validator's problem.
+// parallelism: strategy local, the same dp, tp = ranks / (dp pp). Invalid ones
+// (also those whose dp tp pp sp cannot make `ranks`) come back with valid =
+// false and the validator's problem for `ranks` ranks.
 struct StrategyChoice {
   std::string name;  // one of kPredictedChoices
   StepConfig config;
@@ -182,7 +208,7 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
 int best_strategy(const std::vector<StrategyChoice>& choices);
 
 // The longest seq_len (a multiple of 2 sp, so that every layout splits it, and
-// of what makes the rows (batch/dp)(seq_len/sp) divide over tp; at most 2^31)
+// of what makes a micro-batch's rows (batch/dp/m)(seq_len/sp) divide over tp; at most 2^31)
 // with which `config` is valid and its planned memory fits in the machine's
 // memory per rank; 0 when not even the shortest fits. The planned memory grows
 // with seq_len, so a bisection finds it.

@@ -3,7 +3,10 @@
 file, the deck's own prediction, and clean errors (exit status 2, naming the
 key) for a missing run.machine, an unreadable file and a malformed one.
 
-usage: check_predict_mode.py MINIATTN MACHINE.yaml
+With MPIEXEC, also a pipelined deck (parallel.pp 2, train.micro_batches 4)
+on 2 ranks: its 1F1B span, bubble and stages in the deck's own prediction.
+
+usage: check_predict_mode.py MINIATTN MACHINE.yaml [MPIEXEC]
 """
 import json
 import os
@@ -31,8 +34,8 @@ run:
 STRATEGIES = ["local", "ring", "rsa", "ulysses", "hybrid", "tensor_parallel"]
 
 
-def run(exe, deck, sets):
-    args = [exe, deck] + [a for s in sets for a in ("--set", s)]
+def run(exe, deck, sets, launcher=()):
+    args = list(launcher) + [exe, deck] + [a for s in sets for a in ("--set", s)]
     start = time.time()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
     return proc, time.time() - start
@@ -44,8 +47,44 @@ def check(condition, message):
         sys.exit(1)
 
 
+def result_of(proc):
+    check(proc.returncode == 0, f"predict failed ({proc.returncode}): {proc.stderr}")
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+    check(len(lines) == 1, f"one RESULT line, got {len(lines)}")
+    return json.loads(lines[0][len("RESULT "):])
+
+
+def check_pipeline(exe, deck, machine, mpiexec):
+    """pp 2 x 4 micro-batches on 2 ranks: (m + pp - 1) slots of the slowest
+    stage, then stage 0's reductions and update; rank counts pp cannot divide
+    are invalid with the validator's message."""
+    sets = [f"run.machine={machine}", "parallel.pp=2", "train.micro_batches=4", "model.batch=4",
+            "run.predict_seq_lens=4096"]
+    proc, _ = run(exe, deck, sets, [mpiexec, "-n", "2"])
+    result = result_of(proc)
+    check("pp 2 stages, 4 micro-batches, modelled bubble 0.200" in proc.stdout, f"the table's header: {proc.stdout}")
+    own = result["prediction_for_deck"]
+    check(own["valid"] and own["pp"] == 2 and own["micro_batches"] == 4 and own["sp"] == 1, f"own: {own}")
+    check(abs(own["bubble_fraction"] - 1 / 5) < 1e-15, f"bubble (pp-1)/(m+pp-1): {own['bubble_fraction']}")
+    stages = own["stage_seconds_per_micro_batch"]
+    check(len(stages) == 2 and min(stages) > 0, f"two stages: {stages}")
+    span = 5 * max(stages)
+    check(abs(own["pipeline_seconds"] - span) <= 1e-12 * span, f"span {own['pipeline_seconds']} != 5 x {max(stages)}")
+    check(abs(own["bubble_seconds"] - (span - 4 * stages[0])) <= 1e-12 * span, "stage 0's idle time in the span")
+    check(own["pipeline_seconds"] < own["step_seconds"], "the update after the pipeline")
+    check("pipeline.activations" in own["exchange"], f"stage 0 sends activations: {own['exchange']}")
+    for row in result["predictions"]:
+        check(row["pp"] == 2, f"the deck's pp in every row: {row}")
+        for name, s in row["strategies"].items():
+            if row["ranks"] == 1:
+                check(not s["valid"] and "parallel.pp" in s["problem"], f"1 rank cannot hold 2 stages: {name} {s}")
+            elif name == "local" and s["valid"]:
+                check(s["dp"] * s["pp"] * s["tp"] == row["ranks"], f"local fills the ranks: {row['ranks']} {s}")
+
+
 def main():
     exe, machine = sys.argv[1], sys.argv[2]
+    mpiexec = sys.argv[3] if len(sys.argv) > 3 else None
     with tempfile.TemporaryDirectory() as tmp:
         deck = os.path.join(tmp, "deck.yaml")
         with open(deck, "w") as f:
@@ -68,6 +107,11 @@ def main():
         check(sorted({p["seq_len"] for p in predictions}) == [65536, 262144, 1048576, 4194304], "seq_lens")
         for p in predictions:
             check(set(p["strategies"]) == set(STRATEGIES), "every strategy")
+            # The deck's pipeline (none here) goes with the row and every choice.
+            check(p["pp"] == 1 and p["micro_batches"] == 1, f"the deck's pp and micro_batches: {p}")
+            for name, s in p["strategies"].items():
+                check(s["pp"] == 1 and s["micro_batches"] == 1, f"{name}: pp and micro_batches: {s}")
+                check(not s["valid"] or s["bubble_fraction"] == 0, f"{name}: no pipeline, no bubble: {s}")
             best = p["best"]
             fitting = {name: s["step_seconds"] for name, s in p["strategies"].items() if s["valid"] and s["fits"]}
             if fitting:
@@ -110,6 +154,9 @@ def main():
         check(own["valid"] and own["step_seconds"] > 0, "a valid own prediction")
         check(set(own["compute"]) == {"gemm", "attention_forward", "attention_backward", "elementwise", "optimizer"},
               "compute breakdown")
+        check(own["pp"] == 1 and own["micro_batches"] == 1 and own["bubble_fraction"] == 0, "the deck's pipeline")
+        check(len(own["stage_seconds_per_micro_batch"]) == 1 and own["bubble_seconds"] == 0
+              and 0 < own["pipeline_seconds"] < own["step_seconds"], "one stage: the micro-batch, then the update")
 
         # Deterministic: the same prediction twice.
         proc2, _ = run(exe, deck, [f"run.machine={machine}"])
@@ -143,6 +190,9 @@ def main():
         expect_error([f"run.machine={machine}", "run.predict_seq_lens=4096,x"], "run.predict_seq_lens: expected")
         expect_error([f"run.machine={machine}", "run.predict_max_ranks=0"], "run.predict_max_ranks: must be >= 1")
         expect_error(["run.mode=calibrate"], "run.machine: required for run.mode calibrate")
+        expect_error([f"run.machine={machine}", "parallel.pp=2"], "parallel.pp: must divide the ranks")
+        if mpiexec:
+            check_pipeline(exe, deck, machine, mpiexec)
     print("predict mode: OK")
 
 

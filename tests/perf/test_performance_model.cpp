@@ -2,15 +2,24 @@
 // descriptions: each test changes one figure and checks the direction and, where
 // the model is exact, the size of the effect.
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <iterator>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
+#include "driver/predict_mode.hpp"
 #include "model/parameter_layout.hpp"
 #include "perf/exchange_model.hpp"
+#include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
 
 namespace miniattn {
@@ -394,6 +403,189 @@ TEST(PerformanceModel, PureTensorParallelismIsAChoice) {
   const std::int64_t longest = longest_fitting_seq_len(m, choices.back().config);
   EXPECT_GT(longest, 1 << 10);
   EXPECT_EQ(longest_fitting_seq_len(m, choices[1].config), 0);
+}
+
+// 8 equal layers of local attention over pp stages of one rank each, on one
+// node (4 ranks per node), m micro-batches of the 16 samples.
+StepConfig pipelined(int pp, std::int64_t micro_batches, std::int64_t seq_len = 4096) {
+  StepConfig c = config(Strategy::local, 1, seq_len);
+  c.model.layers = 8;
+  c.model.batch = 16;
+  c.pp = pp;
+  c.micro_batches = micro_batches;
+  return c;
+}
+
+double sum_of(const std::vector<double>& values) { return std::accumulate(values.begin(), values.end(), 0.0); }
+
+TEST(PerformanceModel, PipelineRunsTheSlowestStageInEverySlot) {
+  const MachineDescription m = test_machine();
+  const StepPrediction p = predict_step(m, pipelined(4, 8));
+  ASSERT_TRUE(p.valid) << p.problem;
+  EXPECT_DOUBLE_EQ(p.bubble_fraction, 3.0 / 11.0);  // (pp - 1) / (m + pp - 1)
+  ASSERT_EQ(p.stage_seconds.size(), 4u);
+  const double slowest = *std::max_element(p.stage_seconds.begin(), p.stage_seconds.end());
+  EXPECT_NEAR(p.pipeline_seconds, 11 * slowest, 1e-12 * p.pipeline_seconds);
+  // The stages split the micro-batch of one rank accumulating 8 micro-batches
+  // (pp = 1): their times sum to its time plus each boundary's two hops (an
+  // activation and a gradient of b n D s / m bytes, on the node's link).
+  const StepPrediction one = predict_step(m, pipelined(1, 8));
+  ASSERT_TRUE(one.valid) << one.problem;
+  EXPECT_EQ(one.bubble_fraction, 0.0);
+  const double hop = m.latency_intra + 16.0 * 4096 * 256 * 4 / 8 / m.bandwidth_intra;
+  EXPECT_NEAR(sum_of(p.stage_seconds), one.stage_seconds.at(0) + 3 * 2 * hop, 1e-9 * one.stage_seconds.at(0));
+  // The step is about (m + pp - 1) / m times the stages' busy time, near even
+  // stages (the embedding on the first, the head on the last).
+  const double busy = 8 * sum_of(p.stage_seconds) / 4;
+  EXPECT_GT(p.pipeline_seconds, 11.0 / 8.0 * busy);
+  EXPECT_LT(p.pipeline_seconds, 1.05 * 11.0 / 8.0 * busy);
+  // Then the all-reduces and the update: step = compute + exchange - hidden + bubble.
+  EXPECT_NEAR(p.step_seconds, p.compute_seconds + p.exchange_seconds - p.hidden_seconds + p.bubble_seconds,
+              1e-12 * p.step_seconds);
+  EXPECT_GT(p.step_seconds, p.pipeline_seconds);
+  EXPECT_LT(p.step_seconds, one.step_seconds);  // 4 ranks with a bubble: faster than one, not 4x as fast
+  EXPECT_GT(p.step_seconds, one.step_seconds / 4);
+}
+
+TEST(PerformanceModel, MoreMicroBatchesShrinkTheBubble) {
+  const MachineDescription m = test_machine();
+  // The time of the same work with no idle slot: every micro-batch on even stages, then the step's tail.
+  const auto no_bubble = [](const StepPrediction& p, double micro_batches) {
+    return micro_batches * sum_of(p.stage_seconds) / 4 + (p.step_seconds - p.pipeline_seconds);
+  };
+  const StepPrediction p8 = predict_step(m, pipelined(4, 8)), p16 = predict_step(m, pipelined(4, 16));
+  ASSERT_TRUE(p16.valid) << p16.problem;
+  EXPECT_DOUBLE_EQ(p16.bubble_fraction, 3.0 / 19.0);
+  // The same samples in twice as many micro-batches: about the same busy time, less idle.
+  EXPECT_NEAR(no_bubble(p16, 16) / no_bubble(p8, 8), 1.0, 1e-3);
+  EXPECT_LT(p16.step_seconds, p8.step_seconds);
+  EXPECT_GT(p16.step_seconds, no_bubble(p16, 16));
+  const double idle8 = p8.step_seconds - no_bubble(p8, 8), idle16 = p16.step_seconds - no_bubble(p16, 16);
+  EXPECT_LT(idle16, 0.6 * idle8);
+  EXPECT_GT(idle16, 0.5 * idle8);
+}
+
+TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
+  const MachineDescription m = test_machine();
+  const StepConfig whole = pipelined(1, 4, 512), split = pipelined(4, 4, 512);
+  const StepPrediction p1 = predict_step(m, whole), p4 = predict_step(m, split);
+  ASSERT_TRUE(p4.valid) << p4.problem;
+  EXPECT_LT(p4.memory_bytes_per_rank, p1.memory_bytes_per_rank);
+  // The largest stage, the first, holds 2 of the 8 layers, wte and its wpe rows.
+  EXPECT_EQ(p4.memory_parts.at("parameters+gradients"),
+            2 * (replicated_parameter_count(split.model, 1, 4, 0) + 512 * 256) * 4);
+  const double ratio = static_cast<double>(p4.memory_parts.at("parameters+gradients")) /
+                       static_cast<double>(p1.memory_parts.at("parameters+gradients"));
+  EXPECT_GT(ratio, 0.25);
+  EXPECT_LT(ratio, 0.3);
+  // The planner's figure of the stage needing the most, as each rank of a run checks its own.
+  std::size_t largest = 0;
+  for (int stage = 0; stage < 4; ++stage) {
+    MemoryPlanInput in;
+    in.model = split.model;
+    in.strategy = split.strategy;
+    in.pp = 4;
+    in.stage = stage;
+    in.micro_batches = 4;
+    in.scalar_bytes = 4;
+    in.replicated_parameters = replicated_parameter_count(split.model, 1, 4, stage);
+    largest = std::max(largest, plan_memory(in).total());
+  }
+  EXPECT_EQ(p4.memory_bytes_per_rank, static_cast<double>(largest));
+}
+
+TEST(PerformanceModel, InvalidPipelinesAreMarkedAsTheValidatorSays) {
+  StepConfig c = config(Strategy::ring, 2, 1 << 12);  // 2 layers
+  c.pp = 4;
+  EXPECT_NE(problem_of(c).find("parallel.pp: must be <= model.layers"), std::string::npos) << problem_of(c);
+  c = config(Strategy::ring, 2, 1 << 12);  // batch 1
+  c.micro_batches = 2;
+  EXPECT_NE(problem_of(c).find("train.micro_batches: must divide"), std::string::npos) << problem_of(c);
+  // Every choice keeps the deck's pp and micro-batches: on 2 ranks 4 stages
+  // do not fit, the validator says so, and nothing fits at any length.
+  const StepConfig deck = pipelined(4, 8);
+  std::vector<StrategyChoice> choices = predict_strategies(test_machine(), deck, 2);
+  for (const StrategyChoice& choice : choices) {
+    EXPECT_NE(choice.prediction.problem.find("parallel.pp: must divide the ranks"), std::string::npos)
+        << choice.name << ": " << choice.prediction.problem;
+    EXPECT_EQ(longest_fitting_seq_len(test_machine(), choice.config), 0) << choice.name;
+  }
+  EXPECT_EQ(best_strategy(choices), -1);
+  choices = predict_strategies(test_machine(), deck, 8);
+  for (const StrategyChoice& choice : choices) {
+    EXPECT_EQ(choice.config.world_size(), 8) << choice.name;
+    EXPECT_EQ(choice.config.pp, 4) << choice.name;
+    EXPECT_EQ(choice.config.micro_batches, 8) << choice.name;
+  }
+  EXPECT_EQ(choices[0].config.dp, 2);  // local: dp x pp
+  EXPECT_EQ(choices[1].config.sp, 2);  // ring: pp x sp
+  EXPECT_EQ(choices.back().config.tp, 2);
+  EXPECT_TRUE(choices[1].prediction.valid) << choices[1].prediction.problem;
+}
+
+TEST(PerformanceModel, PipelineExchangesAreTheFirstStages) {
+  MachineDescription m = test_machine();  // 4 ranks per node: each stage (sp x tp = 4 ranks) on its own node
+  StepConfig c = config(Strategy::ring, 2, 1 << 12);
+  c.tp = c.pp = 2;
+  c.model.batch = c.micro_batches = 2;
+  const StepPrediction p = predict_step(m, c);
+  ASSERT_TRUE(p.valid) << p.problem;
+  ExchangeModelInput in;
+  in.model = c.model;
+  in.strategy = Strategy::ring;
+  in.world_size = 8;
+  in.tp = in.sp = in.pp = 2;
+  in.stage = 0;
+  in.scalar_bytes = 4;
+  const ParameterLayout layout(c.model, (1 << 12) / 2, 2, 0, 2, 0);
+  in.replicated_parameters = layout.replicated_size();
+  in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
+  in.local_wpe_parameters = layout.sharded_size();
+  EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
+  const double activations = 2.0 * (4096 / 2) * 256 * 4 / 2;  // b n D s / t
+  EXPECT_EQ(p.exchange_bytes.at("pipeline.activations"), activations);
+  EXPECT_EQ(p.exchange_bytes.count("pipeline.gradients"), 0u);  // the first stage receives them
+  EXPECT_GT(p.exchange_bytes.at("gradients.tied_embedding"), 0.0);
+  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << label;
+  // m messages of 1/m of the bytes, from one node to the other.
+  const double inter = 2 * (m.latency_inter + activations / 2 / m.bandwidth_inter);
+  EXPECT_NEAR(p.exchange_parts.at("pipeline.activations"), inter, 1e-12 * inter);
+  m.ranks_per_node = 8;  // both stages on one node
+  const double intra = 2 * (m.latency_intra + activations / 2 / m.bandwidth_intra);
+  EXPECT_NEAR(predict_step(m, c).exchange_parts.at("pipeline.activations"), intra, 1e-12 * intra);
+}
+
+TEST(PredictMode, EntriesCarryThePipeline) {
+  const std::string machine = ::testing::TempDir() + "miniattn_pipeline_machine.yaml";
+  std::ofstream(machine) << machine_to_yaml(test_machine(), "test");
+  // Built in code: the table's choices take the deck's pp and micro-batches.
+  Config c;
+  c.model = pipelined(2, 4).model;
+  c.parallel.strategy = Strategy::ring;
+  c.parallel.pp = 2;
+  c.train.micro_batches = 4;
+  c.run.mode = RunMode::predict;
+  c.run.machine = machine;
+  c.run.predict_max_ranks = 8;
+  c.run.predict_seq_lens = "4096";
+  const nlohmann::json result = run_predict(c, MPI_COMM_WORLD);
+  std::remove(machine.c_str());
+  ASSERT_EQ(result.at("predictions").size(), 4u);  // 1, 2, 4, 8 ranks
+  for (const nlohmann::json& row : result.at("predictions")) {
+    EXPECT_EQ(row.at("pp").get<int>(), 2);
+    EXPECT_EQ(row.at("micro_batches").get<int>(), 4);
+    for (const auto& [name, entry] : row.at("strategies").items()) {
+      EXPECT_EQ(entry.at("pp").get<int>(), 2) << name;
+      EXPECT_EQ(entry.at("micro_batches").get<int>(), 4) << name;
+      if (entry.at("valid").get<bool>()) {
+        EXPECT_DOUBLE_EQ(entry.at("bubble_fraction").get<double>(), 1.0 / 5.0) << name;
+      }
+    }
+  }
+  const nlohmann::json& one = result.at("predictions").at(0).at("strategies").at("ring");
+  EXPECT_NE(one.at("problem").get<std::string>().find("parallel.pp"), std::string::npos) << one;
+  EXPECT_TRUE(result.at("predictions").at(1).at("strategies").at("ring").at("valid").get<bool>());
+  EXPECT_EQ(result.at("prediction_for_deck").at("pp").get<int>(), 2);
 }
 
 TEST(MachineFile, RoundTripAndErrors) {
