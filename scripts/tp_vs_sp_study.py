@@ -23,6 +23,13 @@ ulysses), on a BERT-like non-causal model, and writes to --out:
                             second axis), TP against SP as the other axis grows
                             with the batch; measured memory per rank and
                             tokens/s (--only pipeline runs just this)
+  pipeline_predicted.md / .json
+                            the same experiment predicted at the paper's scale
+                            (run.mode predict on the GPU machine description):
+                            pipeline size 8, parallel size 1 to 8 (8 to 64
+                            ranks), BERT-Base and BERT-Large, N = 512, batch
+                            64 per unit of parallel size, 16 GiB per rank
+                            (--only pipeline-predicted runs just this)
   tp_vs_sp.png              the figures (matplotlib, when installed)
 
 Rank counts above the cores of this machine are oversubscribed: their memory
@@ -44,6 +51,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = {"vocab": 1024, "d_model": 384, "heads": 12, "layers": 2, "ffn": 0, "causal": "false", "precision": "fp32"}
 # BERT-Base itself for the 64-rank prediction (the paper's model).
 BERT_BASE = {"vocab": 30522, "d_model": 768, "heads": 12, "layers": 12, "ffn": 0, "causal": "false", "precision": "fp32"}
+# BERT-Large (16 heads: TP reaches 8 in the pipeline experiment).
+BERT_LARGE = {"vocab": 30522, "d_model": 1024, "heads": 16, "layers": 24, "ffn": 0, "causal": "false",
+              "precision": "fp32"}
 CHOICES = ["tensor_parallel", "rsa", "ring", "ulysses"]  # predict mode's names
 CONFIGS = [  # (name, settings for P ranks)
     ("tp", lambda p: {"parallel.strategy": "local", "parallel.tp": p}),
@@ -173,6 +183,60 @@ def pipeline_experiment(args):
                 f"{args.steps} steps (median).\n\n" + "\n".join(lines) + "\n")
 
 
+def pipeline_prediction(args):
+    """Table 4 at the paper's scale, predicted: pp fixed (8), the other axis
+    (TP, or SP with each strategy) of size P grows with the batch (64 P);
+    memory of the stage needing the most, tokens/s, bubble. Predict runs on
+    pp ranks (the deck's grid must divide them) and answers for 8 P ranks."""
+    pp, rows = args.predicted_pipeline, []
+    for model_name, model in (("BERT-Base", BERT_BASE), ("BERT-Large", BERT_LARGE)):
+        for size in args.predicted_sizes:
+            ranks, batch = pp * size, 64 * size
+            sets = {"run.mode": "predict", "run.machine": args.gpu_machine,
+                    "run.memory_per_rank_gib": args.gpu_budget_gib, "run.predict_max_ranks": ranks,
+                    "run.predict_seq_lens": 512, "model.seq_len": 512, "model.batch": batch, "train.steps": 0,
+                    "parallel.pp": pp, "train.micro_batches": args.predicted_micro_batches,
+                    "parallel.strategy": "ring", "parallel.layout": "contiguous", "parallel.tp": 1}
+            _, result = run_miniattn(args, pp, sets, model=model)
+            row = next(r for r in result["predictions"] if r["ranks"] == ranks)
+            for choice in CHOICES:
+                p = row["strategies"][choice]
+                rows.append({"model": model_name, "parallel_size": size, "ranks": ranks, "batch": batch,
+                             "config": choice, "valid": p["valid"], "problem": p.get("problem"),
+                             "memory_bytes_per_rank": p.get("memory_bytes_per_rank"), "fits": p.get("fits"),
+                             "tokens_per_second": p.get("tokens_per_second"),
+                             "bubble_fraction": p.get("bubble_fraction")})
+                print(f"predicted pipeline {pp} x {choice} {size} ({model_name}): "
+                      f"{pipeline_cell(rows[-1], args.gpu_budget_gib)}", flush=True)
+    with open(os.path.join(args.out, "pipeline_predicted.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    with open(os.path.join(args.out, "pipeline_predicted.md"), "w") as f:
+        f.write(f"Predicted with `{' '.join(sys.argv)}` on {args.gpu_machine}: pipeline size {pp}, "
+                f"{args.predicted_micro_batches} micro-batches (modelled bubble "
+                f"{(pp - 1) / (args.predicted_micro_batches + pp - 1):.3f}), N = 512, batch 64 per unit of "
+                f"parallel size, {args.gpu_budget_gib} GiB per rank. Cell: memory per rank (the stage needing "
+                f"the most), predicted tokens/s; '!': does not fit; '-': not possible (reason below).\n\n")
+        for model_name in dict.fromkeys(r["model"] for r in rows):
+            f.write(f"### {model_name}\n\n| parallel size (ranks, batch) | " + " | ".join(CHOICES) +
+                    " |\n|---|" + "---|" * len(CHOICES) + "\n")
+            problems = {}
+            for size in args.predicted_sizes:
+                cells = [r for r in rows if r["model"] == model_name and r["parallel_size"] == size]
+                for r in cells:
+                    if not r["valid"]:
+                        problems[r["config"]] = r["problem"]
+                f.write(f"| {size} ({cells[0]['ranks']}, {cells[0]['batch']}) | " +
+                        " | ".join(pipeline_cell(r, args.gpu_budget_gib) for r in cells) + " |\n")
+            f.write("".join(f"\n- {c}: {why}" for c, why in problems.items()) + "\n\n")
+
+
+def pipeline_cell(r, budget_gib):
+    if not r["valid"]:
+        return "-"
+    mark = "" if r["fits"] else " !"
+    return f"{r['memory_bytes_per_rank'] / 2**20:,.0f} MiB{mark}, {r['tokens_per_second']:.3g} tok/s"
+
+
 def limits(args, planner, ranks_list, seq_len, batch):
     """Largest batch at seq_len and longest sequence at batch, per rank count and choice."""
     rows = []
@@ -249,10 +313,13 @@ def main():
     p.add_argument("--gpu-budget-gib", type=float, default=16.0, help="the paper's P100 held 16 GB")
     p.add_argument("--skip-measured", action="store_true", help="only the planner's limits and the prediction")
     p.add_argument("--skip-limits", action="store_true", help="only the measured weak scaling (needs a quiet machine)")
-    p.add_argument("--only", choices=["pipeline"], help="run only this part")
+    p.add_argument("--only", choices=["pipeline", "pipeline-predicted"], help="run only this part")
     p.add_argument("--pipeline", type=int, default=2, help="pipeline stages of the pipeline experiment")
     p.add_argument("--pipeline-sizes", type=int, nargs="+", default=[1, 2], help="its parallel sizes")
     p.add_argument("--micro-batches", type=int, default=4, help="its micro-batches per step")
+    p.add_argument("--predicted-pipeline", type=int, default=8, help="pipeline stages of the predicted experiment")
+    p.add_argument("--predicted-sizes", type=int, nargs="+", default=[1, 2, 4, 8], help="its parallel sizes")
+    p.add_argument("--predicted-micro-batches", type=int, default=32, help="its micro-batches per step")
     args = p.parse_args()
     args.miniattn = os.path.join(args.build, "src", "miniattn")
     os.makedirs(args.out, exist_ok=True)
@@ -260,8 +327,12 @@ def main():
     if args.only == "pipeline":
         pipeline_experiment(args)
         return
+    if args.only == "pipeline-predicted":
+        pipeline_prediction(args)
+        return
     if not args.skip_limits:
         planner_limits(args)
+        pipeline_prediction(args)
     if not args.skip_measured:
         measured_weak_scaling(args)
     plot(args.out)

@@ -201,10 +201,13 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
                            {"precision", to_string(c.model.precision)},
                            {"machine_file", c.run.machine},
                            {"machine", machine_to_json(machine)}};
+  // Every rank has checked the deck and the machine file above (an error
+  // stops all of them alike); only rank 0 reports, so only it computes.
+  if (rank != 0) return result;
   result["predictions"] = strategy_table(machine, deck, seq_lens, c.run.predict_max_ranks);
   result["longest_seq_len"] = longest_table(machine, deck, c.run.predict_max_ranks);
   result["prediction_for_deck"] = full_json(own, predict_step(machine, own));
-  if (rank == 0) print_report(c, machine, result);
+  print_report(c, machine, result);
   return result;
 }
 

@@ -803,10 +803,11 @@ std::int64_t longest_fitting_seq_len(const MachineDescription& machine, StepConf
   const std::int64_t b = std::max<std::int64_t>(
       config.model.batch / std::max(config.dp, 1) / std::max<std::int64_t>(config.micro_batches, 1), 1);
   const std::int64_t granule = 2 * std::max<std::int64_t>(config.sp, 1) * (tp / std::gcd(tp, 2 * b));
+  // Only the memory plan grows with seq_len: no need for the step's timing.
   const auto fits = [&](std::int64_t units) {
     config.model.seq_len = units * granule;
-    const StepPrediction p = predict_step(machine, config);
-    return p.valid && p.fits;
+    return step_config_problem(config).empty() &&
+           static_cast<double>(largest_memory_plan(config).total()) <= machine.memory_bytes_per_rank;
   };
   std::int64_t good = 0, bad = ((std::int64_t{1} << 31) / granule) + 1;  // fits(good) or good == 0; !fits(bad)
   if (fits(bad - 1)) return (bad - 1) * granule;
