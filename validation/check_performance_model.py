@@ -4,8 +4,8 @@
 1. `run.mode: calibrate` on 2 ranks measures this machine and writes the
    machine description (default inputs/machines/this_machine.yaml).
 2. For each case (local on 1 rank; ring (zigzag), rsa and ulysses on 2 ranks;
-   local with dp = 2 and local with tp = 2 (Megatron tensor parallelism) on 2
-   ranks; hybrid needs 4 ranks and is skipped) it runs
+   local with dp = 2, local with tp = 2 (Megatron tensor parallelism) and a
+   2-stage pipeline with 4 micro-batches (batch 4) on 2 ranks; hybrid needs 4 ranks and is skipped) it runs
    `run.mode: bench` and `run.mode: predict` of the same deck on the same ranks,
    and compares the bench's median step time with the prediction for the
    deck's own decomposition (`prediction_for_deck` of the predict result).
@@ -54,6 +54,8 @@ CASES = [
     ("ulysses", 2, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
     ("local dp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.dp=2", "model.batch=2"]),
     ("local tp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.tp=2"]),
+    ("pp=2 m=4", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.pp=2",
+                     "train.micro_batches=4", "model.batch=4"]),
 ]
 
 
