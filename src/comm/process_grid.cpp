@@ -60,6 +60,8 @@ std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, 
     const index_t chunk = seq_len / (2 * sp_size);
     for (index_t c : {static_cast<index_t>(sp_rank), static_cast<index_t>(2 * sp_size - 1 - sp_rank)})
       for (index_t i = 0; i < chunk; ++i) positions.push_back(c * chunk + i);
+  } else if (layout == Layout::striped) {
+    for (index_t p = sp_rank; p < seq_len; p += sp_size) positions.push_back(p);
   } else {
     const index_t n = seq_len / sp_size;
     for (index_t i = 0; i < n; ++i) positions.push_back(sp_rank * n + i);

@@ -49,8 +49,9 @@ struct ProcessGrid {
 };
 
 // Which global sequence positions a rank of an SP group owns.
-// contiguous: [r*n, (r+1)*n); zigzag: chunks r and 2P-1-r of 2P equal chunks,
-// which balances causal attention work.
+// contiguous: [r*n, (r+1)*n); zigzag: chunks r and 2P-1-r of 2P equal chunks;
+// striped: r, r+P, r+2P, ... (token i on rank i mod P). Zigzag and striped
+// balance causal attention work: every pair of ranks meets about half masked.
 std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout);
 
 }  // namespace miniattn

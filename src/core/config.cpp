@@ -734,8 +734,9 @@ void check_process_grid(const Config& c, int world_size) {
                                     " = world size, or a sequence-parallel strategy)");
   }
   // The layout splits the sequence for 'local' too (zigzag: 2 chunks on 1 rank).
-  if (p.layout == Layout::contiguous && m.seq_len % sp != 0) {
-    reject("model.seq_len", "must be divisible by sp for parallel.layout contiguous (" + sp_text + "; " +
+  if (p.layout != Layout::zigzag && m.seq_len % sp != 0) {
+    reject("model.seq_len", "must be divisible by sp for parallel.layout " + std::string(to_string(p.layout)) + " (" +
+                                sp_text + "; " +
                                 std::to_string(m.seq_len) + " % " + std::to_string(sp) + " != 0)");
   }
   if (p.layout == Layout::zigzag && m.seq_len % (2 * sp) != 0) {

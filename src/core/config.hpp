@@ -13,7 +13,7 @@ namespace miniattn {
 // deck words come from enum_names<E>() (declaration order), in one place.
 enum class Precision { fp32, fp64 };
 enum class Strategy { local, rsa, ring, ulysses, hybrid };
-enum class Layout { contiguous, zigzag };
+enum class Layout { contiguous, zigzag, striped };
 enum class CommBackend { mpi, nccl };
 // Whether MPI may be handed device memory: auto asks the MPI library (host memory never needs staging).
 enum class GpuAwareMpi { automatic, yes, no };

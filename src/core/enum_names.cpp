@@ -15,7 +15,7 @@ const std::vector<std::string>& enum_names<Strategy>() {
 }
 template <>
 const std::vector<std::string>& enum_names<Layout>() {
-  static const std::vector<std::string> names = {"contiguous", "zigzag"};
+  static const std::vector<std::string> names = {"contiguous", "zigzag", "striped"};
   return names;
 }
 template <>

@@ -81,6 +81,22 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   return table;
 }
 
+// How evenly the layout spreads the (causal) attention work: this rank's
+// attention seconds (forward + backward) per layer and step, less the time it
+// waited inside the attention's own exchanges (a rank with less work waits
+// there for the others).
+template <class T>
+double attention_busy_seconds(const TrainingState<T>& s) {
+  double waited = 0;
+  for (const auto& [label, stats] : s.comm->stats())
+    for (const char* prefix : {"ring.", "rsa.", "ulysses."})
+      if (label.rfind(prefix, 0) == 0) waited += stats.seconds;
+  const auto calls = s.timer.samples().find("attention_forward");
+  if (calls == s.timer.samples().end() || calls->second.empty()) return 0.0;
+  const double total = s.timer.total("attention_forward") + s.timer.total("attention_backward");
+  return (total - waited) / static_cast<double>(calls->second.size());
+}
+
 // run.mode bench: each phase's rate per rank against this machine's own GEMM
 // rate, measured now with the same scalar type; the ring's hidden fraction.
 template <class T>
@@ -116,6 +132,10 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
   b["backward"] = rate_of(s.timer.total("backward") / step_count, flops.backward);
   b["attention_forward"] = rate_of(s.timer.median("attention_forward"), attention.forward / layers);
   b["attention_backward"] = rate_of(s.timer.median("attention_backward"), attention.backward / layers);
+  nlohmann::json balance = spread_over_ranks(attention_busy_seconds(s), s.grid.world);
+  const double mean_busy = balance["mean"].get<double>();
+  balance["max_over_mean"] = mean_busy > 0 ? balance["max"].get<double>() / mean_busy : 0.0;
+  b["attention_busy_seconds_over_ranks"] = balance;
   const double nan_check_per_step = s.timer.total("nan_check") / step_count;
   b["nan_check"] = {{"seconds_per_step", nan_check_per_step},
                     {"fraction_of_step", step_median > 0 ? nan_check_per_step / step_median : 0.0}};

@@ -122,15 +122,16 @@ template <class S>
 void add_pieces(std::uint64_t dataset, const RowBlock& block, const S* values, std::vector<Piece>& pieces) {
   std::uint64_t width = 1;
   for (std::size_t i = 1; i < block.global_shape.size(); ++i) width *= block.global_shape[i];
-  if (block.col_count == 0) {
+  if (block.col_count == 0 && block.row_stride == 1) {
     const std::uint64_t count = block.row_count * width;
     pieces.push_back(Piece{dataset, block.row_begin * width, count, crc_of_values(0, values, count)});
     return;
   }
-  for (std::uint64_t r = 0; r < block.row_count; ++r) {  // one piece per row of a column shard
-    const std::uint64_t begin = (block.row_begin + r) * width + block.col_begin;
-    pieces.push_back(Piece{dataset, begin, block.col_count,
-                           crc_of_values(0, values + r * block.col_count, block.col_count)});
+  // One piece per row of a column shard or of strided rows.
+  const std::uint64_t cols = block.col_count > 0 ? block.col_count : width;
+  for (std::uint64_t r = 0; r < block.row_count; ++r) {
+    const std::uint64_t begin = (block.row_begin + r * block.row_stride) * width + block.col_begin;
+    pieces.push_back(Piece{dataset, begin, cols, crc_of_values(0, values + r * cols, cols)});
   }
 }
 

@@ -246,11 +246,12 @@ void check_block(const std::string& where, const RowBlock& block) {
     }
     return;
   }
-  if (block.row_begin > block.global_shape[0] ||
-      block.row_count > block.global_shape[0] - block.row_begin) {
-    fail(where + ": rows [" + std::to_string(block.row_begin) + ", " +
-         std::to_string(block.row_begin + block.row_count) + ") outside shape " +
-         shape_string(block.global_shape));
+  // The rows span [row_begin, row_begin + (row_count - 1) stride + 1).
+  const std::uint64_t span = block.row_count == 0 ? 0 : (block.row_count - 1) * block.row_stride + 1;
+  if (block.row_stride == 0 || block.row_begin > block.global_shape[0] ||
+      span > block.global_shape[0] - block.row_begin) {
+    fail(where + ": rows [" + std::to_string(block.row_begin) + ", " + std::to_string(block.row_begin + span) +
+         ") with stride " + std::to_string(block.row_stride) + " outside shape " + shape_string(block.global_shape));
   }
   if (block.col_count > 0 && (block.global_shape.size() < 2 || block.col_begin > block.global_shape[1] ||
                               block.col_count > block.global_shape[1] - block.col_begin)) {
@@ -295,10 +296,11 @@ Selection select_rows(const RowBlock& block) {
     return s;
   }
   s.memory_space = checked(H5Screate_simple(rank, local.data(), nullptr), H5Sclose, what);
-  std::vector<hsize_t> start(dims.size(), 0);
+  std::vector<hsize_t> start(dims.size(), 0), stride(dims.size(), 1);
   start[0] = block.row_begin;
+  stride[0] = block.row_stride;
   if (block.col_count > 0) start[1] = block.col_begin;
-  check_status(H5Sselect_hyperslab(s.file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+  check_status(H5Sselect_hyperslab(s.file_space.get(), H5S_SELECT_SET, start.data(), stride.data(),
                                    local.data(), nullptr),
                what);
   return s;

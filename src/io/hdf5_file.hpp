@@ -28,8 +28,9 @@ constexpr DType dtype_of<double>() { return DType::f64; }
 template <>
 constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 
-// This rank's share of a dataset: rows [row_begin, row_begin + row_count) of
-// dimension 0 (row_count may be 0) and, when col_count > 0, only columns
+// This rank's share of a dataset: rows row_begin, row_begin + row_stride, ...
+// (row_count of them, possibly 0; stride 1: a contiguous range) of
+// dimension 0 and, when col_count > 0, only columns
 // [col_begin, col_begin + col_count) of dimension 1 (a tensor-parallel shard of
 // a row-parallel weight); row-major host data. A scalar has an empty
 // global_shape and is written by the rank with row_count == 1.
@@ -37,6 +38,7 @@ struct RowBlock {
   std::vector<std::uint64_t> global_shape;
   std::uint64_t row_begin = 0;
   std::uint64_t row_count = 0;
+  std::uint64_t row_stride = 1;  // parallel.layout striped: every sp-th position
   std::uint64_t col_begin = 0;
   std::uint64_t col_count = 0;  // 0: every column
 };

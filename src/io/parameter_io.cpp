@@ -25,6 +25,7 @@ std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, La
     run.local_begin = static_cast<index_t>(r) * per_run;
     run.global_begin = positions.empty() ? 0 : positions[static_cast<std::size_t>(run.local_begin)];
     run.count = per_run;
+    if (layout == Layout::striped && positions.size() > 1) run.stride = positions[1] - positions[0];
     result.push_back(run);
   }
   return result;
@@ -44,6 +45,7 @@ std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<i
       LocalBlock b = whole;
       b.block.row_begin = static_cast<std::uint64_t>(run.global_begin);
       b.block.row_count = static_cast<std::uint64_t>(run.count);
+      b.block.row_stride = static_cast<std::uint64_t>(run.stride);
       b.buffer_offset = p.offset + run.local_begin * width;
       blocks.push_back(b);
     }

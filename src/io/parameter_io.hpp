@@ -16,12 +16,14 @@
 
 namespace miniattn::io {
 
-// Contiguous runs of owned positions, a fixed number per layout (1 for
-// contiguous, 2 for zigzag) so every rank makes the same collective calls.
+// Runs of owned positions at a fixed stride, a fixed number per layout (1 for
+// contiguous and striped, 2 for zigzag) so every rank makes the same
+// collective calls; stride 1 but for striped (sp).
 struct PositionRun {
   index_t global_begin = 0;
   index_t local_begin = 0;
   index_t count = 0;
+  index_t stride = 1;
 };
 std::vector<PositionRun> position_runs(const std::vector<index_t>& positions, Layout layout);
 

@@ -386,6 +386,11 @@ RingWork ring_work(const StepConfig& c, double U, bool tile_level) {
   if (!m.causal) {
     const double k = zigzag ? 2 * U : U;
     w.first = w.other = k * k;
+  } else if (c.layout == Layout::striped && c.strategy != Strategy::local) {
+    // Striped: each rank's rows interleave with every other's, so every chunk
+    // pair, its own or another rank's, is a diagonal one (the diagonal itself
+    // in or out, one row in c): balanced at every step.
+    w.first = w.other = U * U * f;
   } else if (zigzag) {
     // Low chunks [gU, gU+U) and their mirrors: against another group 2 U^2 full
     // pairs; against itself U^2 full + two triangles of U(U-1)/2 full and U diagonal.

@@ -113,6 +113,22 @@ TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
   EXPECT_LT(ratio, 2.0);
 }
 
+TEST(PerformanceModel, StripedBalancesCausalRingWorkAtEveryStep) {
+  const MachineDescription m = test_machine();
+  StepConfig zigzag = config(Strategy::ring, 4, 1 << 16), striped = zigzag;
+  striped.layout = Layout::striped;
+  const StepPrediction z = predict_step(m, zigzag), s = predict_step(m, striped);
+  // Striped: P steps of one diagonal block (about half of it) of N/P rows;
+  // zigzag: two full half-size block pairs per later step, the same work.
+  // Within the diagonal blocks' tile rounding of each other, and nowhere
+  // near contiguous's 2x.
+  const double ratio = s.compute_parts.at("attention_forward") / z.compute_parts.at("attention_forward");
+  EXPECT_GT(ratio, 0.9);
+  EXPECT_LT(ratio, 1.15);
+  // The same bytes: each rank's K/V block goes round the ring either way.
+  EXPECT_EQ(s.exchange_bytes, z.exchange_bytes);
+}
+
 TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
   MachineDescription m = test_machine();
   const StepConfig c = config(Strategy::ring, 16, 1 << 14);  // crosses nodes
