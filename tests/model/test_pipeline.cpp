@@ -116,7 +116,9 @@ TEST(ParameterLayout, StagesHoldTheirTensorsOnce) {
         EXPECT_EQ(p.held, expected) << p.name << " on stage " << s << " of " << stages;
         EXPECT_EQ(p.tied_copy, p.name == "wte" && s == stages - 1) << p.name;
         if (p.held && !p.tied_copy) held += p.local_size;
-        if (!p.held) EXPECT_EQ(p.local_size, 0) << p.name;
+        if (!p.held) {
+          EXPECT_EQ(p.local_size, 0) << p.name;
+        }
       }
       EXPECT_EQ(stage.tied_copy_size(), s == stages - 1 ? m.vocab * m.d_model : 0);
     }
