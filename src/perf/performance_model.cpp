@@ -376,7 +376,9 @@ struct RingWork {
 // computes (tile_level) or the elements (RSA's dense kernels skip masked entries).
 RingWork ring_work(const StepConfig& c, double U, bool tile_level) {
   const ModelConfig& m = c.model;
-  const bool zigzag = c.layout == Layout::zigzag && c.strategy != Strategy::local;
+  // One rank's 'local' attention sees its positions as one contiguous block.
+  const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
+  const bool zigzag = layout == Layout::zigzag;
   RingWork w;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
   w.chunk = static_cast<double>(chunk);
@@ -386,7 +388,7 @@ RingWork ring_work(const StepConfig& c, double U, bool tile_level) {
   if (!m.causal) {
     const double k = zigzag ? 2 * U : U;
     w.first = w.other = k * k;
-  } else if (c.layout == Layout::striped && c.strategy != Strategy::local) {
+  } else if (layout == Layout::striped) {
     // Striped: each rank's rows interleave with every other's, so every chunk
     // pair, its own or another rank's, is a diagonal one (the diagonal itself
     // in or out, one row in c): balanced at every step.

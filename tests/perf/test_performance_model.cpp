@@ -13,6 +13,7 @@
 #include <iterator>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -101,28 +102,34 @@ TEST(PerformanceModel, DiagonalFractionOfUnevenTiles) {
   EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 32, 64), (64.0 * 64 + 64.0 * 128) / (128.0 * 128));
 }
 
-TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
+// Causal ring attention on 4 ranks, N = 64K: `layout`'s predictions against zigzag's.
+std::pair<StepPrediction, StepPrediction> causal_ring_against_zigzag(Layout layout) {
   const MachineDescription m = test_machine();
-  StepConfig zigzag = config(Strategy::ring, 4, 1 << 16), contiguous = zigzag;
-  contiguous.layout = Layout::contiguous;
-  const StepPrediction z = predict_step(m, zigzag), c = predict_step(m, contiguous);
+  StepConfig zigzag = config(Strategy::ring, 4, 1 << 16), other = zigzag;
+  other.layout = layout;
+  return {predict_step(m, other), predict_step(m, zigzag)};
+}
+
+double attention_forward_ratio(const StepPrediction& a, const StepPrediction& b) {
+  return a.compute_parts.at("attention_forward") / b.compute_parts.at("attention_forward");
+}
+
+TEST(PerformanceModel, ZigzagBalancesCausalRingWork) {
+  const auto [c, z] = causal_ring_against_zigzag(Layout::contiguous);
   // Contiguous: the slowest rank of every later step meets a whole block, so
   // the ring takes about twice as long as zigzag's balanced half blocks.
-  const double ratio = c.compute_parts.at("attention_forward") / z.compute_parts.at("attention_forward");
+  const double ratio = attention_forward_ratio(c, z);
   EXPECT_GT(ratio, 1.6);
   EXPECT_LT(ratio, 2.0);
 }
 
 TEST(PerformanceModel, StripedBalancesCausalRingWorkAtEveryStep) {
-  const MachineDescription m = test_machine();
-  StepConfig zigzag = config(Strategy::ring, 4, 1 << 16), striped = zigzag;
-  striped.layout = Layout::striped;
-  const StepPrediction z = predict_step(m, zigzag), s = predict_step(m, striped);
+  const auto [s, z] = causal_ring_against_zigzag(Layout::striped);
   // Striped: P steps of one diagonal block (about half of it) of N/P rows;
   // zigzag: two full half-size block pairs per later step, the same work.
   // Within the diagonal blocks' tile rounding of each other, and nowhere
   // near contiguous's 2x.
-  const double ratio = s.compute_parts.at("attention_forward") / z.compute_parts.at("attention_forward");
+  const double ratio = attention_forward_ratio(s, z);
   EXPECT_GT(ratio, 0.9);
   EXPECT_LT(ratio, 1.15);
   // The same bytes: each rank's K/V block goes round the ring either way.
