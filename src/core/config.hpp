@@ -12,7 +12,7 @@ namespace miniattn {
 // The deck's enumerations: parsed once into these, compared as these; their
 // deck words come from enum_names<E>() (declaration order), in one place.
 enum class Precision { fp32, fp64 };
-enum class Strategy { local, rsa, ring, ulysses, hybrid };
+enum class Strategy { local, rsa, ring, ulysses, hybrid, allgather };
 enum class Layout { contiguous, zigzag, striped };
 enum class CommBackend { mpi, nccl };
 // Whether MPI may be handed device memory: auto asks the MPI library (host memory never needs staging).

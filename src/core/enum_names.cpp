@@ -10,7 +10,7 @@ const std::vector<std::string>& enum_names<Precision>() {
 }
 template <>
 const std::vector<std::string>& enum_names<Strategy>() {
-  static const std::vector<std::string> names = {"local", "rsa", "ring", "ulysses", "hybrid"};
+  static const std::vector<std::string> names = {"local", "rsa", "ring", "ulysses", "hybrid", "allgather"};
   return names;
 }
 template <>

@@ -1,5 +1,6 @@
 #include "driver/attention_factory.hpp"
 
+#include "attention/allgather_attention.hpp"
 #include "attention/ring_attention.hpp"
 #include "attention/ring_self_attention.hpp"
 #include "attention/ulysses_attention.hpp"
@@ -42,12 +43,19 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   // Ring attention sees [B, H / U, U * n, Dh] (U = 1 for local and ring).
   const index_t U = grid.ulysses_size;
   std::shared_ptr<RingWorkspace<T>> ring_workspace;
-  if (strategy != Strategy::rsa) {
+  std::shared_ptr<AllGatherWorkspace<T>> gather_workspace;
+  if (strategy == Strategy::allgather) {
+    gather_workspace = std::make_shared<AllGatherWorkspace<T>>(B, H, n, Dh, grid.ring_size);
+    result.shared_workspace_bytes = gather_workspace->bytes();
+  } else if (strategy != Strategy::rsa) {
     ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
   for (index_t l = 0; l < count; ++l) {
-    if (strategy == Strategy::local || strategy == Strategy::ring) {
+    if (strategy == Strategy::allgather) {
+      layers.push_back(std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking,
+                                                               gather_workspace));
+    } else if (strategy == Strategy::local || strategy == Strategy::ring) {
       layers.push_back(
           std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, name));
     } else if (strategy == Strategy::rsa) {

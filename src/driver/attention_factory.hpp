@@ -7,6 +7,7 @@
 //   ulysses  all-to-all over the SP group around local attention (U = sp)
 //   hybrid   all-to-all over groups of U = ulysses_degree ranks around ring
 //            attention across the sp / U groups
+//   allgather  all-gather of K and V over the SP group around local attention
 #include <memory>
 #include <vector>
 

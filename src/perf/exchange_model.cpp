@@ -47,6 +47,13 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
 
   if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
     add_ring(bytes, "ring", P, X, L);
+  } else if (in.strategy == Strategy::allgather) {
+    // All-gathers of K and V (forward, and again in backward), reduce-scatters of dK and dV.
+    if (P > 1) {
+      bytes["allgather.forward.kv"] = L * 2 * (P - 1) * X;
+      bytes["allgather.backward.kv"] = L * 2 * (P - 1) * X;
+      bytes["allgather.backward.dkdv"] = L * 2 * (P - 1) * X;
+    }
   } else if (in.strategy == Strategy::rsa) {
     if (P > 1) {
       bytes["rsa.forward.k"] = L * (P - 1) * X;

@@ -71,14 +71,21 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   // Attention strategies, one per layer and slot, plus the ring workspace they share.
   std::size_t attention = 0;
+  // The backward kernel's K^T and V^T of one key block (kernels/attention.hpp).
+  const auto transposed_keys = [&](std::size_t heads, std::size_t rows) {
+    return 2 * b * heads * (D / m.heads) *
+           static_cast<std::size_t>(kernels::transposed_keys_row(static_cast<index_t>(rows))) * s;
+  };
   if (in.strategy == Strategy::rsa) {
     attention = slots * L * (R * H * N + R * H + 8 * R * Da) * s;
+  } else if (in.strategy == Strategy::allgather) {
+    // Its shared workspace: row statistics, K^T and V^T of one block, and the
+    // whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
+    attention = 2 * R * H * s + transposed_keys(H, n) + (G > 1 ? 4 * G * R * Da * s : 0);
   } else {
     // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
     // of the backward kernel, and the travelling K/V/dK/dV double buffers.
-    const std::size_t ring_rows = U * n, transposed_row = static_cast<std::size_t>(
-                                             kernels::transposed_keys_row(static_cast<index_t>(ring_rows)));
-    attention = 2 * R * H * s + 2 * b * (H / U) * (D / m.heads) * transposed_row * s + (G > 1 ? 8 * R * Da * s : 0);
+    attention = 2 * R * H * s + transposed_keys(H / U, U * n) + (G > 1 ? 8 * R * Da * s : 0);
     if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
       attention += slots * L * (2 * R * Da + 8 * R * Da + R * H) * s;  // all-to-all buffers, head-split tensors
   }

@@ -583,6 +583,30 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   out.exchange_parts[ring + ".backward.dkdv"] = L * G * t_kv;
 }
 
+// All-gather attention over the SP group of G ranks: each rank computes its
+// queries against every block at once, so its work is the ring's summed over
+// the steps (the slowest rank's sum: the layouts balance it as they do the
+// ring's steps), and nothing hides its exchanges: per layer, all-gathers of K
+// and V forward and again backward, reduce-scatters of dK and dV, each a ring
+// of G - 1 messages of one local [b, H/tp, n, Dh] tensor.
+void add_allgather_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
+                             bool inter, StepPrediction& out) {
+  const ModelConfig& m = c.model;
+  const int G = c.sp;
+  const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
+  const double X =
+      b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model / c.tp * c.scalar_bytes());
+  const RingWork work = ring_work(c, 1, true);
+  const double blocks = work.first + (G - 1) * work.other;
+  const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();
+  out.compute_parts["attention_forward"] = L * blocks * block_flops / machine.attention_flops_forward;
+  out.compute_parts["attention_backward"] = L * blocks * 2.5 * block_flops / machine.attention_flops_backward;
+  if (G < 2) return;
+  const double t_pair = 2 * transfer_seconds(machine, inter, (G - 1) * X, G - 1);  // two collectives
+  for (const char* label : {"allgather.forward.kv", "allgather.backward.kv", "allgather.backward.dkdv"})
+    out.exchange_parts[label] = L * t_pair;
+}
+
 // All-to-alls over U consecutive ranks, each U - 1 messages: the on-node and
 // off-node shares travel side by side. A micro-batch moves 1/m of the stage's bytes.
 void add_alltoalls(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, double off_node,
@@ -684,7 +708,8 @@ StepPrediction micro_batch_work(const MachineDescription& machine, const StepCon
   add_gemm_compute(machine, c, w, out);
   add_elementwise_compute(machine, c, w, out);
   if (c.tp > 1) add_tensor_parallel(machine, c, w, where.tp_inter, out);
-  add_ring_attention(machine, c, w, where.ring_inter, out);
+  if (c.strategy == Strategy::allgather) add_allgather_attention(machine, c, w, where.sp_inter, out);
+  else add_ring_attention(machine, c, w, where.ring_inter, out);
   if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
     add_alltoalls(machine, c, w, where.ulysses_off_node, out);
   if (c.pp > 1) add_pipeline_sends(machine, c, w, where, out);

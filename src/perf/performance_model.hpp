@@ -182,11 +182,12 @@ double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, st
 
 // The strategies predict_strategies() compares, in its order; after them
 // comes one more choice, pure tensor parallelism (kTensorParallelChoice).
-constexpr Strategy kPredictedStrategies[] = {Strategy::local, Strategy::ring, Strategy::rsa, Strategy::ulysses,
-                                            Strategy::hybrid};
+constexpr Strategy kPredictedStrategies[] = {Strategy::local,   Strategy::ring,   Strategy::rsa,
+                                            Strategy::ulysses, Strategy::hybrid, Strategy::allgather};
 inline constexpr const char* kTensorParallelChoice = "tensor_parallel";
 // The names of predict_strategies()' choices, in its order.
-inline constexpr const char* kPredictedChoices[] = {"local", "ring", "rsa", "ulysses", "hybrid", kTensorParallelChoice};
+inline constexpr const char* kPredictedChoices[] = {"local",  "ring",      "rsa",
+                                                    "ulysses", "hybrid", "allgather", kTensorParallelChoice};
 
 // The choices predicted for `ranks` ranks: each strategy of kPredictedStrategies
 // with its decomposition (the deck's pp and micro_batches; tp from the deck

@@ -74,7 +74,7 @@ std::vector<BadDeck> bad_decks() {
       // enumerations
       {"precision", "model:\n  precision: fp16\n", {}, 1, {"model.precision: expected one of fp32, fp64, got 'fp16'"}},
       {"strategy", "parallel:\n  strategy: tree\n", {}, 1,
-       {"parallel.strategy: expected one of local, rsa, ring, ulysses, hybrid, got 'tree'"}},
+       {"parallel.strategy: expected one of local, rsa, ring, ulysses, hybrid, allgather, got 'tree'"}},
       {"layout", "parallel:\n  layout: strided\n", {}, 1,
        {"parallel.layout: expected one of contiguous, zigzag, striped"}},
       {"striped_seq_len", "parallel:\n  strategy: ring\n  layout: striped\nmodel:\n  seq_len: 10\n", {}, 4,

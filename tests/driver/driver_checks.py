@@ -418,7 +418,7 @@ def pipeline(c, ranks):
     split = 0  # decompositions with sp > 1 so far: each takes the next strategy
     for i, (dp, pp, tp, sp) in enumerate(decompositions(ranks)):
         causal, layout = ("true", "false")[i % 2], ("contiguous", "zigzag", "striped")[i // 2 % 3]
-        strategies = ["ring", "ulysses", "rsa"] + (["hybrid"] if sp >= 4 else [])
+        strategies = ["ring", "ulysses", "rsa", "allgather"] + (["hybrid"] if sp >= 4 else [])
         strategy = "local" if sp == 1 else strategies[split % len(strategies)]
         split += sp > 1
         samples = 8 // dp

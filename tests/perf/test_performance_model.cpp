@@ -195,6 +195,35 @@ TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
   EXPECT_LT(ring_twice_n / ring, 2.01);
 }
 
+TEST(PerformanceModel, AllGatherComputesTheRingsWorkAndExposesItsExchanges) {
+  const MachineDescription m = test_machine();
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped}) {
+    StepConfig ring = config(Strategy::ring, 4, 1 << 16), gather = ring;
+    ring.layout = gather.layout = layout;
+    gather.strategy = Strategy::allgather;
+    const StepPrediction r = predict_step(m, ring), g = predict_step(m, gather);
+    // The same blocks (each rank's queries against every key block), all at once.
+    EXPECT_DOUBLE_EQ(attention_forward_ratio(g, r), 1.0) << to_string(layout);
+    EXPECT_EQ(g.hidden_seconds, 0.0);
+    // Per layer: 6 (P - 1) local K-sized tensors against the ring's 6 (P - 1) + 2.
+    const double ring_bytes = r.exchange_bytes.at("ring.forward.kv") + r.exchange_bytes.at("ring.backward.kv") +
+                              r.exchange_bytes.at("ring.backward.dkdv");
+    const double gather_bytes = g.exchange_bytes.at("allgather.forward.kv") +
+                                g.exchange_bytes.at("allgather.backward.kv") +
+                                g.exchange_bytes.at("allgather.backward.dkdv");
+    EXPECT_DOUBLE_EQ(gather_bytes / ring_bytes, 18.0 / 20.0);
+    for (const auto& [label, bytes] : g.exchange_bytes) EXPECT_TRUE(g.exchange_parts.count(label)) << label;
+  }
+  // Its gathered K, V, dK, dV grow with N, not N / P: twice the ranks barely
+  // shrink them (the row statistics and one block's K^T, V^T do halve), where
+  // the ring's attention memory halves.
+  const auto attention_memory = [&](Strategy strategy, int sp) {
+    return static_cast<double>(predict_step(m, config(strategy, sp, 1 << 16)).memory_parts.at("attention"));
+  };
+  EXPECT_GT(attention_memory(Strategy::allgather, 8) / attention_memory(Strategy::allgather, 4), 0.9);
+  EXPECT_NEAR(attention_memory(Strategy::ring, 8) / attention_memory(Strategy::ring, 4), 0.5, 0.01);
+}
+
 TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
   const StepConfig c = config(Strategy::hybrid, 8, 1 << 14, 4);
   const StepPrediction p = predict_step(test_machine(), c);

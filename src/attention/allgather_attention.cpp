@@ -1,0 +1,104 @@
+#include "attention/allgather_attention.hpp"
+
+#include <utility>
+
+namespace miniattn {
+
+template <class T>
+AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim,
+                                          int group_size)
+    : row_sum("allgather.row_sum", batch, heads, rows),
+      delta("allgather.delta", batch, heads, rows),
+      transposed(batch, heads, head_dim, rows) {
+  if (group_size < 2) return;
+  const index_t elements = group_size * batch * heads * rows * head_dim;
+  k_all = View1<T>("allgather.k", elements);
+  v_all = View1<T>("allgather.v", elements);
+  dk_all = View1<T>("allgather.dk", elements);
+  dv_all = View1<T>("allgather.dv", elements);
+}
+
+template <class T>
+std::size_t AllGatherWorkspace<T>::bytes() const {
+  return view_bytes(row_sum) + view_bytes(delta) + transposed.bytes() + view_bytes(k_all) + view_bytes(v_all) +
+         view_bytes(dk_all) + view_bytes(dv_all);
+}
+
+template <class T>
+AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions,
+                                          bool causal, const kernels::AttentionBlocking& blocking,
+                                          std::shared_ptr<AllGatherWorkspace<T>> workspace)
+    : comm_(comm), group_(group), group_positions_(group_positions), causal_(causal), blocking_(blocking),
+      workspace_(std::move(workspace)) {
+  MPI_Comm_rank(group, &rank_);
+  MPI_Comm_size(group, &size_);
+}
+
+template <class T>
+View1<const index_t> AllGatherAttention<T>::positions_of(int group_rank) const {
+  return Kokkos::subview(group_positions_, group_rank, Kokkos::ALL());
+}
+
+template <class T>
+template <class U>
+View4<U> AllGatherAttention<T>::block(const View4<U>& own, const View1<T>& all, int g) const {
+  if (size_ == 1) return own;
+  return View4<U>(all.data() + static_cast<std::size_t>(g) * own.span(), own.extent(0), own.extent(1),
+                  own.extent(2), own.extent(3));
+}
+
+template <class T>
+void AllGatherAttention<T>::gather_keys_values(const View4<const T>& k, const View4<const T>& v,
+                                               const std::string& label) {
+  if (size_ == 1) return;
+  comm_.allgather(k.data(), workspace_->k_all.data(), k.span(), group_, label);
+  comm_.allgather(v.data(), workspace_->v_all.data(), v.span(), group_, label);
+}
+
+template <class T>
+void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                    const View4<T>& out, const View3<T>& lse) {
+  const View3<T>& row_max = lse;  // lse doubles as the running maximum until finalize
+  kernels::attention_forward_init<T>(out, row_max, workspace_->row_sum);
+  gather_keys_values(k, v, "allgather.forward.kv");
+  for (int g = 0; g < size_; ++g)
+    kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
+                                             positions_of(rank_), positions_of(g), causal_, blocking_, out, row_max,
+                                             workspace_->row_sum);
+  kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
+}
+
+// The forward's gathered K/V are not kept (their buffers serve every layer):
+// the backward pass gathers them again, as Llama 3's context parallelism does.
+template <class T>
+void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                     const View4<const T>& out, const View3<const T>& lse,
+                                     const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
+                                     const View4<T>& dv) {
+  AllGatherWorkspace<T>& w = *workspace_;
+  kernels::attention_backward_delta<T>(out, dout, w.delta);
+  Kokkos::deep_copy(dq, T(0));
+  gather_keys_values(k, v, "allgather.backward.kv");
+  if (size_ == 1) {
+    Kokkos::deep_copy(dk, T(0));
+    Kokkos::deep_copy(dv, T(0));
+  } else {
+    Kokkos::deep_copy(w.dk_all, T(0));
+    Kokkos::deep_copy(w.dv_all, T(0));
+  }
+  for (int g = 0; g < size_; ++g)
+    kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
+                                              positions_of(rank_), positions_of(g), causal_, blocking_, dq,
+                                              block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.transposed);
+  if (size_ == 1) return;
+  // Block g of every rank's dK, dV holds its queries' share for rank g's keys.
+  comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, "allgather.backward.dkdv");
+  comm_.reduce_scatter_sum(w.dv_all.data(), dv.data(), dv.span(), group_, "allgather.backward.dkdv");
+}
+
+template struct AllGatherWorkspace<float>;
+template struct AllGatherWorkspace<double>;
+template class AllGatherAttention<float>;
+template class AllGatherAttention<double>;
+
+}  // namespace miniattn

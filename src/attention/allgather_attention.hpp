@@ -1,0 +1,64 @@
+#pragma once
+// Context parallelism by all-gather (the form Llama 3 trains with): every rank
+// of the group gathers the whole sequence's K and V, computes attention for
+// its own queries locally and, in the backward pass, gathers K and V again and
+// reduce-scatters the dK, dV contributions back to the ranks that own those
+// keys. Nothing overlaps the exchanges; in return each rank computes all its
+// work at once (no ring steps to synchronise), and the layout (zigzag or
+// striped) balances the causal work. The gathered K/V/dK/dV are O(N) per rank.
+#include <mpi.h>
+
+#include <memory>
+
+#include "attention/attention_strategy.hpp"
+#include "comm/comm.hpp"
+#include "kernels/attention.hpp"
+
+namespace miniattn {
+
+// Buffers shared by the all-gather attention of every layer: each rank's K, V
+// (forward and backward) and dK, dV contributions (backward) as `group_size`
+// consecutive blocks of [B, H, m, Dh] in group-rank order (none for a group of
+// one rank), and row statistics.
+template <class T>
+struct AllGatherWorkspace {
+  View3<T> row_sum, delta;
+  View1<T> k_all, v_all, dk_all, dv_all;
+  kernels::TransposedKeys<T> transposed;  // the backward kernel's K^T and V^T of one block
+
+  AllGatherWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int group_size);
+  std::size_t bytes() const;
+};
+
+template <class T>
+class AllGatherAttention final : public AttentionStrategy<T> {
+ public:
+  // group_positions [G, m]: global positions of the rows held by each group rank.
+  AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions, bool causal,
+                     const kernels::AttentionBlocking& blocking, std::shared_ptr<AllGatherWorkspace<T>> workspace);
+
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
+               const View3<T>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
+  std::string name() const override { return "allgather"; }
+  std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace
+
+ private:
+  View1<const index_t> positions_of(int group_rank) const;
+  // Block g of a gathered buffer, shaped like `own` (own itself in a group of one).
+  template <class U>
+  View4<U> block(const View4<U>& own, const View1<T>& all, int g) const;
+  void gather_keys_values(const View4<const T>& k, const View4<const T>& v, const std::string& label);
+
+  Comm& comm_;
+  MPI_Comm group_;
+  int rank_ = 0, size_ = 1;
+  View2<const index_t> group_positions_;
+  bool causal_;
+  kernels::AttentionBlocking blocking_;
+  std::shared_ptr<AllGatherWorkspace<T>> workspace_;
+};
+
+}  // namespace miniattn
