@@ -112,7 +112,7 @@ def main(argv=None):
     ref_loss = ref_loss.item()
 
     print(f"snapshot {args.snapshot}: V={cfg.vocab} D={cfg.d_model} H={cfg.heads} F={cfg.ffn} "
-          f"L={cfg.layers} N={cfg.seq_len} B={cfg.batch} causal={int(cfg.causal)} "
+          f"L={cfg.layers} N={cfg.seq_len} B={cfg.batch} causal={int(cfg.causal)} window={cfg.window} "
           f"precision={cfg.precision}")
     print(f"tolerances: loss rtol {loss_tol:.1e}, grads/activations norm-wise rtol {grad_tol:.1e}")
     print(f"{'tensor':<36} {'shape':<16} {'||ref||':>12} {'error':>10}  result")

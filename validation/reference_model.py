@@ -42,6 +42,7 @@ class Config:
     batch: int
     causal: bool = True
     precision: str = "fp64"
+    window: int = 0  # sliding window: keys less than `window` positions away (0 = all)
 
     @property
     def head_dim(self):
@@ -72,7 +73,20 @@ def load_config(h5file):
     precision = str(_attr_value(attrs["precision"])).strip().lower()
     if precision not in ("fp32", "fp64"):
         raise ValueError(f"attribute 'precision' must be fp32 or fp64, got {precision!r}")
-    return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision)
+    # Snapshots written before model.window existed have no 'window' attribute: full attention.
+    window = int(_attr_value(attrs["window"])) if "window" in attrs else 0
+    return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision, window=window)
+
+
+def attention_mask(cfg, device=None):
+    """[N, N] bool, True where query i must not see key j: after it (causal),
+    or `window` or more positions away (before it, or on either side when not causal)."""
+    i = torch.arange(cfg.seq_len, device=device).view(-1, 1)
+    j = torch.arange(cfg.seq_len, device=device).view(1, -1)
+    hidden = (j > i) if cfg.causal else torch.zeros(cfg.seq_len, cfg.seq_len, dtype=torch.bool, device=device)
+    if cfg.window > 0:
+        hidden = hidden | ((i - j).abs() >= cfg.window)
+    return hidden
 
 
 def expected_shapes(cfg):
@@ -104,7 +118,7 @@ def load_params(h5file):
 class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.heads, self.causal = cfg.heads, cfg.causal
+        self.heads, self.cfg = cfg.heads, cfg
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -115,9 +129,7 @@ class Attention(nn.Module):
         # head h = columns h*Dh..(h+1)*Dh-1 -> [B, H, N, Dh]
         q, k, v = (t.view(B, N, H, Dh).transpose(1, 2) for t in (q, k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, N, N]
-        if self.causal:
-            above = torch.ones(N, N, dtype=torch.bool, device=x.device).triu(1)
-            scores = scores.masked_fill(above, float("-inf"))
+        scores = scores.masked_fill(attention_mask(self.cfg, x.device), float("-inf"))
         o = torch.softmax(scores, dim=-1) @ v  # [B, H, N, Dh]
         return self.proj(o.transpose(1, 2).reshape(B, N, D))
 
@@ -225,7 +237,12 @@ def _loss_with_torch_attention(params, tokens, cfg):
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
     N = inputs.shape[1]
     x = params["wte"][inputs] + params["wpe"][:N]
-    mask = torch.ones(N, N, dtype=torch.bool).triu(1) if cfg.causal else None
+    allowed = torch.ones(N, N, dtype=torch.bool)
+    if cfg.causal:
+        allowed = allowed.tril()
+    if cfg.window > 0:  # the band of diagonals -(w - 1) .. w - 1
+        allowed = allowed.triu(-(cfg.window - 1)).tril(cfg.window - 1)
+    mask = None if bool(allowed.all()) else ~allowed
     for l in range(cfg.layers):
         p = {k[len(f"blocks.{l}."):]: v for k, v in params.items() if k.startswith(f"blocks.{l}.")}
         a = F.layer_norm(x, (D,), p["ln1.weight"], p["ln1.bias"], LAYERNORM_EPS)
@@ -246,8 +263,9 @@ if __name__ == "__main__":
     # formulation on torch's own attention; in causal mode future tokens change nothing.
     torch.set_num_threads(1)
     failures = 0
-    for causal in (True, False):
-        cfg = Config(vocab=11, d_model=8, heads=2, ffn=12, layers=2, seq_len=5, batch=2, causal=causal)
+    for causal, window in ((True, 0), (False, 0), (True, 2), (False, 3)):
+        cfg = Config(vocab=11, d_model=8, heads=2, ffn=12, layers=2, seq_len=5, batch=2, causal=causal,
+                     window=window)
         params = random_params(cfg, seed=3)
         tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1), generator=torch.Generator().manual_seed(4))
         names = list(params)
@@ -256,7 +274,7 @@ if __name__ == "__main__":
             return forward_loss(dict(zip(names, tensors)), tokens, cfg)[0]
 
         ok = torch.autograd.gradcheck(loss_of, [p.clone().requires_grad_() for p in params.values()])
-        print(f"gradcheck causal={causal}: {'ok' if ok else 'FAILED'}")
+        print(f"gradcheck causal={causal} window={window}: {'ok' if ok else 'FAILED'}")
         failures += not ok
 
         loss, grads, extras = loss_and_grads(params, tokens, cfg)
@@ -264,7 +282,7 @@ if __name__ == "__main__":
         other = _loss_with_torch_attention(leaves, tokens, cfg)
         other_grads = torch.autograd.grad(other, list(leaves.values()))
         worst = max(((grads[n] - g).norm() / grads[n].norm()).item() for n, g in zip(leaves, other_grads))
-        print(f"vs nn.functional.multi_head_attention_forward causal={causal}: "
+        print(f"vs nn.functional.multi_head_attention_forward causal={causal} window={window}: "
               f"loss rel. diff {abs(loss.item() / other.item() - 1):.1e}, worst grad rel. diff {worst:.1e}")
         failures += not (abs(loss.item() / other.item() - 1) < 1e-13 and worst < 1e-12)
 

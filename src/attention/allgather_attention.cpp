@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "attention/block_reach.hpp"
+
 namespace miniattn {
 
 template <class T>
@@ -26,12 +28,14 @@ std::size_t AllGatherWorkspace<T>::bytes() const {
 
 template <class T>
 AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions,
-                                          bool causal, const kernels::AttentionBlocking& blocking,
+                                          const kernels::AttentionMask& mask, const kernels::AttentionBlocking& blocking,
                                           std::shared_ptr<AllGatherWorkspace<T>> workspace)
-    : comm_(comm), group_(group), group_positions_(group_positions), causal_(causal), blocking_(blocking),
+    : comm_(comm), group_(group), group_positions_(group_positions), mask_(mask), blocking_(blocking),
       workspace_(std::move(workspace)) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
+  const std::vector<std::vector<index_t>> rows = host_rows(group_positions);
+  for (const auto& keys : rows) sees_.push_back(block_visible(rows[static_cast<std::size_t>(rank_)], keys, mask));
 }
 
 template <class T>
@@ -62,8 +66,9 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
   kernels::attention_forward_init<T>(out, row_max, workspace_->row_sum);
   gather_keys_values(k, v, "allgather.forward.kv");
   for (int g = 0; g < size_; ++g)
-    kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
-                                             positions_of(rank_), positions_of(g), causal_, blocking_, out, row_max,
+    if (sees_[static_cast<std::size_t>(g)])
+      kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
+                                             positions_of(rank_), positions_of(g), mask_, blocking_, out, row_max,
                                              workspace_->row_sum);
   kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
 }
@@ -87,8 +92,9 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
     Kokkos::deep_copy(w.dv_all, T(0));
   }
   for (int g = 0; g < size_; ++g)
-    kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
-                                              positions_of(rank_), positions_of(g), causal_, blocking_, dq,
+    if (sees_[static_cast<std::size_t>(g)])
+      kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
+                                              positions_of(rank_), positions_of(g), mask_, blocking_, dq,
                                               block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.transposed);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.

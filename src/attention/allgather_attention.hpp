@@ -5,10 +5,13 @@
 // reduce-scatters the dK, dV contributions back to the ranks that own those
 // keys. Nothing overlaps the exchanges; in return each rank computes all its
 // work at once (no ring steps to synchronise), and the layout (zigzag or
-// striped) balances the causal work. The gathered K/V/dK/dV are O(N) per rank.
+// striped) balances the causal work; blocks a sliding window hides whole are
+// skipped (the all-gathers still carry them). The gathered K/V/dK/dV are O(N)
+// per rank.
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "attention/attention_strategy.hpp"
 #include "comm/comm.hpp"
@@ -34,7 +37,7 @@ template <class T>
 class AllGatherAttention final : public AttentionStrategy<T> {
  public:
   // group_positions [G, m]: global positions of the rows held by each group rank.
-  AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions, bool causal,
+  AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions, const kernels::AttentionMask& mask,
                      const kernels::AttentionBlocking& blocking, std::shared_ptr<AllGatherWorkspace<T>> workspace);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
@@ -56,7 +59,8 @@ class AllGatherAttention final : public AttentionStrategy<T> {
   MPI_Comm group_;
   int rank_ = 0, size_ = 1;
   View2<const index_t> group_positions_;
-  bool causal_;
+  kernels::AttentionMask mask_;
+  std::vector<char> sees_;  // sees_[g]: this rank's queries see group rank g's keys
   kernels::AttentionBlocking blocking_;
   std::shared_ptr<AllGatherWorkspace<T>> workspace_;
 };

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "attention/block_reach.hpp"
 #include "attention/ring_backward_pass.hpp"
 
 namespace miniattn {
@@ -28,13 +29,16 @@ std::size_t RingWorkspace<T>::bytes() const {
 }
 
 template <class T>
-RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, bool causal,
+RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
+                                const kernels::AttentionMask& mask, int steps,
                                 const kernels::AttentionBlocking& blocking,
                                 std::shared_ptr<RingWorkspace<T>> workspace, std::string name)
-    : comm_(comm), ring_(ring), ring_positions_(ring_positions), causal_(causal), blocking_(blocking),
+    : comm_(comm), ring_(ring), steps_(steps), ring_positions_(ring_positions), mask_(mask), blocking_(blocking),
       name_(std::move(name)), workspace_(std::move(workspace)) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
+  const std::vector<std::vector<index_t>> rows = host_rows(ring_positions);
+  for (const auto& keys : rows) sees_.push_back(block_visible(rows[static_cast<std::size_t>(rank_)], keys, mask));
 }
 
 template <class T>
@@ -49,20 +53,21 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
   kernels::attention_forward_init<T>(out, row_max, workspace_->row_sum);
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   View4<const T> k_current = k, v_current = v;
-  for (int step = 0; step < size_; ++step) {
+  for (int step = 0; step < steps_; ++step) {
     PendingExchange pending;
     const int slot = step % 2;
-    if (step + 1 < size_) {  // the block for the next step travels while this one computes
+    if (step + 1 < steps_) {  // the block for the next step travels while this one computes
       comm_.post_shift(k_current.data(), workspace_->k[slot].data(), k_current.span(), next, prev, ring_,
                        "ring.forward.kv", pending);
       comm_.post_shift(v_current.data(), workspace_->v[slot].data(), v_current.span(), next, prev, ring_,
                        "ring.forward.kv", pending);
     }
     const int source = (rank_ - step + size_) % size_;
-    kernels::attention_forward_accumulate<T>(q, k_current, v_current, positions_of(rank_), positions_of(source),
-                                             causal_, blocking_, out, row_max, workspace_->row_sum);
+    if (sees_[static_cast<std::size_t>(source)])
+      kernels::attention_forward_accumulate<T>(q, k_current, v_current, positions_of(rank_), positions_of(source),
+                                               mask_, blocking_, out, row_max, workspace_->row_sum);
     comm_.wait(pending);
-    if (step + 1 < size_) {
+    if (step + 1 < steps_) {
       k_current = workspace_->k[slot];
       v_current = workspace_->v[slot];
     }
@@ -77,11 +82,12 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
   kernels::attention_backward_delta<T>(out, dout, workspace_->delta);
   Kokkos::deep_copy(dq, T(0));
   const RingBackwardBuffers<T> buffers{workspace_->k, workspace_->v, workspace_->dk, workspace_->dv};
-  ring_backward_pass<T>(comm_, ring_, rank_, size_, k, v, dk, dv, buffers, "ring.backward",
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, steps_, k, v, dk, dv, buffers, "ring.backward",
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
+                          if (!sees_[static_cast<std::size_t>(source)]) return;
                           kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse, workspace_->delta,
-                                                                    positions_of(rank_), positions_of(source), causal_,
+                                                                    positions_of(rank_), positions_of(source), mask_,
                                                                     blocking_, dq, dk_block, dv_block,
                                                                     workspace_->transposed);
                         });

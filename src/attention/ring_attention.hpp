@@ -8,10 +8,13 @@
 // recomputes probabilities from the saved log-sum-exp.
 //
 // A ring of one rank (MPI_COMM_SELF) is plain local attention: the strategy
-// 'local' is this class on one rank.
+// 'local' is this class on one rank. Under a sliding window a ring may stop
+// after fewer than G steps (block_reach.hpp), and a rank skips the blocks its
+// queries cannot see.
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "attention/attention_strategy.hpp"
 #include "comm/comm.hpp"
@@ -38,10 +41,10 @@ class RingAttention final : public AttentionStrategy<T> {
  public:
   // ring_positions [G, m]: global positions of the rows held by each ring rank;
   // q/k/v given to forward() are [B, heads, m, Dh].
-  // workspace: shaped [batch, heads, m, Dh] for this ring.
-  RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, bool causal,
-                const kernels::AttentionBlocking& blocking, std::shared_ptr<RingWorkspace<T>> workspace,
-                std::string name);
+  // workspace: shaped [batch, heads, m, Dh] for this ring; steps: ring_steps().
+  RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
+                const kernels::AttentionMask& mask, int steps, const kernels::AttentionBlocking& blocking,
+                std::shared_ptr<RingWorkspace<T>> workspace, std::string name);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
                const View3<T>& lse) override;
@@ -56,9 +59,10 @@ class RingAttention final : public AttentionStrategy<T> {
 
   Comm& comm_;
   MPI_Comm ring_;
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, steps_ = 1;
   View2<const index_t> ring_positions_;
-  bool causal_;
+  kernels::AttentionMask mask_;
+  std::vector<char> sees_;  // sees_[g]: this rank's queries see ring rank g's keys
   kernels::AttentionBlocking blocking_;
   std::string name_;
   std::shared_ptr<RingWorkspace<T>> workspace_;

@@ -7,8 +7,8 @@ namespace miniattn {
 
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
-                                        bool causal, index_t batch, index_t heads, index_t head_dim)
-    : comm_(comm), ring_(ring), ring_positions_(ring_positions), causal_(causal) {
+                                        const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t head_dim)
+    : comm_(comm), ring_(ring), ring_positions_(ring_positions), mask_(mask) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
   const index_t n = static_cast<index_t>(ring_positions.extent(1));
@@ -44,7 +44,7 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
       comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.k",
                        pending);
     const int source = (rank_ - step + size_) % size_;
-    kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), causal_, probabilities_of(source));
+    kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), mask_, probabilities_of(source));
     comm_.wait(pending);
     current = buffer_[step % 2];
   }
@@ -71,7 +71,7 @@ void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T
   kernels::attention_backward_delta<T>(out, dout, delta_);
   Kokkos::deep_copy(dq, T(0));
   const RingBackwardBuffers<T> buffers{buffer_, second_buffer_, dk_buffer_, dv_buffer_};
-  ring_backward_pass<T>(comm_, ring_, rank_, size_, k, v, dk, dv, buffers, "rsa.backward",
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, size_, k, v, dk, dv, buffers, "rsa.backward",
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           kernels::dense_block_backward<T>(probabilities_of(source), q, k_block, v_block, dout, delta_,

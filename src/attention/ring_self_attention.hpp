@@ -18,7 +18,7 @@ template <class T>
 class RingSelfAttention final : public AttentionStrategy<T> {
  public:
   // ring_positions [P, n]: global positions of each ring rank's rows.
-  RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, bool causal,
+  RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, const kernels::AttentionMask& mask,
                     index_t batch, index_t heads, index_t head_dim);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
@@ -37,7 +37,7 @@ class RingSelfAttention final : public AttentionStrategy<T> {
   MPI_Comm ring_;
   int rank_ = 0, size_ = 1;
   View2<const index_t> ring_positions_;
-  bool causal_;
+  kernels::AttentionMask mask_;
   kernels::View5<T> probabilities_;  // [P, B, H, n, n]: scores, then probabilities, kept for backward
   View3<T> delta_;
   View4<T> buffer_[2], second_buffer_[2], dk_buffer_[2], dv_buffer_[2];

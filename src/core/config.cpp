@@ -48,6 +48,7 @@ const std::vector<Field>& fields() {
       {"model", "seq_len", MINIATTN_CONFIG_REF(model, seq_len)},
       {"model", "batch", MINIATTN_CONFIG_REF(model, batch)},
       {"model", "causal", MINIATTN_CONFIG_REF(model, causal)},
+      {"model", "window", MINIATTN_CONFIG_REF(model, window)},
       {"model", "precision", MINIATTN_CONFIG_ENUM(model, precision)},
       {"parallel", "strategy", MINIATTN_CONFIG_ENUM(parallel, strategy)},
       {"parallel", "layout", MINIATTN_CONFIG_ENUM(parallel, layout)},
@@ -632,6 +633,7 @@ void check_sizes_and_counts(const Config& c) {
   require_at_least("model.ffn", m.ffn, 0, " (0 means 4 * model.d_model)");
   require_at_least("model.layers", m.layers, 1);
   require_at_least("model.seq_len", m.seq_len, 1);
+  require_at_least("model.window", m.window, 0, " (0 means full attention)");
   require_at_least("model.batch", m.batch, 1);
   require_at_least("parallel.dp", c.parallel.dp, 1);
   require_at_least("parallel.tp", c.parallel.tp, 1);

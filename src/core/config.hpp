@@ -50,6 +50,7 @@ struct ModelConfig {
   std::int64_t seq_len = 256;
   std::int64_t batch = 1;  // global batch, split over parallel.dp
   bool causal = true;
+  std::int64_t window = 0;  // sliding window: keys fewer than `window` positions away; 0 = all
   Precision precision = Precision::fp64;
 
   std::int64_t head_dim() const { return d_model / heads; }

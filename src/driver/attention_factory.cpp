@@ -1,6 +1,7 @@
 #include "driver/attention_factory.hpp"
 
 #include "attention/allgather_attention.hpp"
+#include "attention/block_reach.hpp"
 #include "attention/ring_attention.hpp"
 #include "attention/ring_self_attention.hpp"
 #include "attention/ulysses_attention.hpp"
@@ -51,17 +52,19 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
     ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
+  const kernels::AttentionMask mask = attention_mask(m);
+  const int steps = ring_steps(m, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   for (index_t l = 0; l < count; ++l) {
     if (strategy == Strategy::allgather) {
-      layers.push_back(std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking,
+      layers.push_back(std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, mask, blocking,
                                                                gather_workspace));
     } else if (strategy == Strategy::local || strategy == Strategy::ring) {
       layers.push_back(
-          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking, ring_workspace, name));
+          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking, ring_workspace, name));
     } else if (strategy == Strategy::rsa) {
-      layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, m.causal, B, H, Dh));
+      layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, mask, B, H, Dh));
     } else {  // ulysses, hybrid
-      auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, m.causal, blocking,
+      auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking,
                                                       ring_workspace, strategy == Strategy::ulysses ? "local" : "ring");
       layers.push_back(std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, n, Dh,
                                                              name));

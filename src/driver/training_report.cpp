@@ -41,6 +41,7 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   ExchangeModelInput in;
   in.model = s.config.model;
   in.strategy = s.config.parallel.strategy;
+  in.layout = s.config.parallel.layout;
   in.world_size = s.grid.world_size;
   in.dp = s.grid.dp_size;
   in.tp = s.grid.tp_size;

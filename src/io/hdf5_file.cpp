@@ -467,11 +467,18 @@ Hdf5File Hdf5File::create(const std::string& path, MPI_Comm comm) {
 
   std::string error = attempt([&] {
     Handle fapl = mpio_access(c);
-    // All metadata writes are collective anyway; let HDF5 write them collectively.
-    // A limit: HDF5 writes metadata when the file is flushed or closed, inside
-    // its own collectives; a rank whose metadata write fails there (and not
-    // the others') leaves them waiting, and only the job's time limit ends it.
-    H5Pset_coll_metadata_write(fapl.get(), true);
+    // HDF5 writes metadata when the file is flushed or closed, inside its own
+    // collectives. By default it shares those writes out among the ranks, and
+    // a rank whose share fails (and not the others') leaves them waiting until
+    // the job's time limit. Rank 0 alone writes metadata here, so a failing
+    // write on another rank can only be one of its raw-data writes, which
+    // every rank agrees on (Hdf5File::write). A failure of rank 0 inside the close
+    // remains a limit.
+    H5AC_cache_config_t cache{};
+    cache.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+    check_status(H5Pget_mdc_config(fapl.get(), &cache), "cannot read the metadata cache settings");
+    cache.metadata_write_strategy = H5AC_METADATA_WRITE_STRATEGY__PROCESS_0_ONLY;
+    check_status(H5Pset_mdc_config(fapl.get(), &cache), "cannot set the metadata write strategy");
     const hid_t file = H5Fcreate(temp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
     if (file < 0) fail_hdf5(path + ": cannot create file " + temp);
     impl->file = file;

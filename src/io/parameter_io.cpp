@@ -121,6 +121,7 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "seq_len", m.seq_len);
   file.set_attribute("/", "batch", m.batch);
   file.set_attribute("/", "causal", static_cast<std::int64_t>(m.causal ? 1 : 0));
+  file.set_attribute("/", "window", m.window);
   file.set_attribute("/", "precision", std::string(to_string(m.precision)));
   file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
   file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));

@@ -7,7 +7,7 @@
 // Layout: q, k, v, out, dq, dk, dv are [B, H, n, Dh] (LayoutRight); row
 // statistics (row_max, row_sum, lse, delta) are [B, H, n]. q_pos / k_pos give
 // the GLOBAL sequence position of each local query / key row (the same for all
-// samples and heads); the causal mask hides key positions > query position.
+// samples and heads); the mask (AttentionMask) hides keys by position.
 // scale = 1/sqrt(Dh).
 //
 // The accumulate functions take one block of keys at a time so that ring
@@ -24,6 +24,21 @@ namespace miniattn::kernels {
 constexpr index_t kHostTileRows = 96;
 // The tile sides a GPU chooses from.
 constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
+
+// Which keys a query sees, by global position: with `causal` no key after the
+// query; with `window` w > 0 only keys less than w positions away (before the
+// query when causal, on either side otherwise), as in Mistral's sliding-window
+// attention. A bool converts to the plain causal (true) or full (false) mask.
+struct AttentionMask {
+  bool causal = false;
+  index_t window = 0;
+  AttentionMask(bool causal_mask = false, index_t window_width = 0) : causal(causal_mask), window(window_width) {}
+  KOKKOS_INLINE_FUNCTION bool hides(index_t query, index_t key) const {
+    if (causal && key > query) return true;
+    return window > 0 && (query - key >= window || key - query >= window);
+  }
+  KOKKOS_INLINE_FUNCTION bool hides_any() const { return causal || window > 0; }
+};
 
 // Rows of a query tile and of a key tile (both > 0).
 struct AttentionBlocking {
@@ -68,7 +83,7 @@ void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, co
 // out_acc holds the unnormalised weighted sum of values, rescaled to row_max.
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                                   const AttentionBlocking& blocking, const View4<T>& out_acc,
                                   const View3<T>& row_max, const View3<T>& row_sum);
 
@@ -82,7 +97,7 @@ void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_m
 // row_sum is workspace [B, H, n]; lse receives the log-sum-exp (also used as row_max workspace).
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                        const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
                        const View3<T>& row_sum);
 
@@ -111,7 +126,7 @@ template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse,
                                    const View3<const T>& delta, const View1<const index_t>& q_pos,
-                                   const View1<const index_t>& k_pos, bool causal, const AttentionBlocking& blocking,
+                                   const View1<const index_t>& k_pos, const AttentionMask& mask, const AttentionBlocking& blocking,
                                    const View4<T>& dq, const View4<T>& dk, const View4<T>& dv,
                                    const TransposedKeys<T>& workspace);
 

@@ -37,7 +37,7 @@ struct BackwardTilePair {
   View1<const index_t> q_pos, k_pos;
   View4<T> dq, dk, dv;
   View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
-  bool causal;
+  AttentionMask mask;
   index_t heads, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves, wave;
   int level;
   T scale;
@@ -81,8 +81,9 @@ struct BackwardTilePair {
         t.i0 = qt * qb;
         t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
         t.masked = false;
-        if (causal && !causal_tiles_meet(team, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
-          continue;  // every key of the pair is in the future of every query
+        if (mask.hides_any() &&
+            !tiles_meet(team, mask, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
+          continue;  // the mask hides every key of the pair from every query
         if (!staged) stage(team, t);
         staged = true;
         team.team_barrier();  // staging is done; the previous pair is done with p and dS
@@ -132,9 +133,9 @@ struct BackwardTilePair {
             T* const p_row = t.p_tile + (r0 + r) * kb_ld + c0;
             MINIATTN_UNROLL
             for (int p = 0; p < P; ++p) pack_store(p_row + p * lanes, kernel_exp<T>(vscale * acc[r][p] - shift));
-            if (t.masked) {  // keys in the query's future (scalar: only tiles on the diagonal)
+            if (t.masked) {  // hidden keys (scalar: only tiles on a mask's edge)
               for (int w = 0; w < W; ++w) {
-                if (t.kpos[c0 + w] > qp[r0 + r]) p_row[w] = T(0);
+                if (mask.hides(qp[r0 + r], t.kpos[c0 + w])) p_row[w] = T(0);
               }
             }
           }
@@ -242,7 +243,7 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                                    const AttentionBlocking& blocking, const View4<T>& dq, const View4<T>& dk,
                                    const View4<T>& dv, const TransposedKeys<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
@@ -264,7 +265,7 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
 
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
-  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, causal,
+  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, mask,
                            heads, nq, nk, dh, 0, 0, 0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
   pair.qb = clamp_block(blocking.query_block, nq);
   pair.kb = clamp_block(blocking.key_block, nk);
@@ -283,7 +284,7 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<T>&);         \
   template void attention_backward_accumulate<T>(                                                                   \
       const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                   \
-      const View3<const T>&, const View3<const T>&, const View1<const index_t>&, const View1<const index_t>&, bool, \
+      const View3<const T>&, const View3<const T>&, const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&, \
       const AttentionBlocking&, const View4<T>&, const View4<T>&, const View4<T>&, const TransposedKeys<T>&); \
   template struct TransposedKeys<T>;
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)

@@ -34,7 +34,7 @@ struct ForwardQueryTile {
   View1<const index_t> q_pos, k_pos;
   View4<T> out_acc;
   View3<T> row_max, row_sum;
-  bool causal;
+  AttentionMask mask;
   index_t heads, nq, nk, dh, qb, kb, qb_ld, dh_ld, n_qtiles, n_ktiles;
   int level;
   T scale;
@@ -73,7 +73,7 @@ struct ForwardQueryTile {
       const index_t j0 = kt * kb;
       const index_t cols = (nk - j0) < kb ? (nk - j0) : kb;
       bool masked = false;
-      if (causal && !causal_tiles_meet(team, qp, t.rows, k_pos.data() + j0, cols, masked)) continue;
+      if (mask.hides_any() && !tiles_meet(team, mask, qp, t.rows, k_pos.data() + j0, cols, masked)) continue;
       team.team_barrier();  // staging is done; the previous tile is done with s_t and alpha
       scores(team, t, j0, cols);
       team.team_barrier();
@@ -138,11 +138,11 @@ struct ForwardQueryTile {
     T* const alpha = t.alpha;
     const index_t* const qpos = t.qpos;
     team_lane_chunks<T>(team, t.rows, [&](const index_t c0) {
-      if (masked) {  // keys in a query's future get -inf (scalar: only tiles on the diagonal)
+      if (masked) {  // hidden keys get -inf (scalar: only tiles on a mask's edge)
         for (index_t j = 0; j < cols; ++j) {
           T* const s = s_t + j * qb_ld + c0;
           for (int w = 0; w < W; ++w) {
-            if (kp[j] > qpos[c0 + w]) s[w] = neg_inf;
+            if (mask.hides(qpos[c0 + w], kp[j])) s[w] = neg_inf;
           }
         }
       }
@@ -234,7 +234,7 @@ void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, co
 
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                                   const AttentionBlocking& blocking, const View4<T>& out_acc, const View3<T>& row_max,
                                   const View3<T>& row_sum) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
@@ -249,7 +249,7 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
   constexpr int W = Tiling<T>::W;
-  ForwardQueryTile<T> tile{q, k, v, q_pos, k_pos, out_acc, row_max, row_sum, causal, heads, nq, nk, dh,
+  ForwardQueryTile<T> tile{q, k, v, q_pos, k_pos, out_acc, row_max, row_sum, mask, heads, nq, nk, dh,
                            0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
   tile.qb = clamp_block(blocking.query_block, nq);
   tile.kb = clamp_block(blocking.key_block, nk);
@@ -290,11 +290,11 @@ void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_m
 
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, bool causal,
+                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                        const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
                        const View3<T>& row_sum) {
   attention_forward_init<T>(out, lse, row_sum);
-  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, causal, blocking, out, lse, row_sum);
+  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out, lse, row_sum);
   attention_forward_finalize<T>(out, lse, row_sum, lse);
 }
 
@@ -302,11 +302,11 @@ void attention_forward(const View4<const T>& q, const View4<const T>& k, const V
   template void attention_forward_init<T>(const View4<T>&, const View3<T>&, const View3<T>&);                          \
   template void attention_forward_accumulate<T>(                                                                       \
       const View4<const T>&, const View4<const T>&, const View4<const T>&, const View1<const index_t>&,                \
-      const View1<const index_t>&, bool, const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&); \
+      const View1<const index_t>&, const AttentionMask&, const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&); \
   template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,           \
                                               const View3<T>&);                                                        \
   template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,              \
-                                     const View1<const index_t>&, const View1<const index_t>&, bool,                   \
+                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,                 \
                                      const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)

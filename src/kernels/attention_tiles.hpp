@@ -138,15 +138,22 @@ KOKKOS_INLINE_FUNCTION void team_position_range(const TeamMember& team, const in
       [&](const index_t r, index_t& value) { value = pos[r] > value ? pos[r] : value; }, Kokkos::Max<index_t>(highest));
 }
 
-// Whether any key of a tile is visible to any query of a tile under the causal
-// mask (key position <= query position), and whether some pair is masked.
-KOKKOS_INLINE_FUNCTION bool causal_tiles_meet(const TeamMember& team, const index_t* q_pos, index_t q_count,
-                                              const index_t* k_pos, index_t k_count, bool& partly_masked) {
+// Whether a tile's queries may see any of a tile's keys under the mask
+// (false: every pair hidden, the tile pair is skipped), and whether some pair
+// may be hidden (then each pair is tested). From the tiles' position ranges,
+// so both answers err on the side of computing.
+KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMask& mask, const index_t* q_pos,
+                                       index_t q_count, const index_t* k_pos, index_t k_count, bool& partly_masked) {
   index_t q_lo = 0, q_hi = 0, k_lo = 0, k_hi = 0;
   team_position_range(team, q_pos, q_count, q_lo, q_hi);
   team_position_range(team, k_pos, k_count, k_lo, k_hi);
-  partly_masked = k_hi > q_lo;
-  return k_lo <= q_hi;
+  // The pair's smallest and largest query - key distances.
+  const index_t near = q_lo - k_hi, far = q_hi - k_lo;
+  const index_t w = mask.window;
+  partly_masked = (mask.causal && near < 0) || (w > 0 && (far >= w || (!mask.causal && -near >= w)));
+  if (mask.causal && far < 0) return false;                   // every key after every query
+  if (w > 0 && (near >= w || (!mask.causal && -far >= w))) return false;  // every key outside the window
+  return true;
 }
 
 // acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],

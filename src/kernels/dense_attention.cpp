@@ -12,7 +12,7 @@ using Range = Kokkos::RangePolicy<ExecSpace>;
 
 template <class T>
 void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
-                 const View1<const index_t>& k_pos, bool causal, const View4<T>& scores) {
+                 const View1<const index_t>& k_pos, const AttentionMask& mask, const View4<T>& scores) {
   const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
   const T scale = T(1) / compat::sqrt(static_cast<T>(Dh));
   const T minus_inf = -std::numeric_limits<T>::infinity();
@@ -20,7 +20,7 @@ void score_block(const View4<const T>& q, const View4<const T>& k, const View1<c
       "miniattn::score_block", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
         for (index_t j = 0; j < nk; ++j) {
-          if (causal && k_pos(j) > q_pos(i)) {
+          if (mask.hides(q_pos(i), k_pos(j))) {
             scores(b, h, i, j) = minus_inf;
             continue;
           }
@@ -108,7 +108,7 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
 
 #define MINIATTN_INSTANTIATE(T)                                                                                   \
   template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,          \
-                               const View1<const index_t>&, bool, const View4<T>&);                               \
+                               const View1<const index_t>&, const AttentionMask&, const View4<T>&);                               \
   template void softmax_over_blocks<T>(const View5<T>&, const View3<T>&);                                         \
   template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);            \
   template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,       \

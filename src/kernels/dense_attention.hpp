@@ -5,14 +5,15 @@
 // Layouts: q, k, v, out [B, H, rows, Dh]; a score or probability block
 // [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
 #include "core/types.hpp"
+#include "kernels/attention.hpp"
 #include "kernels/ulysses_layout.hpp"
 
 namespace miniattn::kernels {
 
-// scores = q k^T / sqrt(Dh), -inf where causal and k_pos > q_pos.
+// scores = q k^T / sqrt(Dh), -inf where the mask hides k_pos from q_pos.
 template <class T>
 void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
-                 const View1<const index_t>& k_pos, bool causal, const View4<T>& scores);
+                 const View1<const index_t>& k_pos, const AttentionMask& mask, const View4<T>& scores);
 
 // In place over all G blocks of each row: scores -> softmax probabilities;
 // lse receives each row's log-sum-exp.

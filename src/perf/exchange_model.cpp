@@ -1,17 +1,21 @@
 #include "perf/exchange_model.hpp"
 
+#include "attention/block_reach.hpp"
 #include "model/parameter_layout.hpp"
 
 namespace miniattn {
 
 namespace {
 
-// Ring attention over G ranks, per layer, blocks of X bytes.
-void add_ring(std::map<std::string, double>& bytes, const std::string& prefix, double G, double X, double layers) {
+// Ring attention over G ranks for S steps (S = G but under a sliding window),
+// per layer, blocks of X bytes: K/V move S - 1 times each way, the dK/dV
+// accumulators S - 1 times and then home.
+void add_ring(std::map<std::string, double>& bytes, const std::string& prefix, double G, double S, double X,
+              double layers) {
   if (G <= 1) return;
-  bytes[prefix + ".forward.kv"] += layers * 2 * (G - 1) * X;
-  bytes[prefix + ".backward.kv"] += layers * 2 * (G - 1) * X;
-  bytes[prefix + ".backward.dkdv"] += layers * 2 * G * X;
+  bytes[prefix + ".forward.kv"] += layers * 2 * (S - 1) * X;
+  bytes[prefix + ".backward.kv"] += layers * 2 * (S - 1) * X;
+  bytes[prefix + ".backward.dkdv"] += layers * 2 * (S > 1 ? S : 0) * X;
 }
 
 }  // namespace
@@ -25,6 +29,7 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
   const double X = b * n * D / t * s;
   const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
+  const double S = ring_steps(m, in.layout, in.sp, in.ulysses);
 
   std::map<std::string, double> bytes;
   const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
@@ -46,7 +51,7 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   }
 
   if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
-    add_ring(bytes, "ring", P, X, L);
+    add_ring(bytes, "ring", P, S, X, L);
   } else if (in.strategy == Strategy::allgather) {
     // All-gathers of K and V (forward, and again in backward), reduce-scatters of dK and dV.
     if (P > 1) {
@@ -69,7 +74,7 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
     bytes["ulysses.forward.lse"] = L * b * H * n * s * share;
     bytes["ulysses.backward.dout"] = L * X * share;
     bytes["ulysses.backward.dqkv"] = L * 3 * X * share;
-    add_ring(bytes, "ring", G, X, L);
+    add_ring(bytes, "ring", G, S, X, L);
   }
   return bytes;
 }

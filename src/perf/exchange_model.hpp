@@ -32,6 +32,7 @@ namespace miniattn {
 struct ExchangeModelInput {
   ModelConfig model;
   Strategy strategy = Strategy::local;
+  Layout layout = Layout::contiguous;  // with model.window: how far a ring must carry blocks
   int world_size = 1, dp = 1, tp = 1, sp = 1, ulysses = 1;
   int pp = 1, stage = 0;  // pipeline stages and this rank's
   std::size_t scalar_bytes = 8;

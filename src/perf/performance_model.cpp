@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "attention/block_reach.hpp"
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/pipeline_schedule.hpp"
@@ -545,7 +546,9 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
 
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
 // U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
-// and its K/V transfers, part of each hidden by the step's block compute.
+// and its K/V transfers, part of each hidden by the step's block compute. A
+// sliding window stops the ring after S <= G steps (ring_steps); the blocks
+// and tiles it skips within the steps are not modelled (an upper bound).
 void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
                         StepPrediction& out) {
   const ModelConfig& m = c.model;
@@ -564,23 +567,24 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
   // RSA posts K during its score pass and V during its apply pass, half the forward each.
   const double pieces = rsa ? 2 : 1, t_piece = transfer_seconds(machine, ring_inter, 2 * X / pieces, 2 / pieces);
+  const int S = rsa ? G : ring_steps(m, c.layout, c.sp, U);
   double forward = 0, backward = 0, hidden = 0;
-  for (int step = 0; step < G; ++step) {
+  for (int step = 0; step < S; ++step) {
     const double blocks = step == 0 ? work.first : work.other;
     const double f = blocks * block_flops / rate_f, bwd = blocks * 2.5 * block_flops / rate_b;
     forward += f;
     backward += bwd;
-    if (step + 1 < G) hidden += pieces * std::min(f / pieces, e * t_piece) + std::min(bwd, e * t_kv);
+    if (step + 1 < S) hidden += pieces * std::min(f / pieces, e * t_piece) + std::min(bwd, e * t_kv);
   }
   out.compute_parts["attention_forward"] = L * forward;
   out.compute_parts["attention_backward"] = L * backward;
   out.hidden_seconds = L * hidden;
   if (G < 2) return;
-  if (rsa) out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (G - 1) * t_piece;
-  else out.exchange_parts["ring.forward.kv"] = L * (G - 1) * t_piece;
+  if (rsa) out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (S - 1) * t_piece;
+  else out.exchange_parts["ring.forward.kv"] = L * (S - 1) * t_piece;
   const std::string ring = rsa ? "rsa" : "ring";
-  out.exchange_parts[ring + ".backward.kv"] = L * (G - 1) * t_kv;
-  out.exchange_parts[ring + ".backward.dkdv"] = L * G * t_kv;
+  out.exchange_parts[ring + ".backward.kv"] = L * (S - 1) * t_kv;
+  out.exchange_parts[ring + ".backward.dkdv"] = L * (S > 1 ? S : 0) * t_kv;
 }
 
 // All-gather attention over the SP group of G ranks: each rank computes its
@@ -645,6 +649,7 @@ std::map<std::string, double> exchange_bytes(const StepConfig& c, int stage) {
   ExchangeModelInput in;
   in.model = c.model;
   in.strategy = c.strategy;
+  in.layout = c.layout;
   in.world_size = c.world_size();
   in.dp = c.dp;
   in.tp = c.tp;

@@ -110,7 +110,23 @@ struct NaiveForward {
   std::vector<double> lse;  // [B, H, nq]
 };
 
-bool visible(const Problem& p, bool causal, index_t i, index_t j) { return !causal || p.k_pos[j] <= p.q_pos[i]; }
+// The masks every comparison runs: full, causal, and sliding windows, causal
+// and not (written here, independently of kernels::AttentionMask).
+struct MaskCase {
+  const char* name;
+  bool causal;
+  index_t window;
+};
+const MaskCase kMasks[] = {{"full", false, 0}, {"causal", true, 0}, {"causal window 5", true, 5}, {"window 7", false, 7}};
+const MaskCase kCausal = kMasks[1];
+
+bool visible(const Problem& p, const MaskCase& mask, index_t i, index_t j) {
+  const index_t q = p.q_pos[i], k = p.k_pos[j];
+  if (mask.causal && k > q) return false;
+  return mask.window == 0 || std::abs(q - k) < mask.window;
+}
+
+miniattn::kernels::AttentionMask kernel_mask(const MaskCase& mask) { return {mask.causal, mask.window}; }
 
 std::vector<double> naive_scores(const Problem& p, index_t bh) {
   const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
@@ -127,7 +143,7 @@ std::vector<double> naive_scores(const Problem& p, index_t bh) {
   return s;
 }
 
-NaiveForward naive_forward(const Problem& p, bool causal) {
+NaiveForward naive_forward(const Problem& p, const MaskCase& mask) {
   const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
   NaiveForward r;
   r.out.assign(static_cast<std::size_t>(p.batch * p.heads * nq * dh), 0.0);
@@ -137,12 +153,12 @@ NaiveForward naive_forward(const Problem& p, bool causal) {
     for (index_t i = 0; i < nq; ++i) {
       double m = kNegInf;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, causal, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
       if (m == kNegInf) continue;  // no visible key: out = 0, lse = -inf
       double l = 0.0;
       std::vector<double> o(static_cast<std::size_t>(dh), 0.0);
       for (index_t j = 0; j < nk; ++j) {
-        if (!visible(p, causal, i, j)) continue;
+        if (!visible(p, mask, i, j)) continue;
         const double e = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m);
         l += e;
         for (index_t d = 0; d < dh; ++d)
@@ -157,7 +173,7 @@ NaiveForward naive_forward(const Problem& p, bool causal) {
 }
 
 // Direct log(sum(exp(s))) over visible keys, no max subtraction (scores are small here).
-std::vector<double> naive_logsumexp(const Problem& p, bool causal) {
+std::vector<double> naive_logsumexp(const Problem& p, const MaskCase& mask) {
   const index_t nq = p.nq(), nk = p.nk();
   std::vector<double> lse(static_cast<std::size_t>(p.batch * p.heads * nq), kNegInf);
   for (index_t bh = 0; bh < p.batch * p.heads; ++bh) {
@@ -165,7 +181,7 @@ std::vector<double> naive_logsumexp(const Problem& p, bool causal) {
     for (index_t i = 0; i < nq; ++i) {
       double sum = 0.0;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, causal, i, j)) sum += std::exp(s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, i, j)) sum += std::exp(s[static_cast<std::size_t>(i * nk + j)]);
       if (sum > 0.0) lse[static_cast<std::size_t>(bh * nq + i)] = std::log(sum);
     }
   }
@@ -178,7 +194,7 @@ struct Gradients {
 
 // Analytic backward of out = softmax(scale q k^T + mask) v, written from the
 // probabilities: dv = P^T g, dP = g v^T, dS = P (dP - rowsum(P dP)), dq = scale dS k, dk = scale dS^T q.
-Gradients naive_backward(const Problem& p, bool causal, const std::vector<double>& g) {
+Gradients naive_backward(const Problem& p, const MaskCase& mask, const std::vector<double>& g) {
   const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
   const double scale = 1.0 / std::sqrt(static_cast<double>(dh));
   Gradients r;
@@ -196,11 +212,11 @@ Gradients naive_backward(const Problem& p, bool causal, const std::vector<double
       std::vector<double> prob(static_cast<std::size_t>(nk), 0.0);
       double m = kNegInf;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, causal, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
       if (m == kNegInf) continue;
       double l = 0.0;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, causal, i, j))
+        if (visible(p, mask, i, j))
           l += (prob[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m));
       for (auto& e : prob) e /= l;
       std::vector<double> dp(static_cast<std::size_t>(nk), 0.0);
@@ -289,19 +305,19 @@ struct ForwardResult {
 };
 
 template <class T>
-ForwardResult kernel_forward(const Problem& p, bool causal, const AttentionBlocking& blocking) {
+ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const AttentionBlocking& blocking) {
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, causal, blocking, out, lse, row_sum);
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse, row_sum);
   Kokkos::fence();
   return {to_host(out), to_host(lse)};
 }
 
 // Forward fed with several key blocks (one accumulate call per block, in the given order).
 template <class T>
-ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>& blocks, bool causal,
+ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>& blocks, const MaskCase& mask,
                                     const AttentionBlocking& blocking) {
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
@@ -311,7 +327,7 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
   miniattn::kernels::attention_forward_init<T>(out, row_max, row_sum);
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);
-    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, causal, blocking, out,
+    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask), blocking, out,
                                                        row_max, row_sum);
   }
   miniattn::kernels::attention_forward_finalize<T>(out, row_max, row_sum, lse);
@@ -321,13 +337,13 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
 
 // Kernel backward for dout = g, with the keys fed in the given blocks (dk, dv concatenated back).
 template <class T>
-Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, bool causal,
+Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, const MaskCase& mask,
                           const AttentionBlocking& blocking, const std::vector<double>& g) {
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, causal, blocking, out, lse, row_sum);
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse, row_sum);
   View4<T> dout = to_device<T>(g, p.batch, p.heads, p.nq(), p.dh, "dout");
   View3<T> delta("delta", p.batch, p.heads, p.nq());
   miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
@@ -338,7 +354,7 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     DeviceProblem<T> kb(block);
     View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
-    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos, causal,
+    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos, kernel_mask(mask),
                                                         blocking, dq, dk, dv,
                                                         {p.batch, p.heads, p.dh, block.nk()});
     dk_blocks.push_back(to_host(dk));
@@ -410,11 +426,11 @@ template <class T>
 void check_forward_against_naive() {
   std::uint64_t seed = 11;
   for (const auto& c : forward_cases()) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(c.name + " " + mask.name);
       const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed++));
-      const auto ref = naive_forward(p, causal);
-      const auto got = kernel_forward<T>(p, causal, c.blocking);
+      const auto ref = naive_forward(p, mask);
+      const auto got = kernel_forward<T>(p, mask, c.blocking);
       EXPECT_LE(relative_error(got.out, ref.out), forward_tolerance<T>());
       EXPECT_LE(relative_error(got.lse, ref.lse), forward_tolerance<T>());
     }
@@ -424,24 +440,29 @@ void check_forward_against_naive() {
 TEST(AttentionForward, MatchesNaiveFloat64) { check_forward_against_naive<double>(); }
 TEST(AttentionForward, MatchesNaiveFloat32) { check_forward_against_naive<float>(); }
 
-// The reference really distinguishes causal from non-causal and the test can fail.
-TEST(AttentionForward, CausalMaskChangesTheResult) {
+// The reference really distinguishes the masks and the test can fail: each
+// mask's kernel result differs from every other mask's reference.
+TEST(AttentionForward, EveryMaskChangesTheResult) {
   const Problem p = make_problem(2, 3, 8, range_positions(0, 50), range_positions(0, 50), 5);
-  const auto causal = kernel_forward<double>(p, true, {16, 12});
-  const auto full = naive_forward(p, false);
-  EXPECT_GT(relative_error(causal.out, full.out), 1e-3);
+  for (const MaskCase& mask : kMasks) {
+    const auto got = kernel_forward<double>(p, mask, {16, 12});
+    for (const MaskCase& other : kMasks) {
+      SCOPED_TRACE(std::string(mask.name) + " against " + other.name);
+      if (&other != &mask) EXPECT_GT(relative_error(got.out, naive_forward(p, other).out), 1e-3);
+    }
+  }
 }
 
 template <class T>
 void check_lse_against_logsumexp() {
   std::uint64_t seed = 101;
   for (const auto& c : forward_cases()) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(c.name + " " + mask.name);
       const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed++));
-      const auto got = kernel_forward<T>(p, causal, c.blocking);
+      const auto got = kernel_forward<T>(p, mask, c.blocking);
       const double tolerance = std::is_same<T, double>::value ? 1e-12 : 1e-6;
-      EXPECT_LE(relative_error(got.lse, naive_logsumexp(p, causal)), tolerance);
+      EXPECT_LE(relative_error(got.lse, naive_logsumexp(p, mask)), tolerance);
     }
   }
 }
@@ -468,20 +489,20 @@ void check_two_key_blocks() {
   const AttentionBlocking blocking{16, 12};
   std::uint64_t seed = 201;
   for (const auto& s : splits) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(s.name + (causal ? " causal" : " non-causal"));
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(s.name + " " + mask.name);
       const Problem p = rounded<T>(make_problem(2, 3, 8, s.q_pos, s.k_pos, seed++));
       const Problem first = key_block(p, 0, s.split);
       const Problem second = key_block(p, s.split, p.nk());
-      const auto whole = kernel_forward<T>(p, causal, blocking);
-      const auto forward_order = kernel_forward_blocks<T>(p, {first, second}, causal, blocking);
-      const auto reverse_order = kernel_forward_blocks<T>(p, {second, first}, causal, blocking);
+      const auto whole = kernel_forward<T>(p, mask, blocking);
+      const auto forward_order = kernel_forward_blocks<T>(p, {first, second}, mask, blocking);
+      const auto reverse_order = kernel_forward_blocks<T>(p, {second, first}, mask, blocking);
       const double tol = forward_tolerance<T>();
       EXPECT_LE(relative_error(forward_order.out, whole.out), tol);
       EXPECT_LE(relative_error(forward_order.lse, whole.lse), tol);
       EXPECT_LE(relative_error(reverse_order.out, whole.out), tol);
       EXPECT_LE(relative_error(reverse_order.lse, whole.lse), tol);
-      const auto ref = naive_forward(p, causal);
+      const auto ref = naive_forward(p, mask);
       EXPECT_LE(relative_error(reverse_order.out, ref.out), tol);
       EXPECT_LE(relative_error(reverse_order.lse, ref.lse), tol);
     }
@@ -496,12 +517,12 @@ TEST(AttentionForward, TwoKeyBlocksEqualOneCallFloat32) { check_two_key_blocks<f
 TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
   const Problem p = make_problem(1, 2, 8, range_positions(0, 16), range_positions(16, 48), 7);
   for (const AttentionBlocking blocking : {AttentionBlocking{8, 8}, AttentionBlocking{64, 64}}) {
-    const auto got = kernel_forward<double>(p, true, blocking);
+    const auto got = kernel_forward<double>(p, kCausal, blocking);
     for (double x : got.out) EXPECT_EQ(x, 0.0);
     for (double x : got.lse) EXPECT_EQ(x, kNegInf);
     // Backward through such rows contributes nothing and makes no NaN.
     const auto g = random_values(p.q.size(), 8);
-    const auto grads = kernel_backward<double>(p, {p}, true, blocking, g);
+    const auto grads = kernel_backward<double>(p, {p}, kCausal, blocking, g);
     for (const auto* x : {&grads.dq, &grads.dk, &grads.dv})
       for (double e : *x) EXPECT_EQ(e, 0.0);
   }
@@ -509,8 +530,8 @@ TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
   // 12-row tiles, rows 12..15 share a tile with rows that do see keys.
   const Problem mixed = make_problem(1, 2, 8, range_positions(0, 40), range_positions(16, 48), 9);
   for (const AttentionBlocking blocking : {AttentionBlocking{8, 8}, AttentionBlocking{12, 8}}) {
-    const auto got = kernel_forward<double>(mixed, true, blocking);
-    const auto ref = naive_forward(mixed, true);
+    const auto got = kernel_forward<double>(mixed, kCausal, blocking);
+    const auto ref = naive_forward(mixed, kCausal);
     EXPECT_LE(relative_error(got.out, ref.out), 1e-12);
     EXPECT_LE(relative_error(got.lse, ref.lse), 1e-12);
     EXPECT_EQ(got.lse[0], kNegInf);
@@ -518,8 +539,8 @@ TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
     EXPECT_TRUE(std::isfinite(got.lse[16]));
     EXPECT_TRUE(std::isfinite(got.lse[39]));
     const auto g = random_values(mixed.q.size(), 10);
-    const auto grads = kernel_backward<double>(mixed, {mixed}, true, blocking, g);
-    const auto ref_grads = naive_backward(mixed, true, g);
+    const auto grads = kernel_backward<double>(mixed, {mixed}, kCausal, blocking, g);
+    const auto ref_grads = naive_backward(mixed, kCausal, g);
     EXPECT_LE(relative_error(grads.dq, ref_grads.dq), 1e-12);
     EXPECT_LE(relative_error(grads.dk, ref_grads.dk), 1e-12);
     EXPECT_LE(relative_error(grads.dv, ref_grads.dv), 1e-12);
@@ -558,13 +579,13 @@ template <class T>
 void check_backward_against_naive(double tolerance) {
   std::uint64_t seed = 301;
   for (const auto& c : forward_cases()) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(c.name + (causal ? " causal" : " non-causal"));
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(c.name + " " + mask.name);
       const Problem p = rounded<T>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed));
       const auto g = rounded<T>(random_values(p.q.size(), seed + 1000));
       ++seed;
-      const auto ref = naive_backward(p, causal, g);
-      const auto got = kernel_backward<T>(p, {p}, causal, c.blocking, g);
+      const auto ref = naive_backward(p, mask, g);
+      const auto got = kernel_backward<T>(p, {p}, mask, c.blocking, g);
       EXPECT_LE(relative_error(got.dq, ref.dq), tolerance);
       EXPECT_LE(relative_error(got.dk, ref.dk), tolerance);
       EXPECT_LE(relative_error(got.dv, ref.dv), tolerance);
@@ -579,15 +600,15 @@ TEST(AttentionBackward, MatchesNaiveFloat32) { check_backward_against_naive<floa
 TEST(AttentionBackward, TwoKeyBlocksEqualOneCall) {
   const AttentionBlocking blocking{16, 12};
   std::uint64_t seed = 401;
-  for (bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "non-causal");
+  for (const MaskCase& mask : kMasks) {
+    SCOPED_TRACE(mask.name);
     const Problem p = make_problem(2, 3, 8, range_positions(0, 50), range_positions(0, 50), seed++);
     const auto g = random_values(p.q.size(), seed + 1000);
     const Problem first = key_block(p, 0, 20);
     const Problem second = key_block(p, 20, 50);
-    const auto whole = kernel_backward<double>(p, {p}, causal, blocking, g);
-    const auto split = kernel_backward<double>(p, {first, second}, causal, blocking, g);
-    const auto ref = naive_backward(p, causal, g);
+    const auto whole = kernel_backward<double>(p, {p}, mask, blocking, g);
+    const auto split = kernel_backward<double>(p, {first, second}, mask, blocking, g);
+    const auto ref = naive_backward(p, mask, g);
     EXPECT_LE(relative_error(split.dq, whole.dq), 1e-12);
     EXPECT_LE(relative_error(split.dk, whole.dk), 1e-12);
     EXPECT_LE(relative_error(split.dv, whole.dv), 1e-12);
@@ -612,7 +633,7 @@ TEST(AttentionBackward, Accumulates) {
   Kokkos::deep_copy(dv, 3.0);
   miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta, d.q_pos, d.k_pos, true,
                                                            {8, 8}, dq, dk, dv, {1, 2, 8, 20});
-  const auto ref = naive_backward(p, true, g);
+  const auto ref = naive_backward(p, kCausal, g);
   auto shifted = [](std::vector<double> x, double c) {
     for (auto& e : x) e += c;
     return x;
@@ -629,17 +650,17 @@ TEST(AttentionBackward, MatchesFiniteDifferences) {
   for (const auto& positions :
        {std::make_pair(range_positions(0, 10), range_positions(0, 10)),
         std::make_pair(concat(range_positions(0, 3), range_positions(13, 16)), range_positions(0, 16))}) {
-    for (bool causal : {false, true}) {
-      SCOPED_TRACE(std::string(causal ? "causal" : "non-causal") + " nq=" + std::to_string(positions.first.size()));
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(std::string(mask.name) + " nq=" + std::to_string(positions.first.size()));
       const Problem p = make_problem(1, 2, 5, positions.first, positions.second, seed++);
       const auto g = random_values(p.q.size(), seed + 1000);
       auto loss = [&](const Problem& x) {
-        const auto f = kernel_forward<double>(x, causal, blocking);
+        const auto f = kernel_forward<double>(x, mask, blocking);
         double l = 0.0;
         for (std::size_t i = 0; i < g.size(); ++i) l += f.out[i] * g[i];
         return l;
       };
-      const auto analytic = kernel_backward<double>(p, {p}, causal, blocking, g);
+      const auto analytic = kernel_backward<double>(p, {p}, mask, blocking, g);
       const double eps = 1e-5;
       auto finite_difference = [&](std::vector<double> Problem::*member) {
         std::vector<double> fd((p.*member).size());

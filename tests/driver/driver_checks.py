@@ -20,8 +20,9 @@ non-zero with a message when the check fails:
   bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
                      reference, the NaN guard's cost, ring overlap and the memory plan
   sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
-                     parameters and gradients within 1e-10, causal and not, both layouts;
-                     measured bytes equal the model and the memory plan the allocations
+                     parameters and gradients within 1e-10, causal and not, every layout,
+                     optionally under a sliding window (--window); measured bytes equal
+                     the model and the memory plan the allocations
 
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
 """
@@ -358,7 +359,7 @@ def compare_losses(a, b, rtol):
     return err
 
 
-def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1):
+def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
         f.write(SP_DECK)
@@ -366,7 +367,7 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1):
     for causal, layouts in (("true", ("contiguous", "zigzag", "striped")), ("false", ("contiguous", "zigzag"))):
         for layout in layouts:
             tag = f"{causal}-{layout}"
-            common = [f"model.causal={causal}", "io.snapshot_step=2"]
+            common = [f"model.causal={causal}", "io.snapshot_step=2", f"model.window={window}"]
             ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
             sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
                                 f"parallel.layout={layout}", f"parallel.dp={dp}",
@@ -382,7 +383,7 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1):
             measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
             if measured != modelled:
                 fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
-            print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), causal={causal}, {layout}: "
+            print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), causal={causal}, window={window}, {layout}: "
                   f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
 
@@ -407,8 +408,9 @@ def pipeline(c, ranks):
     (8 heads, 8 samples, 16 positions, max(2, pp) layers: all of them for 2, 4
     and 8 ranks) equals the 1-rank run within 1e-10: loss curve, parameters and
     gradients; on every rank the bytes sent are as modelled and the memory
-    plan is what was allocated. The SP strategy, the layout, causality and
-    the number of micro-batches vary from one decomposition to the next.
+    plan is what was allocated. The SP strategy, the layout, causality, the
+    sliding window and the number of micro-batches vary from one
+    decomposition to the next.
     (No more layers than stages need: each dataset of a snapshot is a
     collective write, slow on 8 ranks sharing 2 cores.)"""
     deck = c.path("pp.yaml")
@@ -418,14 +420,16 @@ def pipeline(c, ranks):
     split = 0  # decompositions with sp > 1 so far: each takes the next strategy
     for i, (dp, pp, tp, sp) in enumerate(decompositions(ranks)):
         causal, layout = ("true", "false")[i % 2], ("contiguous", "zigzag", "striped")[i // 2 % 3]
+        window = (0, 0, 3)[i % 3]  # a sliding window beside TP and PP too
         strategies = ["ring", "ulysses", "rsa", "allgather"] + (["hybrid"] if sp >= 4 else [])
         strategy = "local" if sp == 1 else strategies[split % len(strategies)]
         split += sp > 1
         samples = 8 // dp
         micro = min(samples, 2 * pp) if (i % 3) else min(samples, pp)
         layers = max(2, pp)
-        tag = f"{causal}-{layout}-{layers}"
-        common = [f"model.causal={causal}", f"parallel.layout={layout}", f"model.layers={layers}", "io.snapshot_step=2"]
+        tag = f"{causal}-{layout}-{layers}-{window}"
+        common = [f"model.causal={causal}", f"parallel.layout={layout}", f"model.layers={layers}", "io.snapshot_step=2",
+                  f"model.window={window}"]
         if tag not in refs:
             refs[tag] = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
         name = f"dp{dp}-pp{pp}-tp{tp}-sp{sp}"
@@ -444,7 +448,8 @@ def pipeline(c, ranks):
         bubble = run["pipeline"]["bubble_fraction_model"]
         if abs(bubble - (pp - 1) / (micro + pp - 1)) > 1e-15:
             fail(f"{name}: modelled bubble {bubble}")
-        print(f"dp {dp} x pp {pp} x tp {tp} x sp {sp} ({strategy}, {layout}, causal={causal}, {micro} micro-batches): "
+        print(f"dp {dp} x pp {pp} x tp {tp} x sp {sp} ({strategy}, {layout}, causal={causal}, window={window}, "
+              f"{micro} micro-batches): "
               f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, bytes and memory as planned on every rank")
 
 
@@ -668,6 +673,7 @@ def main():
                                       "staged_exchanges", "pipeline"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
+    p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel and pipeline")
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
@@ -678,7 +684,7 @@ def main():
         if a.check == "learns":
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
-            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp)
+            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp, a.window)
         elif a.check == "pipeline":
             pipeline(c, a.ranks)
         else:
