@@ -28,7 +28,8 @@ std::size_t AllGatherWorkspace<T>::bytes() const {
 
 template <class T>
 AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions,
-                                          const kernels::AttentionMask& mask, const kernels::AttentionBlocking& blocking,
+                                          const kernels::AttentionMask& mask,
+                                          const kernels::AttentionBlocking& blocking,
                                           std::shared_ptr<AllGatherWorkspace<T>> workspace)
     : comm_(comm), group_(group), group_positions_(group_positions), mask_(mask), blocking_(blocking),
       workspace_(std::move(workspace)) {
@@ -68,8 +69,8 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
-                                             positions_of(rank_), positions_of(g), mask_, blocking_, out, row_max,
-                                             workspace_->row_sum);
+                                               positions_of(rank_), positions_of(g), mask_, blocking_, out, row_max,
+                                               workspace_->row_sum);
   kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
 }
 
@@ -94,8 +95,8 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
-                                              positions_of(rank_), positions_of(g), mask_, blocking_, dq,
-                                              block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.transposed);
+                                                positions_of(rank_), positions_of(g), mask_, blocking_, dq,
+                                                block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.transposed);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.
   comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, "allgather.backward.dkdv");

@@ -37,8 +37,9 @@ template <class T>
 class AllGatherAttention final : public AttentionStrategy<T> {
  public:
   // group_positions [G, m]: global positions of the rows held by each group rank.
-  AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions, const kernels::AttentionMask& mask,
-                     const kernels::AttentionBlocking& blocking, std::shared_ptr<AllGatherWorkspace<T>> workspace);
+  AllGatherAttention(Comm& comm, MPI_Comm group, const View2<const index_t>& group_positions,
+                     const kernels::AttentionMask& mask, const kernels::AttentionBlocking& blocking,
+                     std::shared_ptr<AllGatherWorkspace<T>> workspace);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
                const View3<T>& lse) override;

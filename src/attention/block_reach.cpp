@@ -17,8 +17,7 @@ int ring_steps(const ModelConfig& model, Layout layout, int sp, int ulysses) {
   return static_cast<int>(std::min(G, 1 + farthest));
 }
 
-bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> keys,
-                   const kernels::AttentionMask& mask) {
+bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> keys, const kernels::AttentionMask& mask) {
   if (keys.empty()) return false;
   std::sort(keys.begin(), keys.end());
   // The mask hides more the farther a key lies on either side of the query,

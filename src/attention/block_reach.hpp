@@ -24,8 +24,7 @@ int ring_steps(const ModelConfig& model, Layout layout, int sp, int ulysses);
 
 // Whether the mask lets some query position see some key position (exact;
 // positions in any order).
-bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> keys,
-                   const kernels::AttentionMask& mask);
+bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> keys, const kernels::AttentionMask& mask);
 
 // Row r of a [G, m] positions table, on the host.
 std::vector<std::vector<index_t>> host_rows(const View2<const index_t>& table);

@@ -31,8 +31,8 @@ std::size_t RingWorkspace<T>::bytes() const {
 template <class T>
 RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
                                 const kernels::AttentionMask& mask, int steps,
-                                const kernels::AttentionBlocking& blocking,
-                                std::shared_ptr<RingWorkspace<T>> workspace, std::string name)
+                                const kernels::AttentionBlocking& blocking, std::shared_ptr<RingWorkspace<T>> workspace,
+                                std::string name)
     : comm_(comm), ring_(ring), steps_(steps), ring_positions_(ring_positions), mask_(mask), blocking_(blocking),
       name_(std::move(name)), workspace_(std::move(workspace)) {
   MPI_Comm_rank(ring, &rank_);
@@ -86,10 +86,9 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           if (!sees_[static_cast<std::size_t>(source)]) return;
-                          kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse, workspace_->delta,
-                                                                    positions_of(rank_), positions_of(source), mask_,
-                                                                    blocking_, dq, dk_block, dv_block,
-                                                                    workspace_->transposed);
+                          kernels::attention_backward_accumulate<T>(
+                              q, k_block, v_block, dout, lse, workspace_->delta, positions_of(rank_),
+                              positions_of(source), mask_, blocking_, dq, dk_block, dv_block, workspace_->transposed);
                         });
 }
 

@@ -7,7 +7,8 @@ namespace miniattn {
 
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
-                                        const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t head_dim)
+                                        const kernels::AttentionMask& mask, index_t batch, index_t heads,
+                                        index_t head_dim)
     : comm_(comm), ring_(ring), ring_positions_(ring_positions), mask_(mask) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);

@@ -18,8 +18,8 @@ template <class T>
 class RingSelfAttention final : public AttentionStrategy<T> {
  public:
   // ring_positions [P, n]: global positions of each ring rank's rows.
-  RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions, const kernels::AttentionMask& mask,
-                    index_t batch, index_t heads, index_t head_dim);
+  RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
+                    const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t head_dim);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
                const View3<T>& lse) override;

@@ -56,11 +56,11 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   const int steps = ring_steps(m, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   for (index_t l = 0; l < count; ++l) {
     if (strategy == Strategy::allgather) {
-      layers.push_back(std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, mask, blocking,
-                                                               gather_workspace));
-    } else if (strategy == Strategy::local || strategy == Strategy::ring) {
       layers.push_back(
-          std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking, ring_workspace, name));
+          std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, mask, blocking, gather_workspace));
+    } else if (strategy == Strategy::local || strategy == Strategy::ring) {
+      layers.push_back(std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking,
+                                                          ring_workspace, name));
     } else if (strategy == Strategy::rsa) {
       layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, mask, B, H, Dh));
     } else {  // ulysses, hybrid

@@ -83,8 +83,8 @@ void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, co
 // out_acc holds the unnormalised weighted sum of values, rescaled to row_max.
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                                  const AttentionBlocking& blocking, const View4<T>& out_acc,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                  const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
                                   const View3<T>& row_max, const View3<T>& row_sum);
 
 // out = out_acc / row_sum (in place), lse = row_max + log(row_sum).
@@ -124,10 +124,9 @@ struct TransposedKeys {
 // workspace: at least [B, H, Dh, n_k].
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& dout, const View3<const T>& lse,
-                                   const View3<const T>& delta, const View1<const index_t>& q_pos,
-                                   const View1<const index_t>& k_pos, const AttentionMask& mask, const AttentionBlocking& blocking,
-                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv,
-                                   const TransposedKeys<T>& workspace);
+                                   const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
+                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
+                                   const View4<T>& dk, const View4<T>& dv, const TransposedKeys<T>& workspace);
 
 }  // namespace miniattn::kernels

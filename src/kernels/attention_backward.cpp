@@ -243,9 +243,9 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                                   const AttentionBlocking& blocking, const View4<T>& dq, const View4<T>& dk,
-                                   const View4<T>& dv, const TransposedKeys<T>& workspace) {
+                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
+                                   const View4<T>& dk, const View4<T>& dv, const TransposedKeys<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t nk = k.extent(2);
   require(same_extents4(k, batch, heads, nk, dh), "k must be [B, H, n_k, Dh] with q's B, H, Dh");
@@ -265,8 +265,34 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
 
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
-  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, mask,
-                           heads, nq, nk, dh, 0, 0, 0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
+  BackwardTilePair<T> pair{q,
+                           k,
+                           v,
+                           dout,
+                           lse,
+                           delta,
+                           q_pos,
+                           k_pos,
+                           dq,
+                           dk,
+                           dv,
+                           workspace.k_t,
+                           workspace.v_t,
+                           mask,
+                           heads,
+                           nq,
+                           nk,
+                           dh,
+                           0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           0,
+                           T(1) / compat::sqrt(static_cast<T>(dh))};
   pair.qb = clamp_block(blocking.query_block, nq);
   pair.kb = clamp_block(blocking.key_block, nk);
   pair.kb_ld = round_up(pair.kb, Tiling<T>::W);  // columns of K^T, V^T, P and dS: whole register tiles
@@ -280,12 +306,13 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
     Kokkos::parallel_for("miniattn::attention_backward_accumulate", policy, pair);
 }
 
-#define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                  \
-  template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<T>&);         \
-  template void attention_backward_accumulate<T>(                                                                   \
-      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                   \
-      const View3<const T>&, const View3<const T>&, const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&, \
-      const AttentionBlocking&, const View4<T>&, const View4<T>&, const View4<T>&, const TransposedKeys<T>&); \
+#define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                    \
+  template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<T>&);           \
+  template void attention_backward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
+                                                 const View4<const T>&, const View3<const T>&, const View3<const T>&, \
+                                                 const View1<const index_t>&, const View1<const index_t>&,            \
+                                                 const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
+                                                 const View4<T>&, const View4<T>&, const TransposedKeys<T>&);         \
   template struct TransposedKeys<T>;
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(double)

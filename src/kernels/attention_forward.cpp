@@ -234,9 +234,9 @@ void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, co
 
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                                  const AttentionBlocking& blocking, const View4<T>& out_acc, const View3<T>& row_max,
-                                  const View3<T>& row_sum) {
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                  const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
+                                  const View3<T>& row_max, const View3<T>& row_sum) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t nk = k.extent(2);
   require(same_extents4(k, batch, heads, nk, dh), "k must be [B, H, n_k, Dh] with q's B, H, Dh");
@@ -249,8 +249,9 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
   constexpr int W = Tiling<T>::W;
-  ForwardQueryTile<T> tile{q, k, v, q_pos, k_pos, out_acc, row_max, row_sum, mask, heads, nq, nk, dh,
-                           0, 0, 0, 0, 0, 0, 0, T(1) / compat::sqrt(static_cast<T>(dh))};
+  ForwardQueryTile<T> tile{q,       k,    v,     q_pos, k_pos, out_acc, row_max,
+                           row_sum, mask, heads, nq,    nk,    dh,      0,
+                           0,       0,    0,     0,     0,     0,       T(1) / compat::sqrt(static_cast<T>(dh))};
   tile.qb = clamp_block(blocking.query_block, nq);
   tile.kb = clamp_block(blocking.key_block, nk);
   tile.qb_ld = round_up(tile.qb, W);  // columns of Q^T and S^T: whole register tiles
@@ -298,15 +299,16 @@ void attention_forward(const View4<const T>& q, const View4<const T>& k, const V
   attention_forward_finalize<T>(out, lse, row_sum, lse);
 }
 
-#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                      \
-  template void attention_forward_init<T>(const View4<T>&, const View3<T>&, const View3<T>&);                          \
-  template void attention_forward_accumulate<T>(                                                                       \
-      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View1<const index_t>&,                \
-      const View1<const index_t>&, const AttentionMask&, const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&); \
-  template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,           \
-                                              const View3<T>&);                                                        \
-  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,              \
-                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,                 \
+#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                    \
+  template void attention_forward_init<T>(const View4<T>&, const View3<T>&, const View3<T>&);                        \
+  template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
+                                                const View1<const index_t>&, const View1<const index_t>&,            \
+                                                const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
+                                                const View3<T>&, const View3<T>&);                                   \
+  template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,         \
+                                              const View3<T>&);                                                      \
+  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,            \
+                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&, \
                                      const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)

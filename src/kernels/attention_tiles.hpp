@@ -151,7 +151,7 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
   const index_t near = q_lo - k_hi, far = q_hi - k_lo;
   const index_t w = mask.window;
   partly_masked = (mask.causal && near < 0) || (w > 0 && (far >= w || (!mask.causal && -near >= w)));
-  if (mask.causal && far < 0) return false;                   // every key after every query
+  if (mask.causal && far < 0) return false;                               // every key after every query
   if (w > 0 && (near >= w || (!mask.causal && -far >= w))) return false;  // every key outside the window
   return true;
 }

@@ -106,13 +106,13 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
       });
 }
 
-#define MINIATTN_INSTANTIATE(T)                                                                                   \
-  template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,          \
-                               const View1<const index_t>&, const AttentionMask&, const View4<T>&);                               \
-  template void softmax_over_blocks<T>(const View5<T>&, const View3<T>&);                                         \
-  template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);            \
-  template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,       \
-                                        const View4<const T>&, const View4<const T>&, const View3<const T>&,      \
+#define MINIATTN_INSTANTIATE(T)                                                                              \
+  template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,    \
+                               const View1<const index_t>&, const AttentionMask&, const View4<T>&);          \
+  template void softmax_over_blocks<T>(const View5<T>&, const View3<T>&);                                    \
+  template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);       \
+  template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
+                                        const View4<const T>&, const View4<const T>&, const View3<const T>&, \
                                         const View4<T>&, const View4<T>&, const View4<T>&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)

@@ -2,13 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
 #include <tuple>
@@ -580,8 +579,10 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   out.compute_parts["attention_backward"] = L * backward;
   out.hidden_seconds = L * hidden;
   if (G < 2) return;
-  if (rsa) out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (S - 1) * t_piece;
-  else out.exchange_parts["ring.forward.kv"] = L * (S - 1) * t_piece;
+  if (rsa)
+    out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (S - 1) * t_piece;
+  else
+    out.exchange_parts["ring.forward.kv"] = L * (S - 1) * t_piece;
   const std::string ring = rsa ? "rsa" : "ring";
   out.exchange_parts[ring + ".backward.kv"] = L * (S - 1) * t_kv;
   out.exchange_parts[ring + ".backward.dkdv"] = L * (S > 1 ? S : 0) * t_kv;

@@ -117,7 +117,8 @@ struct MaskCase {
   bool causal;
   index_t window;
 };
-const MaskCase kMasks[] = {{"full", false, 0}, {"causal", true, 0}, {"causal window 5", true, 5}, {"window 7", false, 7}};
+const MaskCase kMasks[] = {
+    {"full", false, 0}, {"causal", true, 0}, {"causal window 5", true, 5}, {"window 7", false, 7}};
 const MaskCase kCausal = kMasks[1];
 
 bool visible(const Problem& p, const MaskCase& mask, index_t i, index_t j) {
@@ -310,7 +311,8 @@ ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const Atten
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse, row_sum);
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
+                                          row_sum);
   Kokkos::fence();
   return {to_host(out), to_host(lse)};
 }
@@ -327,8 +329,8 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
   miniattn::kernels::attention_forward_init<T>(out, row_max, row_sum);
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);
-    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask), blocking, out,
-                                                       row_max, row_sum);
+    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask), blocking,
+                                                       out, row_max, row_sum);
   }
   miniattn::kernels::attention_forward_finalize<T>(out, row_max, row_sum, lse);
   Kokkos::fence();
@@ -343,7 +345,8 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse, row_sum);
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
+                                          row_sum);
   View4<T> dout = to_device<T>(g, p.batch, p.heads, p.nq(), p.dh, "dout");
   View3<T> delta("delta", p.batch, p.heads, p.nq());
   miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
@@ -354,8 +357,8 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     DeviceProblem<T> kb(block);
     View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
-    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos, kernel_mask(mask),
-                                                        blocking, dq, dk, dv,
+    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos,
+                                                        kernel_mask(mask), blocking, dq, dk, dv,
                                                         {p.batch, p.heads, p.dh, block.nk()});
     dk_blocks.push_back(to_host(dk));
     dv_blocks.push_back(to_host(dv));

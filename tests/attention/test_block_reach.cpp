@@ -19,8 +19,7 @@ bool sees(index_t q, index_t k, bool causal, index_t window) {
   return window == 0 || std::abs(q - k) < window;
 }
 
-bool naive_visible(const std::vector<index_t>& queries, const std::vector<index_t>& keys, bool causal,
-                   index_t window) {
+bool naive_visible(const std::vector<index_t>& queries, const std::vector<index_t>& keys, bool causal, index_t window) {
   for (const index_t q : queries)
     for (const index_t k : keys)
       if (sees(q, k, causal, window)) return true;

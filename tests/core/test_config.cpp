@@ -71,6 +71,7 @@ std::vector<BadDeck> bad_decks() {
       {"float_huge", "train:\n  lr: 1e999\n", {}, 1, {"train.lr: number out of range"}},
       {"seed_negative", "train:\n  seed: -1\n", {}, 1, {"train.seed: expected a non-negative integer, got '-1'"}},
       {"string_from_mapping", "io:\n  init: {a: b}\n", {}, 1, {"io.init: expected a string, got a mapping"}},
+      {"window_negative", "model:\n  window: -3\n", {}, 1, {"model.window: must be >= 0 (0 means full attention)"}},
       // enumerations
       {"precision", "model:\n  precision: fp16\n", {}, 1, {"model.precision: expected one of fp32, fp64, got 'fp16'"}},
       {"strategy", "parallel:\n  strategy: tree\n", {}, 1,
@@ -517,6 +518,7 @@ Config unusual_config() {
   c.model.seq_len = 4096;
   c.model.batch = 6;
   c.model.causal = false;
+  c.model.window = 300;
   c.model.precision = Precision::fp32;
   c.parallel.layout = Layout::zigzag;
   c.parallel.dp = 3;
