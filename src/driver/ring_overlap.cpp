@@ -3,20 +3,23 @@
 #include <algorithm>
 #include <memory>
 
+#include "attention/block_reach.hpp"
+
 namespace miniattn {
 
 namespace {
 
 // The ring's transfer pattern of one training step, without compute: per
-// layer, G-1 forward K/V shifts, G-1 backward K/V shifts and G dK/dV shifts,
-// each a pair of blocks posted together and then waited for.
+// layer, S-1 forward K/V shifts, S-1 backward K/V shifts and S dK/dV shifts
+// (S = G ring steps but under a sliding window), each a pair of blocks posted
+// together and then waited for.
 template <class T>
-double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size, index_t layers,
+double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size, int steps, index_t layers,
                          index_t block_elements) {
   View1<T> send_a("overlap.send_a", block_elements), send_b("overlap.send_b", block_elements);
   View1<T> recv_a("overlap.recv_a", block_elements), recv_b("overlap.recv_b", block_elements);
   const int next = (ring_rank + 1) % ring_size, prev = (ring_rank + ring_size - 1) % ring_size;
-  const int pairs = static_cast<int>(layers) * (3 * ring_size - 2);
+  const int pairs = static_cast<int>(layers) * (3 * steps - 2);
   MPI_Barrier(ring);
   const double t0 = MPI_Wtime();
   for (int i = 0; i < pairs; ++i) {
@@ -38,13 +41,14 @@ RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const
   for (const auto& [label, s] : run_comm.stats())
     if (label.rfind("ring.", 0) == 0) overlap.exposed_seconds += s.seconds / steps;
   const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world, c.parallel.gpu_aware_mpi);
+  const int ring_step_count = ring_steps(c.model, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   double best = 0.0;
   for (int repeat = 0; repeat < 3; ++repeat) {
     const double t = scalar_bytes == sizeof(float)
                          ? time_ring_pattern<float>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
-                                                    c.model.layers, block_elements)
+                                                    ring_step_count, c.model.layers, block_elements)
                          : time_ring_pattern<double>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
-                                                     c.model.layers, block_elements);
+                                                     ring_step_count, c.model.layers, block_elements);
     best = repeat == 0 ? t : std::min(best, t);
   }
   // The slowest rank sets the pace of a ring.
