@@ -43,10 +43,20 @@ class Config:
     causal: bool = True
     precision: str = "fp64"
     window: int = 0  # sliding window: keys less than `window` positions away (0 = all)
+    kv_heads: int = 0  # key/value heads shared by groups of query heads (GQA); 0 = heads
 
     @property
     def head_dim(self):
         return self.d_model // self.heads
+
+    @property
+    def kv_head_count(self):
+        return self.kv_heads if self.kv_heads > 0 else self.heads
+
+    @property
+    def qkv_rows(self):
+        """Rows of attn.qkv: q (D) | k (KV Dh) | v (KV Dh)."""
+        return self.d_model + 2 * self.kv_head_count * self.head_dim
 
 
 def _attr_value(value):
@@ -75,7 +85,10 @@ def load_config(h5file):
         raise ValueError(f"attribute 'precision' must be fp32 or fp64, got {precision!r}")
     # Snapshots written before model.window existed have no 'window' attribute: full attention.
     window = int(_attr_value(attrs["window"])) if "window" in attrs else 0
-    return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision, window=window)
+    # Likewise model.kv_heads: one K/V head per query head.
+    kv_heads = int(_attr_value(attrs["kv_heads"])) if "kv_heads" in attrs else 0
+    return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision, window=window,
+                  kv_heads=kv_heads)
 
 
 def attention_mask(cfg, device=None):
@@ -97,7 +110,7 @@ def expected_shapes(cfg):
         p = f"blocks.{l}."
         shapes.update({
             p + "ln1.weight": (D,), p + "ln1.bias": (D,),
-            p + "attn.qkv.weight": (3 * D, D), p + "attn.qkv.bias": (3 * D,),
+            p + "attn.qkv.weight": (cfg.qkv_rows, D), p + "attn.qkv.bias": (cfg.qkv_rows,),
             p + "attn.proj.weight": (D, D), p + "attn.proj.bias": (D,),
             p + "ln2.weight": (D,), p + "ln2.bias": (D,),
             p + "ffn.fc1.weight": (F_, D), p + "ffn.fc1.bias": (F_,),
@@ -119,15 +132,16 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.heads, self.cfg = cfg.heads, cfg
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, cfg.qkv_rows)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x):
         B, N, D = x.shape
-        H, Dh = self.heads, D // self.heads
-        q, k, v = self.qkv(x).split(D, dim=-1)  # q | k | v, each [B, N, D]
-        # head h = columns h*Dh..(h+1)*Dh-1 -> [B, H, N, Dh]
-        q, k, v = (t.view(B, N, H, Dh).transpose(1, 2) for t in (q, k, v))
+        H, KV, Dh = self.heads, self.cfg.kv_head_count, D // self.heads
+        q, k, v = self.qkv(x).split([D, KV * Dh, KV * Dh], dim=-1)  # q [B, N, D] | k, v [B, N, KV Dh]
+        # head h = columns h*Dh..(h+1)*Dh-1 -> [B, H, N, Dh]; query head h uses K/V head h // (H / KV)
+        q = q.view(B, N, H, Dh).transpose(1, 2)
+        k, v = (t.view(B, N, KV, Dh).transpose(1, 2).repeat_interleave(H // KV, dim=1) for t in (k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, N, N]
         scores = scores.masked_fill(attention_mask(self.cfg, x.device), float("-inf"))
         o = torch.softmax(scores, dim=-1) @ v  # [B, H, N, Dh]
@@ -230,6 +244,17 @@ def random_params(cfg, seed=0, perturb_norms=True):
     return params
 
 
+def _multi_head_projection(qkv, cfg):
+    """GQA's q | k | v rows as the plain multi-head projection that computes the same
+    attention: each K/V head's rows repeated for every query head of its group (the
+    weights, where the model repeats the activations)."""
+    Dh, KV = cfg.head_dim, cfg.kv_head_count
+    q, k, v = qkv.split([cfg.d_model, KV * Dh, KV * Dh], dim=0)
+    group = cfg.heads // KV
+    widen = lambda t: torch.cat([t[(h // group) * Dh:(h // group + 1) * Dh] for h in range(cfg.heads)], dim=0)
+    return torch.cat([q, widen(k), widen(v)], dim=0)
+
+
 def _loss_with_torch_attention(params, tokens, cfg):
     """The same model built on nn.MultiheadAttention (packed q|k|v in_proj, heads as
     contiguous Dh-column blocks) and F.layer_norm: a second opinion for the self-test."""
@@ -246,9 +271,11 @@ def _loss_with_torch_attention(params, tokens, cfg):
     for l in range(cfg.layers):
         p = {k[len(f"blocks.{l}."):]: v for k, v in params.items() if k.startswith(f"blocks.{l}.")}
         a = F.layer_norm(x, (D,), p["ln1.weight"], p["ln1.bias"], LAYERNORM_EPS)
+        in_weight, in_bias = _multi_head_projection(p["attn.qkv.weight"], cfg), _multi_head_projection(
+            p["attn.qkv.bias"], cfg)
         o = F.multi_head_attention_forward(
             a.transpose(0, 1), a.transpose(0, 1), a.transpose(0, 1), D, cfg.heads,
-            p["attn.qkv.weight"], p["attn.qkv.bias"], None, None, False, 0.0,
+            in_weight, in_bias, None, None, False, 0.0,
             p["attn.proj.weight"], p["attn.proj.bias"], need_weights=False, attn_mask=mask)[0]
         x = x + o.transpose(0, 1)
         m = F.layer_norm(x, (D,), p["ln2.weight"], p["ln2.bias"], LAYERNORM_EPS)
@@ -263,9 +290,10 @@ if __name__ == "__main__":
     # formulation on torch's own attention; in causal mode future tokens change nothing.
     torch.set_num_threads(1)
     failures = 0
-    for causal, window in ((True, 0), (False, 0), (True, 2), (False, 3)):
-        cfg = Config(vocab=11, d_model=8, heads=2, ffn=12, layers=2, seq_len=5, batch=2, causal=causal,
-                     window=window)
+    for causal, window, heads, kv_heads in ((True, 0, 2, 0), (False, 0, 2, 0), (True, 2, 2, 0), (False, 3, 2, 0),
+                                            (True, 0, 4, 2), (False, 2, 4, 1)):
+        cfg = Config(vocab=11, d_model=8, heads=heads, ffn=12, layers=2, seq_len=5, batch=2, causal=causal,
+                     window=window, kv_heads=kv_heads)
         params = random_params(cfg, seed=3)
         tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1), generator=torch.Generator().manual_seed(4))
         names = list(params)
@@ -274,7 +302,8 @@ if __name__ == "__main__":
             return forward_loss(dict(zip(names, tensors)), tokens, cfg)[0]
 
         ok = torch.autograd.gradcheck(loss_of, [p.clone().requires_grad_() for p in params.values()])
-        print(f"gradcheck causal={causal} window={window}: {'ok' if ok else 'FAILED'}")
+        print(f"gradcheck causal={causal} window={window} heads={heads} kv_heads={cfg.kv_head_count}: "
+              f"{'ok' if ok else 'FAILED'}")
         failures += not ok
 
         loss, grads, extras = loss_and_grads(params, tokens, cfg)
@@ -282,7 +311,8 @@ if __name__ == "__main__":
         other = _loss_with_torch_attention(leaves, tokens, cfg)
         other_grads = torch.autograd.grad(other, list(leaves.values()))
         worst = max(((grads[n] - g).norm() / grads[n].norm()).item() for n, g in zip(leaves, other_grads))
-        print(f"vs nn.functional.multi_head_attention_forward causal={causal} window={window}: "
+        print(f"vs nn.functional.multi_head_attention_forward causal={causal} window={window} "
+              f"kv_heads={cfg.kv_head_count}: "
               f"loss rel. diff {abs(loss.item() / other.item() - 1):.1e}, worst grad rel. diff {worst:.1e}")
         failures += not (abs(loss.item() / other.item() - 1) < 1e-13 and worst < 1e-12)
 

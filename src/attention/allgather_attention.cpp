@@ -7,13 +7,12 @@
 namespace miniattn {
 
 template <class T>
-AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim,
-                                          int group_size)
-    : row_sum("allgather.row_sum", batch, heads, rows),
-      delta("allgather.delta", batch, heads, rows),
-      transposed(batch, heads, head_dim, rows) {
+AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows,
+                                          index_t head_dim, int group_size)
+    : row_sum("allgather.row_sum", batch, heads, rows), delta("allgather.delta", batch, heads, rows),
+      transposed(batch, kv_heads, head_dim, rows) {
   if (group_size < 2) return;
-  const index_t elements = group_size * batch * heads * rows * head_dim;
+  const index_t elements = group_size * batch * kv_heads * rows * head_dim;
   k_all = View1<T>("allgather.k", elements);
   v_all = View1<T>("allgather.v", elements);
   dk_all = View1<T>("allgather.dk", elements);

@@ -21,7 +21,7 @@ namespace miniattn {
 
 // Buffers shared by the all-gather attention of every layer: each rank's K, V
 // (forward and backward) and dK, dV contributions (backward) as `group_size`
-// consecutive blocks of [B, H, m, Dh] in group-rank order (none for a group of
+// consecutive blocks of [B, KV, m, Dh] in group-rank order (none for a group of
 // one rank), and row statistics.
 template <class T>
 struct AllGatherWorkspace {
@@ -29,7 +29,7 @@ struct AllGatherWorkspace {
   View1<T> k_all, v_all, dk_all, dv_all;
   kernels::TransposedKeys<T> transposed;  // the backward kernel's K^T and V^T of one block
 
-  AllGatherWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int group_size);
+  AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int group_size);
   std::size_t bytes() const;
 };
 

@@ -8,16 +8,16 @@
 namespace miniattn {
 
 template <class T>
-RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int ring_size)
-    : row_sum("ring.row_sum", batch, heads, rows),
-      delta("ring.delta", batch, heads, rows),
-      transposed(batch, heads, head_dim, rows) {
+RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim,
+                                int ring_size)
+    : row_sum("ring.row_sum", batch, heads, rows), delta("ring.delta", batch, heads, rows),
+      transposed(batch, kv_heads, head_dim, rows) {
   if (ring_size < 2) return;
   for (int i = 0; i < 2; ++i) {
-    k[i] = View4<T>("ring.k_buffer", batch, heads, rows, head_dim);
-    v[i] = View4<T>("ring.v_buffer", batch, heads, rows, head_dim);
-    dk[i] = View4<T>("ring.dk_buffer", batch, heads, rows, head_dim);
-    dv[i] = View4<T>("ring.dv_buffer", batch, heads, rows, head_dim);
+    k[i] = View4<T>("ring.k_buffer", batch, kv_heads, rows, head_dim);
+    v[i] = View4<T>("ring.v_buffer", batch, kv_heads, rows, head_dim);
+    dk[i] = View4<T>("ring.dk_buffer", batch, kv_heads, rows, head_dim);
+    dv[i] = View4<T>("ring.dv_buffer", batch, kv_heads, rows, head_dim);
   }
 }
 

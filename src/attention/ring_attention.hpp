@@ -25,14 +25,15 @@ namespace miniattn {
 // Buffers a ring pass needs only while it runs, shared by the ring attention
 // of every layer: two K/V blocks in flight (current, next), two pairs of
 // travelling dK/dV accumulators (rings of more than one rank only), and row
-// statistics.
+// statistics. K/V blocks carry the kv_heads K/V heads (GQA: fewer than the
+// query heads), so a ring sends only those.
 template <class T>
 struct RingWorkspace {
   View3<T> row_sum, delta;
   View4<T> k[2], v[2], dk[2], dv[2];
   kernels::TransposedKeys<T> transposed;  // the backward kernel's K^T and V^T
 
-  RingWorkspace(index_t batch, index_t heads, index_t rows, index_t head_dim, int ring_size);
+  RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int ring_size);
   std::size_t bytes() const;
 };
 

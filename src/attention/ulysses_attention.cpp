@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/config.hpp"
+
 namespace miniattn {
 
 namespace {
@@ -21,31 +23,37 @@ View4<T> as_4d(const View3<T>& x) {
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
-                                      index_t batch, index_t heads, index_t local_rows, index_t head_dim,
-                                      std::string name)
+                                      index_t batch, index_t heads, index_t kv_heads, index_t local_rows,
+                                      index_t head_dim, std::string name)
     : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)), name_(std::move(name)) {
   const index_t U = comm_size(ulysses), Hl = heads / U, rows = U * local_rows;
+  const index_t KVl = kv_heads_after_all_to_all(kv_heads, U);
   send_ = kernels::View5<T>("ulysses.send", U, batch, Hl, local_rows, head_dim);
   receive_ = kernels::View5<T>("ulysses.receive", U, batch, Hl, local_rows, head_dim);
   q_heads_ = View4<T>("ulysses.q", batch, Hl, rows, head_dim);
-  k_heads_ = View4<T>("ulysses.k", batch, Hl, rows, head_dim);
-  v_heads_ = View4<T>("ulysses.v", batch, Hl, rows, head_dim);
+  k_heads_ = View4<T>("ulysses.k", batch, KVl, rows, head_dim);
+  v_heads_ = View4<T>("ulysses.v", batch, KVl, rows, head_dim);
   out_heads_ = View4<T>("ulysses.out", batch, Hl, rows, head_dim);
   lse_heads_ = View3<T>("ulysses.lse", batch, Hl, rows);
   dout_heads_ = View4<T>("ulysses.dout", batch, Hl, rows, head_dim);
   dq_heads_ = View4<T>("ulysses.dq", batch, Hl, rows, head_dim);
-  dk_heads_ = View4<T>("ulysses.dk", batch, Hl, rows, head_dim);
-  dv_heads_ = View4<T>("ulysses.dv", batch, Hl, rows, head_dim);
+  dk_heads_ = View4<T>("ulysses.dk", batch, KVl, rows, head_dim);
+  dv_heads_ = View4<T>("ulysses.dv", batch, KVl, rows, head_dim);
+}
+
+// The exchange buffers as [U, B, heads, n, columns]: sized for Hl heads of Dh
+// columns, a tensor of fewer heads (K/V under GQA) or columns (lse) uses their
+// first part.
+template <class T>
+kernels::View5<T> UlyssesAttention<T>::buffer(const kernels::View5<T>& memory, index_t heads, index_t columns) const {
+  return kernels::View5<T>(memory.data(), memory.extent(0), memory.extent(1), heads, memory.extent(3), columns);
 }
 
 template <class T>
 void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const View4<T>& head_split,
                                    const std::string& label) {
-  // The buffers are sized for Dh columns; a [.., 1] view uses their first part.
-  const kernels::View5<T> send(send_.data(), send_.extent(0), send_.extent(1), send_.extent(2), send_.extent(3),
-                               sequence_split.extent(3));
-  const kernels::View5<T> receive(receive_.data(), send.extent(0), send.extent(1), send.extent(2), send.extent(3),
-                                  send.extent(4));
+  const kernels::View5<T> send = buffer(send_, head_split.extent(1), head_split.extent(3));
+  const kernels::View5<T> receive = buffer(receive_, head_split.extent(1), head_split.extent(3));
   kernels::pack_heads<T>(sequence_split, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
   kernels::unpack_rows<T>(receive, head_split);
@@ -54,10 +62,8 @@ void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const V
 template <class T>
 void UlyssesAttention<T>::to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split,
                                       const std::string& label) {
-  const kernels::View5<T> send(send_.data(), send_.extent(0), send_.extent(1), send_.extent(2), send_.extent(3),
-                               head_split.extent(3));
-  const kernels::View5<T> receive(receive_.data(), send.extent(0), send.extent(1), send.extent(2), send.extent(3),
-                                  send.extent(4));
+  const kernels::View5<T> send = buffer(send_, head_split.extent(1), head_split.extent(3));
+  const kernels::View5<T> receive = buffer(receive_, head_split.extent(1), head_split.extent(3));
   kernels::pack_rows<T>(head_split, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
   kernels::unpack_heads<T>(receive, sequence_split);

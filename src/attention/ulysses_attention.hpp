@@ -4,6 +4,9 @@
 // inner strategy attends over the gathered rows (local attention for
 // 'ulysses'; ring attention across Ulysses groups for 'hybrid'), and a second
 // all-to-all returns the output to sequence-split layout. Needs H % U == 0.
+// Grouped K/V heads (KV < H) are split over the U ranks when KV % U == 0, and
+// replicated when U % KV == 0: each rank receives the one K/V head its query
+// heads use, and the replicas' gradients are summed on the way back.
 // The head-split tensors of the forward pass are kept for the backward pass.
 #include <memory>
 
@@ -19,7 +22,7 @@ template <class T>
 class UlyssesAttention final : public AttentionStrategy<T> {
  public:
   UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner, index_t batch,
-                   index_t heads, index_t local_rows, index_t head_dim, std::string name);
+                   index_t heads, index_t kv_heads, index_t local_rows, index_t head_dim, std::string name);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
                const View3<T>& lse) override;
@@ -30,6 +33,7 @@ class UlyssesAttention final : public AttentionStrategy<T> {
   std::size_t allocated_bytes() const override;
 
  private:
+  kernels::View5<T> buffer(const kernels::View5<T>& memory, index_t heads, index_t columns) const;
   void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, const std::string& label);
   void to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split, const std::string& label);
 

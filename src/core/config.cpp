@@ -43,6 +43,7 @@ const std::vector<Field>& fields() {
       {"model", "vocab", MINIATTN_CONFIG_REF(model, vocab)},
       {"model", "d_model", MINIATTN_CONFIG_REF(model, d_model)},
       {"model", "heads", MINIATTN_CONFIG_REF(model, heads)},
+      {"model", "kv_heads", MINIATTN_CONFIG_REF(model, kv_heads)},
       {"model", "ffn", MINIATTN_CONFIG_REF(model, ffn)},
       {"model", "layers", MINIATTN_CONFIG_REF(model, layers)},
       {"model", "seq_len", MINIATTN_CONFIG_REF(model, seq_len)},
@@ -630,6 +631,7 @@ void check_sizes_and_counts(const Config& c) {
   require_at_least("model.vocab", m.vocab, 1);
   require_at_least("model.d_model", m.d_model, 1);
   require_at_least("model.heads", m.heads, 1);
+  require_at_least("model.kv_heads", m.kv_heads, 0, " (0 means model.heads)");
   require_at_least("model.ffn", m.ffn, 0, " (0 means 4 * model.d_model)");
   require_at_least("model.layers", m.layers, 1);
   require_at_least("model.seq_len", m.seq_len, 1);
@@ -656,6 +658,10 @@ void check_sizes_and_counts(const Config& c) {
     reject("model.heads", "must divide model.d_model (" + std::to_string(m.d_model) + " % " + std::to_string(m.heads) +
                               " != 0)");
   }
+  if (m.heads % m.kv_head_count() != 0) {
+    reject("model.kv_heads", "must divide model.heads (" + std::to_string(m.heads) + " % " +
+                                 std::to_string(m.kv_heads) + " != 0): each K/V head serves a group of query heads");
+  }
 }
 
 // Tensor parallelism splits heads and FFN units over parallel.tp ranks.
@@ -663,6 +669,10 @@ void check_tensor_parallel(const ModelConfig& m, const ParallelConfig& p) {
   if (m.heads % p.tp != 0) {
     reject("parallel.tp", "must divide model.heads (" + std::to_string(m.heads) + " % " + std::to_string(p.tp) +
                               " != 0): each TP rank owns whole heads");
+  }
+  if (m.kv_head_count() % p.tp != 0) {
+    reject("parallel.tp", "must divide model.kv_heads (" + std::to_string(m.kv_head_count()) + " % " +
+                              std::to_string(p.tp) + " != 0): each TP rank owns whole K/V heads");
   }
   if (m.ffn_width() % p.tp != 0) {
     reject("parallel.tp", "must divide the FFN width model.ffn (" + std::to_string(m.ffn_width()) + " % " +
@@ -689,6 +699,19 @@ void check_training(const Config& c) {
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
+}
+
+// Ulysses' all-to-all splits a TP rank's K/V heads over its U ranks when it
+// can and otherwise replicates them (each rank gets the one K/V head its query
+// heads use); anything else would split a K/V head's query group.
+void check_ulysses_kv_heads(const ModelConfig& m, const ParallelConfig& p, std::int64_t degree,
+                            const std::string& degree_text) {
+  const std::int64_t kv = m.kv_head_count() / p.tp;
+  if (kv % degree == 0 || degree % kv == 0) return;
+  reject("model.kv_heads", "model.kv_heads / parallel.tp = " + std::to_string(kv) +
+                               " must divide or be divisible by "
+                               "the Ulysses degree for parallel.strategy " +
+                               std::string(to_string(p.strategy)) + " (" + degree_text + ")");
 }
 
 // The process grid: world = dp x pp x tp x sp.
@@ -759,6 +782,12 @@ void check_process_grid(const Config& c, int world_size) {
     reject("model.heads", "must be divisible by sp x parallel.tp for parallel.strategy ulysses (" + sp_text + "; " +
                               heads_text + ", not divisible by " + std::to_string(sp) + ")");
   }
+  if (p.strategy == Strategy::rsa && m.kv_head_count() != m.heads) {
+    reject("model.kv_heads",
+           "must equal model.heads for parallel.strategy rsa (the paper's dense ring self-attention "
+           "has no grouped K/V heads; use ring, allgather, ulysses or hybrid)");
+  }
+  if (p.strategy == Strategy::ulysses) check_ulysses_kv_heads(m, p, sp, sp_text);
   if (p.strategy == Strategy::hybrid) {
     if (sp % p.ulysses_degree != 0) {
       reject("parallel.ulysses_degree", "must divide sp for parallel.strategy hybrid (" + sp_text + "; " +
@@ -769,6 +798,7 @@ void check_process_grid(const Config& c, int world_size) {
       reject("model.heads", "must be divisible by parallel.ulysses_degree x parallel.tp for parallel.strategy "
                             "hybrid (" + heads_text + ", not divisible by " + std::to_string(p.ulysses_degree) + ")");
     }
+    check_ulysses_kv_heads(m, p, p.ulysses_degree, "parallel.ulysses_degree = " + std::to_string(p.ulysses_degree));
   }
 #ifndef MINIATTN_HAVE_NCCL
   if (p.comm == CommBackend::nccl) reject("parallel.comm", "'nccl' needs a build with MINIATTN_ENABLE_NCCL=ON");

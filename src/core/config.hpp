@@ -45,6 +45,7 @@ struct ModelConfig {
   std::int64_t vocab = 256;
   std::int64_t d_model = 64;
   std::int64_t heads = 4;
+  std::int64_t kv_heads = 0;  // key/value heads (GQA; 1 = MQA); 0 = heads
   std::int64_t ffn = 0;  // 0 means 4 * d_model
   std::int64_t layers = 2;
   std::int64_t seq_len = 256;
@@ -54,6 +55,7 @@ struct ModelConfig {
   Precision precision = Precision::fp64;
 
   std::int64_t head_dim() const { return d_model / heads; }
+  std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * d_model; }
 };
 
@@ -119,6 +121,13 @@ struct KernelConfig {
 
 // Sequence-parallel ranks: world = dp x pp x tp x sp.
 std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size);
+
+// The K/V heads each rank holds after a Ulysses all-to-all of `degree` ranks
+// over kv_heads K/V heads: split when degree divides them, else (degree a
+// multiple of kv_heads) one replicated head.
+inline std::int64_t kv_heads_after_all_to_all(std::int64_t kv_heads, std::int64_t degree) {
+  return kv_heads % degree == 0 ? kv_heads / degree : 1;
+}
 
 struct Config {
   ModelConfig model;

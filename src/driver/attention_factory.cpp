@@ -37,19 +37,22 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
   const index_t B = micro_batch, H = m.heads / grid.tp_size, Dh = m.head_dim();  // this TP rank's heads
+  const index_t KV = m.kv_head_count() / grid.tp_size;
   const index_t n = m.seq_len / grid.sp_size;
 
   AttentionLayers<T> result;
   auto& layers = result.layers;
-  // Ring attention sees [B, H / U, U * n, Dh] (U = 1 for local and ring).
+  // Ring attention sees q [B, H / U, U * n, Dh] and k, v with the K/V heads
+  // left after the all-to-all (U = 1 for local and ring).
   const index_t U = grid.ulysses_size;
   std::shared_ptr<RingWorkspace<T>> ring_workspace;
   std::shared_ptr<AllGatherWorkspace<T>> gather_workspace;
   if (strategy == Strategy::allgather) {
-    gather_workspace = std::make_shared<AllGatherWorkspace<T>>(B, H, n, Dh, grid.ring_size);
+    gather_workspace = std::make_shared<AllGatherWorkspace<T>>(B, H, KV, n, Dh, grid.ring_size);
     result.shared_workspace_bytes = gather_workspace->bytes();
   } else if (strategy != Strategy::rsa) {
-    ring_workspace = std::make_shared<RingWorkspace<T>>(B, H / U, U * n, Dh, grid.ring_size);
+    ring_workspace =
+        std::make_shared<RingWorkspace<T>>(B, H / U, kv_heads_after_all_to_all(KV, U), U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
   const kernels::AttentionMask mask = attention_mask(m);
@@ -66,8 +69,8 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
     } else {  // ulysses, hybrid
       auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking,
                                                       ring_workspace, strategy == Strategy::ulysses ? "local" : "ring");
-      layers.push_back(std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, n, Dh,
-                                                             name));
+      layers.push_back(
+          std::make_unique<UlyssesAttention<T>>(comm, grid.ulysses_comm, std::move(inner), B, H, KV, n, Dh, name));
     }
   }
   return result;

@@ -50,13 +50,15 @@ std::vector<LocalBlock> local_blocks(const ParameterInfo& p, const std::vector<i
       blocks.push_back(b);
     }
   } else if (shard.dim == 0) {
-    const index_t group_rows = shard.rows / shard.groups, part_rows = shard.local_rows() / shard.groups;
+    index_t local_row = 0;
     for (index_t g = 0; g < shard.groups; ++g) {
+      const index_t part_rows = shard.group_rows[g] / shard.parts;
       LocalBlock b = whole;
-      b.block.row_begin = static_cast<std::uint64_t>(g * group_rows + shard.index * part_rows);
+      b.block.row_begin = static_cast<std::uint64_t>(shard.group_begin(g) + shard.index * part_rows);
       b.block.row_count = static_cast<std::uint64_t>(part_rows);
-      b.buffer_offset = p.offset + g * part_rows * shard.cols;
+      b.buffer_offset = p.offset + local_row * shard.cols;
       blocks.push_back(b);
+      local_row += part_rows;
     }
   } else if (shard.dim == 1) {
     LocalBlock b = whole;
@@ -122,6 +124,7 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "batch", m.batch);
   file.set_attribute("/", "causal", static_cast<std::int64_t>(m.causal ? 1 : 0));
   file.set_attribute("/", "window", m.window);
+  file.set_attribute("/", "kv_heads", m.kv_head_count());
   file.set_attribute("/", "precision", std::string(to_string(m.precision)));
   file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
   file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));

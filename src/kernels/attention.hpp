@@ -4,7 +4,9 @@
 // time and keeps a running row maximum and row sum. The backward pass
 // recomputes probabilities from the saved log-sum-exp.
 //
-// Layout: q, k, v, out, dq, dk, dv are [B, H, n, Dh] (LayoutRight); row
+// Layout: q, out, dq are [B, H, n, Dh], k, v, dk, dv [B, KV, n, Dh] (LayoutRight;
+// KV divides H: query head h uses K/V head h / (H / KV), grouped-query
+// attention, KV = H the usual multi-head case); row
 // statistics (row_max, row_sum, lse, delta) are [B, H, n]. q_pos / k_pos give
 // the GLOBAL sequence position of each local query / key row (the same for all
 // samples and heads); the mask (AttentionMask) hides keys by position.
@@ -106,7 +108,7 @@ template <class T>
 void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta);
 
 // Workspace of attention_backward_accumulate: the key block's K and V
-// transposed, [B, H, Dh, transposed_keys_row(n_k)] each, written once per call
+// transposed, [B, KV, Dh, transposed_keys_row(n_k)] each, written once per call
 // so that no tile pair transposes a tile again.
 inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
 template <class T>
@@ -121,7 +123,7 @@ struct TransposedKeys {
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
 // No atomics: every sum runs in an order fixed by the tiling alone.
-// workspace: at least [B, H, Dh, n_k].
+// workspace: at least [B, KV, Dh, n_k].
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,

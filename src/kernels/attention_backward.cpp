@@ -5,6 +5,8 @@
 // and V^T transposed once per call (TransposedKeys):
 //   P = exp(scale Q K^T - lse), dS = scale P (dO V^T - delta),
 //   dq += dS K,  dv += P^T dO,  dk += dS^T Q.
+// With grouped K/V heads (GQA) a team owns one K/V head's key block and loops
+// over the group's query heads, so dk, dv sum over them in scratch.
 // No atomics. Tiles are grouped in blocks of S consecutive tiles (S = 4 on the
 // host, where a block's tiles stay in cache; S = 1 on GPUs, for parallelism),
 // and block pairs run in waves: in wave w the team of key block kb takes
@@ -38,12 +40,13 @@ struct BackwardTilePair {
   View4<T> dq, dk, dv;
   View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
   AttentionMask mask;
-  index_t heads, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves, wave;
+  index_t kv_heads, group, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves,
+      wave;  // group: query heads per K/V head
   int level;
   T scale;
 
   struct Pair {
-    index_t b, h, i0, rows, j0, cols;
+    index_t b, h, kh, i0, rows, j0, cols;  // h: the query head, kh: its K/V head
     bool masked;
     T* k_t;          // [dh][kb_ld]: the pair's K^T tile (a compact copy: every row strip reads it)
     T* v_t;          // [dh][kb_ld]: the pair's V^T tile
@@ -58,12 +61,12 @@ struct BackwardTilePair {
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
     const index_t n_kblocks = (n_ktiles + kBlockTiles - 1) / kBlockTiles;
-    const index_t key_block = team.league_rank() % n_kblocks, bh = team.league_rank() / n_kblocks;
+    const index_t key_block = team.league_rank() % n_kblocks, bkh = team.league_rank() / n_kblocks;
     const index_t query_block = (key_block + wave) % waves;
     if (query_block * kBlockTiles >= n_qtiles) return;
     Pair t;
-    t.b = bh / heads;
-    t.h = bh % heads;
+    t.b = bkh / kv_heads;
+    t.kh = bkh % kv_heads;
     t.k_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
     t.v_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
     t.p_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
@@ -78,20 +81,22 @@ struct BackwardTilePair {
       t.cols = (nk - t.j0) < kb ? (nk - t.j0) : kb;
       bool staged = false;
       for (index_t qt = query_block * kBlockTiles; qt < qt_end; ++qt) {
-        t.i0 = qt * qb;
-        t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
-        t.masked = false;
-        if (mask.hides_any() &&
-            !tiles_meet(team, mask, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
-          continue;  // the mask hides every key of the pair from every query
-        if (!staged) stage(team, t);
-        staged = true;
-        team.team_barrier();  // staging is done; the previous pair is done with p and dS
-        probabilities(team, t);
-        team.team_barrier();
-        score_gradients(team, t);
-        team.team_barrier();
-        add_gradients(team, t);
+        for (t.h = t.kh * group; t.h < (t.kh + 1) * group; ++t.h) {
+          t.i0 = qt * qb;
+          t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
+          t.masked = false;
+          if (mask.hides_any() &&
+              !tiles_meet(team, mask, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
+            continue;  // the mask hides every key of the pair from every query
+          if (!staged) stage(team, t);
+          staged = true;
+          team.team_barrier();  // staging is done; the previous pair is done with p and dS
+          probabilities(team, t);
+          team.team_barrier();
+          score_gradients(team, t);
+          team.team_barrier();
+          add_gradients(team, t);
+        }
       }
       if (!staged) continue;
       team.team_barrier();
@@ -103,8 +108,8 @@ struct BackwardTilePair {
   // The K^T and V^T tiles and the key positions into scratch, dk and dv cleared.
   KOKKOS_INLINE_FUNCTION void stage(const TeamMember& team, const Pair& t) const {
     const index_t always_masked = std::numeric_limits<index_t>::max();
-    copy_tile(team, &k_t(t.b, t.h, 0, t.j0), index_t(k_t.stride(2)), dh, t.cols, t.k_t, kb_ld);
-    copy_tile(team, &v_t(t.b, t.h, 0, t.j0), index_t(v_t.stride(2)), dh, t.cols, t.v_t, kb_ld);
+    copy_tile(team, &k_t(t.b, t.kh, 0, t.j0), index_t(k_t.stride(2)), dh, t.cols, t.k_t, kb_ld);
+    copy_tile(team, &v_t(t.b, t.kh, 0, t.j0), index_t(v_t.stride(2)), dh, t.cols, t.v_t, kb_ld);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
         t.dk_acc[j * dh_ld + d] = T(0);
@@ -173,7 +178,7 @@ struct BackwardTilePair {
     T* const dk_tile = t.dk_acc;
     T* const dv_tile = t.dv_acc;
     const index_t dq_ld = dq.stride(2), dk_ld = dh_ld, dv_ld = dh_ld;
-    team_tile_product<T>(team, t.rows, dh, t.cols, t.ds_tile, kb_ld, index_t(1), &k(t.b, t.h, t.j0, 0),
+    team_tile_product<T>(team, t.rows, dh, t.cols, t.ds_tile, kb_ld, index_t(1), &k(t.b, t.kh, t.j0, 0),
                          index_t(k.stride(2)),
                          [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
                              const V(&acc)[R][P]) { add_register_tile<T, R, P>(dq_tile, dq_ld, r0, nr, c0, nc, acc); });
@@ -188,8 +193,8 @@ struct BackwardTilePair {
   // The key tile's dk, dv from scratch into memory (this team is the only one
   // of its wave on these rows).
   KOKKOS_INLINE_FUNCTION void add_key_gradients(const TeamMember& team, const Pair& t) const {
-    T* const dk_tile = &dk(t.b, t.h, t.j0, 0);
-    T* const dv_tile = &dv(t.b, t.h, t.j0, 0);
+    T* const dk_tile = &dk(t.b, t.kh, t.j0, 0);
+    T* const dv_tile = &dv(t.b, t.kh, t.j0, 0);
     const index_t dk_ld = dk.stride(2), dv_ld = dv.stride(2);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](const index_t d) {
@@ -247,20 +252,22 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                                    const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
                                    const View4<T>& dk, const View4<T>& dv, const TransposedKeys<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t nk = k.extent(2);
-  require(same_extents4(k, batch, heads, nk, dh), "k must be [B, H, n_k, Dh] with q's B, H, Dh");
-  require(same_extents4(v, batch, heads, nk, dh), "v must have k's shape");
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
+          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
+  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
   require(same_extents4(dout, batch, heads, nq, dh) && same_extents4(dq, batch, heads, nq, dh),
           "dout and dq must have q's shape");
-  require(same_extents4(dk, batch, heads, nk, dh) && same_extents4(dv, batch, heads, nk, dh),
+  require(same_extents4(dk, batch, kv_heads, nk, dh) && same_extents4(dv, batch, kv_heads, nk, dh),
           "dk and dv must have k's shape");
   require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
           "lse and delta must be [B, H, n_q]");
   require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
           "q_pos / k_pos must have one entry per query / key row");
-  require(same_extents3(workspace.k_t, batch, heads, dh) && same_extents3(workspace.v_t, batch, heads, dh) &&
-              static_cast<index_t>(workspace.k_t.extent(3)) >= nk && static_cast<index_t>(workspace.v_t.extent(3)) >= nk,
-          "the workspace must be at least [B, H, Dh, n_k]");
+  require(same_extents3(workspace.k_t, batch, kv_heads, dh) && same_extents3(workspace.v_t, batch, kv_heads, dh) &&
+              static_cast<index_t>(workspace.k_t.extent(3)) >= nk &&
+              static_cast<index_t>(workspace.v_t.extent(3)) >= nk,
+          "the workspace must be at least [B, KV, Dh, n_k]");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
   transpose_rows<T>(k, workspace.k_t);
@@ -279,7 +286,8 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                            workspace.k_t,
                            workspace.v_t,
                            mask,
-                           heads,
+                           kv_heads,
+                           heads / kv_heads,
                            nq,
                            nk,
                            dh,
@@ -301,7 +309,7 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   pair.n_ktiles = ceil_div(nk, pair.kb);
   const index_t n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
   pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), n_kblocks);
-  const TeamPolicy policy = make_team_policy(batch * heads * n_kblocks, pair.scratch_bytes(), pair.level);
+  const TeamPolicy policy = make_team_policy(batch * kv_heads * n_kblocks, pair.scratch_bytes(), pair.level);
   for (pair.wave = 0; pair.wave < pair.waves; ++pair.wave)
     Kokkos::parallel_for("miniattn::attention_backward_accumulate", policy, pair);
 }

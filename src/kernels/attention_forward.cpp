@@ -35,13 +35,13 @@ struct ForwardQueryTile {
   View4<T> out_acc;
   View3<T> row_max, row_sum;
   AttentionMask mask;
-  index_t heads, nq, nk, dh, qb, kb, qb_ld, dh_ld, n_qtiles, n_ktiles;
+  index_t heads, group, nq, nk, dh, qb, kb, qb_ld, dh_ld, n_qtiles, n_ktiles;  // group: query heads per K/V head
   int level;
   T scale;
 
   // This team's scratch and place.
   struct Tile {
-    index_t b, h, i0, rows;
+    index_t b, h, kh, i0, rows;  // kh: the K/V head of query head h
     T* q_t;          // [dh][qb_ld]: q tile transposed, zero columns past `rows`
     T* s_t;          // [kb][qb_ld]: scores, then probabilities, transposed
     T* o_tile;       // [qb][dh_ld]: running output (unnormalised)
@@ -58,6 +58,7 @@ struct ForwardQueryTile {
     Tile t;
     t.b = bh / heads;
     t.h = bh % heads;
+    t.kh = t.h / group;
     t.i0 = qt * qb;
     t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
     t.q_t = ScratchView<T>(team.team_scratch(level), dh * qb_ld).data();
@@ -111,9 +112,8 @@ struct ForwardQueryTile {
     const index_t k_ld = k.stride(2), qb_ld = this->qb_ld;
     T* const s_t = t.s_t;
     const T scale = this->scale;
-    team_tile_product<T>(team, cols, qb_ld, dh, &k(t.b, t.h, j0, 0), k_ld, index_t(1), t.q_t, qb_ld,
-                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
-                             const V(&acc)[R][P]) {
+    team_tile_product<T>(team, cols, qb_ld, dh, &k(t.b, t.kh, j0, 0), k_ld, index_t(1), t.q_t, qb_ld,
+                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
                            const V s = pack_splat<V>(scale);
                            MINIATTN_UNROLL
                            for (int r = 0; r < R; ++r) {
@@ -192,9 +192,8 @@ struct ForwardQueryTile {
     const index_t v_ld = v.stride(2), dh_ld = this->dh_ld;
     T* const o_tile = t.o_tile;
     const T* const alpha = t.alpha;
-    team_tile_product<T>(team, t.rows, dh, cols, t.s_t, index_t(1), qb_ld, &v(t.b, t.h, j0, 0), v_ld,
-                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t,
-                             const V(&acc)[R][P]) {
+    team_tile_product<T>(team, t.rows, dh, cols, t.s_t, index_t(1), qb_ld, &v(t.b, t.kh, j0, 0), v_ld,
+                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
                            MINIATTN_UNROLL
                            for (int r = 0; r < R; ++r) {
                              if (r >= nr) break;
@@ -238,9 +237,10 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
                                   const View3<T>& row_max, const View3<T>& row_sum) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t nk = k.extent(2);
-  require(same_extents4(k, batch, heads, nk, dh), "k must be [B, H, n_k, Dh] with q's B, H, Dh");
-  require(same_extents4(v, batch, heads, nk, dh), "v must have k's shape");
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
+          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
+  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
   require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
   require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
           "row_max and row_sum must be [B, H, n_q]");
@@ -249,9 +249,9 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
 
   constexpr int W = Tiling<T>::W;
-  ForwardQueryTile<T> tile{q,       k,    v,     q_pos, k_pos, out_acc, row_max,
-                           row_sum, mask, heads, nq,    nk,    dh,      0,
-                           0,       0,    0,     0,     0,     0,       T(1) / compat::sqrt(static_cast<T>(dh))};
+  ForwardQueryTile<T> tile{
+      q,  k,  v,  q_pos, k_pos, out_acc, row_max, row_sum, mask, heads, heads / kv_heads,
+      nq, nk, dh, 0,     0,     0,       0,       0,       0,    0,     T(1) / compat::sqrt(static_cast<T>(dh))};
   tile.qb = clamp_block(blocking.query_block, nq);
   tile.kb = clamp_block(blocking.key_block, nk);
   tile.qb_ld = round_up(tile.qb, W);  // columns of Q^T and S^T: whole register tiles

@@ -25,12 +25,25 @@ void check_head_shapes(const char* where, const V4& heads, const V2& tokens, ind
   }
 }
 
-template <class A, class B>
-void check_same_4d(const char* where, const A& a, const B& b) {
-  for (unsigned i = 0; i < 4; ++i) {
-    if (a.extent(i) != b.extent(i)) {
-      throw std::invalid_argument(std::string("kernels::") + where + ": q, k and v must have the same shape");
+// q [B, H, n, Dh], k and v [B, KV, n, Dh] with KV dividing H, and qkv [B*n, (H + 2 KV) Dh].
+template <class Q, class K, class V2>
+void check_qkv_shapes(const char* where, const Q& q, const K& k, const K& v, const V2& qkv) {
+  for (unsigned i : {0u, 2u, 3u}) {
+    if (k.extent(i) != q.extent(i) || v.extent(i) != q.extent(i)) {
+      throw std::invalid_argument(std::string("kernels::") + where + ": q, k and v must have the same B, n and Dh");
     }
+  }
+  if (k.extent(1) != v.extent(1) || k.extent(1) == 0 || q.extent(1) % k.extent(1) != 0) {
+    throw std::invalid_argument(std::string("kernels::") + where + ": k and v need the same number of heads, " +
+                                "dividing q's");
+  }
+  const index_t columns = static_cast<index_t>((q.extent(1) + 2 * k.extent(1)) * q.extent(3));
+  if (static_cast<index_t>(qkv.extent(0)) != static_cast<index_t>(q.extent(0) * q.extent(2)) ||
+      static_cast<index_t>(qkv.extent(1)) != columns) {
+    std::ostringstream os;
+    os << "kernels::" << where << ": the token-major view is [" << qkv.extent(0) << ", " << qkv.extent(1)
+       << "], expected [" << q.extent(0) * q.extent(2) << ", " << columns << "] (H + 2 KV heads)";
+    throw std::invalid_argument(os.str());
   }
 }
 
@@ -63,32 +76,38 @@ KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
 
 template <class T>
 void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T>& k, const View4<T>& v) {
-  check_same_4d("split_qkv_heads", q, k);
-  check_same_4d("split_qkv_heads", q, v);
-  check_head_shapes("split_qkv_heads", q, qkv, 3);
-  const index_t d = static_cast<index_t>(q.extent(1) * q.extent(3));
+  check_qkv_shapes("split_qkv_heads", q, k, v, qkv);
+  const index_t k_col = static_cast<index_t>(q.extent(1) * q.extent(3));  // where k's columns begin
+  const index_t v_col = k_col + static_cast<index_t>(k.extent(1) * k.extent(3));
   for_each_head_row_pack<T>(
-      "miniattn::split_qkv_heads", q,
+      "miniattn::split_qkv_heads.q", q,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
         copy_pack(&q(b, h, i, e), &qkv(row, col), width);
-        copy_pack(&k(b, h, i, e), &qkv(row, d + col), width);
-        copy_pack(&v(b, h, i, e), &qkv(row, 2 * d + col), width);
+      });
+  for_each_head_row_pack<T>(
+      "miniattn::split_qkv_heads.kv", k,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&k(b, h, i, e), &qkv(row, k_col + col), width);
+        copy_pack(&v(b, h, i, e), &qkv(row, v_col + col), width);
       });
 }
 
 template <class T>
 void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const View4<const T>& dv,
                      const View2<T>& dqkv) {
-  check_same_4d("merge_qkv_heads", dq, dk);
-  check_same_4d("merge_qkv_heads", dq, dv);
-  check_head_shapes("merge_qkv_heads", dq, dqkv, 3);
-  const index_t d = static_cast<index_t>(dq.extent(1) * dq.extent(3));
+  check_qkv_shapes("merge_qkv_heads", dq, dk, dv, dqkv);
+  const index_t k_col = static_cast<index_t>(dq.extent(1) * dq.extent(3));
+  const index_t v_col = k_col + static_cast<index_t>(dk.extent(1) * dk.extent(3));
   for_each_head_row_pack<T>(
-      "miniattn::merge_qkv_heads", dq,
+      "miniattn::merge_qkv_heads.q", dq,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
         copy_pack(&dqkv(row, col), &dq(b, h, i, e), width);
-        copy_pack(&dqkv(row, d + col), &dk(b, h, i, e), width);
-        copy_pack(&dqkv(row, 2 * d + col), &dv(b, h, i, e), width);
+      });
+  for_each_head_row_pack<T>(
+      "miniattn::merge_qkv_heads.kv", dk,
+      KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
+        copy_pack(&dqkv(row, k_col + col), &dk(b, h, i, e), width);
+        copy_pack(&dqkv(row, v_col + col), &dv(b, h, i, e), width);
       });
 }
 

@@ -7,11 +7,12 @@
 
 namespace miniattn::kernels {
 
-// qkv [B*n, 3D] (q | k | v) -> q, k, v [B, H, n, Dh]
+// qkv [B*n, (H + 2 KV) Dh] (q | k | v) -> q [B, H, n, Dh], k, v [B, KV, n, Dh]
+// (KV = H, or fewer K/V heads shared by groups of query heads: GQA / MQA)
 template <class T>
 void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T>& k, const View4<T>& v);
 
-// dq, dk, dv [B, H, n, Dh] -> dqkv [B*n, 3D] (overwritten)
+// dq [B, H, n, Dh], dk, dv [B, KV, n, Dh] -> dqkv [B*n, (H + 2 KV) Dh] (overwritten)
 template <class T>
 void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const View4<const T>& dv,
                      const View2<T>& dqkv);

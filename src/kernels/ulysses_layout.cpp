@@ -36,19 +36,32 @@ KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
 template <class T>
 void pack_heads(const View4<const T>& x, const View5<T>& buffer) {
   const index_t Hl = buffer.extent(2);
-  for_each_block_row_pack<T>("miniattn::pack_heads", buffer,
-                             KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
-                               copy_pack(&buffer(j, b, h, i, d), &x(b, j * Hl + h, i, d), width);
-                             });
+  const index_t replicas = buffer.extent(0) * Hl / x.extent(1);
+  for_each_block_row_pack<T>(
+      "miniattn::pack_heads", buffer, KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
+        copy_pack(&buffer(j, b, h, i, d), &x(b, (j * Hl + h) / replicas, i, d), width);
+      });
 }
 
+// With replicas, the buffer's first replica of each head (in head order) sums
+// all of them, in replica order.
 template <class T>
 void unpack_heads(const View5<const T>& buffer, const View4<T>& x) {
+  using V = typename simd::Pack<T>::type;
   const index_t Hl = buffer.extent(2);
-  for_each_block_row_pack<T>("miniattn::unpack_heads", buffer,
-                                   KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
-                                     copy_pack(&x(b, j * Hl + h, i, d), &buffer(j, b, h, i, d), width);
-                                   });
+  const index_t replicas = buffer.extent(0) * Hl / x.extent(1);
+  for_each_block_row_pack<T>(
+      "miniattn::unpack_heads", buffer,
+      KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
+        const index_t head = j * Hl + h;
+        if (head % replicas != 0) return;
+        V sum = simd::pack_load_n<V>(&buffer(j, b, h, i, d), width);
+        for (index_t t = 1; t < replicas; ++t) {
+          const index_t jt = (head + t) / Hl, ht = (head + t) % Hl;
+          sum += simd::pack_load_n<V>(&buffer(jt, b, ht, i, d), width);
+        }
+        simd::pack_store_n(&x(b, head / replicas, i, d), sum, width);
+      });
 }
 
 template <class T>

@@ -5,6 +5,9 @@
 // goes to / comes from rank j), so each rank's block is contiguous.
 //   sequence-split x [B, H, n, Dh]  <->  buffer[j, b, h, i, d] = x[b, j*Hl + h, i, d]
 //   head-split     y [B, Hl, U*n, Dh] <-> buffer[s, b, h, i, d] = y[b, h, s*n + i, d]
+// Grouped K/V heads fewer than U (GQA, KV < U with U % KV == 0) are replicated:
+// x [B, KV, n, Dh] packs head j*Hl + h of U*Hl as x's head (j*Hl + h) / (U*Hl / KV),
+// and unpack_heads sums the replicas of each head (their gradients) in order.
 #include "core/types.hpp"
 
 namespace miniattn::kernels {

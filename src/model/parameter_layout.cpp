@@ -24,16 +24,18 @@ StageLayers stage_layers(index_t layers, int stages, int stage) {
 }
 
 std::size_t ParameterLayout::add(const std::string& name, std::vector<index_t> shape, InitKind init, double std,
-                                 bool decay, int tp_dim, index_t tp_groups) {
+                                 bool decay, int tp_dim, std::vector<index_t> tp_group_rows) {
   ParameterInfo info;
   info.name = name;
   info.global_shape = std::move(shape);
   TensorShard& shard = info.tensor_shard;
   shard.rows = info.global_shape[0];
   shard.cols = info.global_shape.size() > 1 ? info.global_shape[1] : 1;
+  if (tp_group_rows.empty()) tp_group_rows = {shard.rows};
+  shard.groups = static_cast<index_t>(tp_group_rows.size());
+  for (std::size_t g = 0; g < tp_group_rows.size(); ++g) shard.group_rows[g] = tp_group_rows[g];
   if (tp_dim >= 0) {
     shard.dim = tp_dim;
-    shard.groups = tp_groups;
     shard.parts = tp_size_;
     shard.index = tp_rank_;
   }
@@ -69,6 +71,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
       pp_rank_(pp_rank),
       layers_(stage_layers(m.layers, pp_size, pp_rank)) {
   const index_t D = m.d_model, F = m.ffn_width(), V = m.vocab, N = m.seq_len;
+  const index_t KVD = m.kv_head_count() * m.head_dim();  // rows of k and of v in the QKV projection
+  const std::vector<index_t> qkv_rows = {D, KVD, KVD};
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
   constexpr int rows = 0, columns = 1;  // Megatron: column-parallel layers split W's rows, row-parallel its columns
@@ -89,8 +93,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
     block_params.push_back({
         add(p + "ln1.weight", {D}, InitKind::ones, 0.0, false),
         add(p + "ln1.bias", {D}, InitKind::zeros, 0.0, false),
-        add(p + "attn.qkv.weight", {3 * D, D}, InitKind::normal, std, true, rows, 3),
-        add(p + "attn.qkv.bias", {3 * D}, InitKind::zeros, 0.0, false, rows, 3),
+        add(p + "attn.qkv.weight", {D + 2 * KVD, D}, InitKind::normal, std, true, rows, qkv_rows),
+        add(p + "attn.qkv.bias", {D + 2 * KVD}, InitKind::zeros, 0.0, false, rows, qkv_rows),
         add(p + "attn.proj.weight", {D, D}, InitKind::normal, residual_std, true, columns),
         add(p + "attn.proj.bias", {D}, InitKind::zeros, 0.0, false),
         add(p + "ln2.weight", {D}, InitKind::ones, 0.0, false),

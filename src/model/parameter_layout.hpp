@@ -26,15 +26,24 @@ enum class InitKind { normal, zeros, ones };
 
 // Which part of a tensor a tensor-parallel rank holds: part `index` of `parts`
 // equal parts along dimension `dim` (0: rows, 1: columns) of each of `groups`
-// equal groups along it (the QKV weight's q | k | v rows: 3 groups, so each
-// rank holds its heads' rows of q, of k and of v). dim -1: the whole tensor.
+// groups of rows (the QKV weight's q | k | v rows: 3 groups, so each rank
+// holds its heads' rows of q, of k and of v; with grouped K/V heads the k and
+// v groups are smaller than q's). dim -1: the whole tensor.
 struct TensorShard {
+  static constexpr int kMaxGroups = 3;
   int dim = -1;
   index_t groups = 1, parts = 1, index = 0;
   index_t rows = 1, cols = 1;  // the global tensor as a matrix (a vector is [n, 1])
+  index_t group_rows[kMaxGroups] = {1, 0, 0};  // global rows of each group (dim 0), summing to rows
 
   index_t local_rows() const { return dim == 0 ? rows / parts : rows; }
   index_t local_cols() const { return dim == 1 ? cols / parts : cols; }
+  // The first global row of group g.
+  KOKKOS_INLINE_FUNCTION index_t group_begin(index_t g) const {
+    index_t begin = 0;
+    for (index_t i = 0; i < g; ++i) begin += group_rows[i];
+    return begin;
+  }
   // The global row-major index of local element e (row-major over the local shape).
   KOKKOS_INLINE_FUNCTION index_t global_element(index_t e) const {
     if (dim == 1) {
@@ -42,9 +51,10 @@ struct TensorShard {
       return (e / width) * cols + index * width + e % width;
     }
     if (dim == 0) {
-      const index_t group_rows = rows / groups, part_rows = group_rows / parts;
-      const index_t row = e / cols, group = row / part_rows;
-      return (group * group_rows + index * part_rows + row % part_rows) * cols + e % cols;
+      index_t row = e / cols, group = 0;
+      while (row >= group_rows[group] / parts) row -= group_rows[group++] / parts;
+      const index_t part_rows = group_rows[group] / parts;
+      return (group_begin(group) + index * part_rows + row) * cols + e % cols;
     }
     return e;
   }
@@ -111,7 +121,7 @@ class ParameterLayout {
  private:
   // Appends a parameter (offsets are assigned by place_in_buffers once all are known).
   std::size_t add(const std::string& name, std::vector<index_t> shape, InitKind init, double std, bool decay,
-                  int tp_dim = -1, index_t tp_groups = 1);
+                  int tp_dim = -1, std::vector<index_t> tp_group_rows = {});
   void place_in_buffers();
 
   std::vector<ParameterInfo> params_;

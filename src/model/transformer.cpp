@@ -19,25 +19,20 @@ namespace miniattn {
 namespace {
 
 // Typed views of one block's parameters (or gradients) inside a flat buffer:
-// this rank's shards, Ds = D / tp attention columns and Fs = F / tp FFN units.
+// this rank's shards, Ds = D / tp attention columns, Qs = Ds + 2 KV Dh / tp QKV
+// rows (KV = model.kv_heads) and Fs = F / tp FFN units.
 template <class T>
 struct BlockTensors {
   UnmanagedView1<T> ln1_weight, ln1_bias, qkv_bias, proj_bias, ln2_weight, ln2_bias, fc1_bias, fc2_bias;
   UnmanagedView2<T> qkv_weight, proj_weight, fc1_weight, fc2_weight;
 
-  BlockTensors(const View1<T>& buf, const BlockOffsets& o, index_t D, index_t Ds, index_t Fs)
-      : ln1_weight(vector_at(buf, o.ln1_weight, D)),
-        ln1_bias(vector_at(buf, o.ln1_bias, D)),
-        qkv_bias(vector_at(buf, o.qkv_bias, 3 * Ds)),
-        proj_bias(vector_at(buf, o.proj_bias, D)),
-        ln2_weight(vector_at(buf, o.ln2_weight, D)),
-        ln2_bias(vector_at(buf, o.ln2_bias, D)),
-        fc1_bias(vector_at(buf, o.fc1_bias, Fs)),
-        fc2_bias(vector_at(buf, o.fc2_bias, D)),
-        qkv_weight(matrix_at(buf, o.qkv_weight, 3 * Ds, D)),
-        proj_weight(matrix_at(buf, o.proj_weight, D, Ds)),
-        fc1_weight(matrix_at(buf, o.fc1_weight, Fs, D)),
-        fc2_weight(matrix_at(buf, o.fc2_weight, D, Fs)) {}
+  BlockTensors(const View1<T>& buf, const BlockOffsets& o, index_t D, index_t Ds, index_t Qs, index_t Fs)
+      : ln1_weight(vector_at(buf, o.ln1_weight, D)), ln1_bias(vector_at(buf, o.ln1_bias, D)),
+        qkv_bias(vector_at(buf, o.qkv_bias, Qs)), proj_bias(vector_at(buf, o.proj_bias, D)),
+        ln2_weight(vector_at(buf, o.ln2_weight, D)), ln2_bias(vector_at(buf, o.ln2_bias, D)),
+        fc1_bias(vector_at(buf, o.fc1_bias, Fs)), fc2_bias(vector_at(buf, o.fc2_bias, D)),
+        qkv_weight(matrix_at(buf, o.qkv_weight, Qs, D)), proj_weight(matrix_at(buf, o.proj_weight, D, Ds)),
+        fc1_weight(matrix_at(buf, o.fc1_weight, Fs, D)), fc2_weight(matrix_at(buf, o.fc2_weight, D, Fs)) {}
 };
 
 // Attention runs as a phase of the timer (fenced, for bench runs) when there
@@ -66,20 +61,13 @@ template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
                             index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention,
                             const TensorParallelGroup& tp, index_t slots)
-    : model_(model),
-      layout_(layout),
-      layers_(layout.layers()),
-      tp_(tp),
-      local_batch_(micro_batch),
-      local_positions_(local_positions),
-      rows_(micro_batch * local_positions),
-      chunk_rows_(tp.chunk_rows(rows_)),
-      first_row_(tp.first_row(rows_)),
-      d_shard_(model.d_model / tp.size),
-      ffn_shard_(model.ffn_width() / tp.size),
+    : model_(model), layout_(layout), layers_(layout.layers()), tp_(tp), local_batch_(micro_batch),
+      local_positions_(local_positions), rows_(micro_batch * local_positions), chunk_rows_(tp.chunk_rows(rows_)),
+      first_row_(tp.first_row(rows_)), d_shard_(model.d_model / tp.size),
+      kv_shard_(model.kv_head_count() / tp.size * model.head_dim()), ffn_shard_(model.ffn_width() / tp.size),
       attention_(std::move(attention)) {
   const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
-  const index_t Ds = d_shard_, Fs = ffn_shard_;
+  const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = Ds + 2 * KVs, KV = KVs / Dh;
   const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
 
   wpe_row_ = View1<index_t>("wpe_row", n);
@@ -112,24 +100,24 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   loss_sum_ = kernels::OrderedSum(r);
   token_rows_ = kernels::TokenRows(V, r);
 
-  qkv_ = View2<T>("qkv", R, 3 * Ds);
+  qkv_ = View2<T>("qkv", R, Qs);
   normed_ = View2<T>("normed", r, D);  // r x D = R x Ds: also the merged heads in the backward pass
   d_residual_ = View2<T>("d_residual", r, D);
   d_normed_ = View2<T>("d_normed", r, D);
   all_rows_ = tp.size > 1 ? View2<T>("all_rows", R, D) : normed_;
   d_all_rows_out_ = tp.size > 1 ? View2<T>("d_all_rows", R, D) : d_residual_;
   d_all_rows_in_ = tp.size > 1 ? d_all_rows_out_ : d_normed_;
-  arena_ = View1<T>("block_arena", R * std::max(3 * Ds, Fs));
+  arena_ = View1<T>("block_arena", R * std::max(Qs, Fs));
   q_ = View4<T>(arena_.data(), B, H, n, Dh);
-  k_ = View4<T>(arena_.data() + R * Ds, B, H, n, Dh);
-  v_ = View4<T>(arena_.data() + 2 * R * Ds, B, H, n, Dh);
+  k_ = View4<T>(arena_.data() + R * Ds, B, KV, n, Dh);
+  v_ = View4<T>(arena_.data() + R * (Ds + KVs), B, KV, n, Dh);
   fc1_out_ = View2<T>(arena_.data(), R, Fs);
   d_hidden_ = View2<T>("d_hidden", R, Fs);
   d_q_ = View4<T>("d_q", B, H, n, Dh);
-  d_k_ = View4<T>("d_k", B, H, n, Dh);
-  d_v_ = View4<T>("d_v", B, H, n, Dh);
+  d_k_ = View4<T>("d_k", B, KV, n, Dh);
+  d_v_ = View4<T>("d_v", B, KV, n, Dh);
   d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
-  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max({3 * Ds, Fs, D}));
+  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max({Qs, Fs, D}));
 }
 
 template <class T>
@@ -144,7 +132,7 @@ View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_ro
 
 template <class T>
 void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l) {
-  const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, ffn_shard_);
+  const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
   const std::size_t i = static_cast<std::size_t>(l - layers_.first);
   BlockActivations<T>& a = saved.blocks[i];
@@ -201,8 +189,8 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
                                     index_t slot, index_t l) {
   // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
   const index_t D = model_.d_model;
-  const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
-  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, d_shard_, ffn_shard_);
+  const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
+  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
   const std::size_t i = static_cast<std::size_t>(l - layers_.first);
   BlockActivations<T>& a = saved.blocks[i];

@@ -118,7 +118,9 @@ class Transformer {
   StageLayers layers_;
   TensorParallelGroup tp_;
   index_t local_batch_, local_positions_, rows_, chunk_rows_, first_row_;
-  index_t d_shard_, ffn_shard_;  // this rank's D / tp attention columns and F / tp FFN units
+  index_t d_shard_, kv_shard_, ffn_shard_;  // this rank's D / tp attention columns, KV Dh / tp K (and V)
+                                            // columns and F / tp FFN units
+  index_t qkv_rows() const { return d_shard_ + 2 * kv_shard_; }
   std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
 
   View1<index_t> wpe_row_;  // local wpe row of each local position (identity)
@@ -132,19 +134,20 @@ class Transformer {
 
   // Workspaces shared by all blocks, each reused in both passes (forward and
   // backward never overlap); what each holds when is spelled out in block_forward
-  // and block_backward. R: all rows, r: the chunk (R with tp = 1); Ds = D / tp, Fs = F / tp.
-  View2<T> qkv_;      // [R, 3 Ds]: QKV projection; its first R x Ds: merged attention output / its gradient; d_qkv
+  // and block_backward. R: all rows, r: the chunk (R with tp = 1); Ds = D / tp,
+  // KVs = KV Dh / tp, Fs = F / tp.
+  View2<T> qkv_;  // [R, Ds + 2 KVs]: QKV projection; its first R x Ds: merged attention output / its gradient; d_qkv
   View2<T> normed_;   // [r, D]: a LayerNorm output (ln1, ln2, ln_f) or a projection output
   View2<T> all_rows_;  // [R, D]: normed_ gathered, or a row-parallel partial output (normed_ with tp = 1)
   View2<T> d_all_rows_out_, d_all_rows_in_;  // [R, D]: d_residual_ gathered / a column-parallel partial
                                              // input gradient: one buffer (with tp = 1: d_residual_, d_normed_)
-  View1<T> arena_;    // R x max(3 Ds, Fs): q, k, v (attention half) or fc1's output (FFN half)
+  View1<T> arena_;      // R x max(Ds + 2 KVs, Fs): q, k, v (attention half) or fc1's output (FFN half)
   View4<T> q_, k_, v_;  // views into arena_
   View2<T> fc1_out_;    // view into arena_
   View2<T> d_residual_, d_normed_;  // [r, D]
   View2<T> d_hidden_;               // [R, Fs]; also holds gelu outputs in both passes
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;
-  View2<T> column_partials_;  // [column_sum_chunks(R), max(3 Ds, Fs, D)]: bias and LayerNorm gradient sums
+  View2<T> column_partials_;  // [column_sum_chunks(R), max(Ds + 2 KVs, Fs, D)]: bias and LayerNorm gradient sums
 };
 
 }  // namespace miniattn

@@ -28,6 +28,13 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   const double L = static_cast<double>(stage_layers(m.layers, in.pp, in.stage).count());
   const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
   const double X = b * n * D / t * s;
+  // K or V of a block (GQA: KV of the H heads), and as a Ulysses all-to-all
+  // moves it (the K/V heads split over U ranks, or one replicated per rank).
+  const std::int64_t kv_heads = m.kv_head_count() / in.tp;
+  const double head_bytes = b * n * static_cast<double>(m.head_dim()) * s;
+  const double X_kv = head_bytes * static_cast<double>(kv_heads);
+  const double X_kv_ulysses =
+      head_bytes * static_cast<double>(in.ulysses * kv_heads_after_all_to_all(kv_heads, in.ulysses));
   const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
   const double S = ring_steps(m, in.layout, in.sp, in.ulysses);
 
@@ -51,13 +58,13 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   }
 
   if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
-    add_ring(bytes, "ring", P, S, X, L);
+    add_ring(bytes, "ring", P, S, X_kv, L);
   } else if (in.strategy == Strategy::allgather) {
     // All-gathers of K and V (forward, and again in backward), reduce-scatters of dK and dV.
     if (P > 1) {
-      bytes["allgather.forward.kv"] = L * 2 * (P - 1) * X;
-      bytes["allgather.backward.kv"] = L * 2 * (P - 1) * X;
-      bytes["allgather.backward.dkdv"] = L * 2 * (P - 1) * X;
+      bytes["allgather.forward.kv"] = L * 2 * (P - 1) * X_kv;
+      bytes["allgather.backward.kv"] = L * 2 * (P - 1) * X_kv;
+      bytes["allgather.backward.dkdv"] = L * 2 * (P - 1) * X_kv;
     }
   } else if (in.strategy == Strategy::rsa) {
     if (P > 1) {
@@ -69,12 +76,12 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   } else {  // ulysses, hybrid
     // Every all-to-all is called, also on one rank, where it sends nothing.
     const double share = (U - 1) / U;
-    bytes["ulysses.forward.qkv"] = L * 3 * X * share;
+    bytes["ulysses.forward.qkv"] = L * (X + 2 * X_kv_ulysses) * share;
     bytes["ulysses.forward.out"] = L * X * share;
     bytes["ulysses.forward.lse"] = L * b * H * n * s * share;
     bytes["ulysses.backward.dout"] = L * X * share;
-    bytes["ulysses.backward.dqkv"] = L * 3 * X * share;
-    add_ring(bytes, "ring", G, S, X, L);
+    bytes["ulysses.backward.dqkv"] = L * (X + 2 * X_kv_ulysses) * share;
+    add_ring(bytes, "ring", G, S, X_kv_ulysses, L);
   }
   return bytes;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Floating-point operations of one training step of the whole model (all
 // ranks together), counted from the model's shapes: a multiply-add is 2 FLOPs.
-//  dense (per layer, per token): 2 (D*3D + D*D + 2*D*F); head: 2*D*V per token;
+//  dense (per layer, per token): 2 (D*(D + 2 KV Dh) + D*D + 2*D*F) (KV = D/Dh
+//  without GQA: D*3D); head: 2*D*V per token;
 //  attention forward per layer: 4 * B * N^2 * D (Q K^T and P V), half if causal;
 //  backward: 2x the dense forward, 2.5x the attention forward.
 #include "core/config.hpp"

@@ -35,6 +35,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
   // This rank's share: heads, attention columns and FFN units over TP.
   const std::size_t H = static_cast<std::size_t>(m.heads) / tp, Da = D / tp;
+  // K/V heads (GQA), their columns Dk, and the QKV projection's columns Dq.
+  const std::size_t Dh = D / static_cast<std::size_t>(m.heads), KV = static_cast<std::size_t>(m.kv_head_count()) / tp;
+  const std::size_t Dk = KV * Dh, Dq = Da + 2 * Dk;
   const std::size_t F = static_cast<std::size_t>(m.ffn_width()) / tp;
   const std::size_t R = b * n, r = R / tp, U = static_cast<std::size_t>(in.ulysses);
   const std::size_t G = static_cast<std::size_t>(in.sp) / U;
@@ -60,34 +63,37 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + (3 * r + (last_stage ? r * V : 0)) * s +
                               r * sizeof(double);
   if (!first_stage) plan.parts["pipeline send buffer"] = r * D * s;
-  plan.parts["workspaces"] = (3 * R * Da + r * D + R * std::max(3 * Da, F) + 2 * r * D + R * F + 4 * R * Da +
-                              (tp > 1 ? 2 * R * D : 0)) * s;
+  plan.parts["workspaces"] =
+      (R * Dq + r * D + R * std::max(Dq, F) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
-  plan.parts["reduction workspaces"] = chunks * std::max({3 * Da, F, D}) * s + ordered_sum_bytes(r) +
+  plan.parts["reduction workspaces"] = chunks * std::max({Dq, F, D}) * s + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
 
   // Attention strategies, one per layer and slot, plus the ring workspace they share.
   std::size_t attention = 0;
   // The backward kernel's K^T and V^T of one key block (kernels/attention.hpp).
   const auto transposed_keys = [&](std::size_t heads, std::size_t rows) {
-    return 2 * b * heads * (D / m.heads) *
-           static_cast<std::size_t>(kernels::transposed_keys_row(static_cast<index_t>(rows))) * s;
+    return 2 * b * heads * Dh * static_cast<std::size_t>(kernels::transposed_keys_row(static_cast<index_t>(rows))) * s;
   };
   if (in.strategy == Strategy::rsa) {
     attention = slots * L * (R * H * N + R * H + 8 * R * Da) * s;
   } else if (in.strategy == Strategy::allgather) {
     // Its shared workspace: row statistics, K^T and V^T of one block, and the
     // whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
-    attention = 2 * R * H * s + transposed_keys(H, n) + (G > 1 ? 4 * G * R * Da * s : 0);
+    attention = 2 * R * H * s + transposed_keys(KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
   } else {
     // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
-    // of the backward kernel, and the travelling K/V/dK/dV double buffers.
-    attention = 2 * R * H * s + transposed_keys(H / U, U * n) + (G > 1 ? 8 * R * Da * s : 0);
-    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
-      attention += slots * L * (2 * R * Da + 8 * R * Da + R * H) * s;  // all-to-all buffers, head-split tensors
+    // of the backward kernel, and the travelling K/V/dK/dV double buffers. After
+    // a Ulysses all-to-all a rank holds KVu K/V heads of U n rows: R Du values.
+    const std::size_t KVu =
+        static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(KV), in.ulysses));
+    const std::size_t Du = U * KVu * Dh;
+    attention = 2 * R * H * s + transposed_keys(KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
+    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)  // all-to-all buffers, head-split tensors
+      attention += slots * L * (2 * R * Da + 4 * R * Da + 4 * R * Du + R * H) * s;
   }
   plan.parts["attention"] = attention;
   return plan;

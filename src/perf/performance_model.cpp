@@ -454,7 +454,8 @@ void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, co
   const double dense_flops = stage_flops / c.stage_ranks();
   // The backward pass recomputes each block's QKV and fc1 projections
   // (src/model/transformer.cpp): work the model's FLOP count leaves out.
-  const double recompute_flops = L * 2.0 * R * (3.0 * D * D + D * F) / c.tp;
+  const double qkv_rows = D + 2.0 * static_cast<double>(m.kv_head_count() * m.head_dim());
+  const double recompute_flops = L * 2.0 * R * (qkv_rows * D + D * F) / c.tp;
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 }
 
@@ -543,6 +544,15 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
                                                  L * calls * (c.tp - 1));
 }
 
+// One rank's K (or V) block as a ring or all-gather moves it: b samples of
+// n = N / sp rows of this TP rank's K/V heads (GQA: fewer than its query
+// heads), after a Ulysses all-to-all of degree U (U n rows of the heads it leaves).
+double kv_block_bytes(const StepConfig& c, const MicroBatch& w, int U) {
+  const std::int64_t kv_heads = kv_heads_after_all_to_all(c.model.kv_head_count() / c.tp, U);
+  return static_cast<double>(w.samples) * static_cast<double>(c.model.seq_len / c.sp) * U *
+         static_cast<double>(kv_heads * c.model.head_dim()) * static_cast<double>(c.scalar_bytes());
+}
+
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
 // U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
 // and its K/V transfers, part of each hidden by the step's block compute. A
@@ -554,9 +564,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const bool rsa = c.strategy == Strategy::rsa;
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
-  // One local [b, H/tp, n, Dh] tensor: this TP rank's heads.
-  const double X =
-      b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model / c.tp * c.scalar_bytes());
+  const double X = kv_block_bytes(c, w, U);
   const RingWork work = ring_work(c, U, !rsa);
   // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
   const double block_flops =
@@ -599,8 +607,7 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   const ModelConfig& m = c.model;
   const int G = c.sp;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
-  const double X =
-      b * (static_cast<double>(m.seq_len) / c.sp) * static_cast<double>(m.d_model / c.tp * c.scalar_bytes());
+  const double X = kv_block_bytes(c, w, 1);
   const RingWork work = ring_work(c, 1, true);
   const double blocks = work.first + (G - 1) * work.other;
   const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();

@@ -451,7 +451,9 @@ TEST(AttentionForward, EveryMaskChangesTheResult) {
     const auto got = kernel_forward<double>(p, mask, {16, 12});
     for (const MaskCase& other : kMasks) {
       SCOPED_TRACE(std::string(mask.name) + " against " + other.name);
-      if (&other != &mask) EXPECT_GT(relative_error(got.out, naive_forward(p, other).out), 1e-3);
+      if (&other != &mask) {
+        EXPECT_GT(relative_error(got.out, naive_forward(p, other).out), 1e-3);
+      }
     }
   }
 }
@@ -681,5 +683,87 @@ TEST(AttentionBackward, MatchesFiniteDifferences) {
     }
   }
 }
+
+// ---------------------------------------------------------------------------
+// Grouped K/V heads (GQA / MQA): the kernels given KV K/V heads equal the naive
+// reference on the same problem with each K/V head written out for every query
+// head of its group (h uses h / (H / KV)); the reference's dK, dV summed over
+// the group are the kernel's.
+struct GroupedProblem {
+  Problem whole;             // H heads on both sides, K/V repeated within each group
+  std::vector<double> k, v;  // [B, KV, nk, Dh]: what the kernels get
+  index_t kv_heads = 0;
+};
+
+GroupedProblem make_grouped_problem(index_t heads, index_t kv_heads, const Case& c, std::uint64_t seed) {
+  GroupedProblem g;
+  g.kv_heads = kv_heads;
+  g.whole = make_problem(2, heads, c.dh, c.q_pos, c.k_pos, seed);
+  const Problem compact = make_problem(2, kv_heads, c.dh, c.q_pos, c.k_pos, seed + 7);
+  g.k = compact.k;
+  g.v = compact.v;
+  const std::size_t row = static_cast<std::size_t>(g.whole.nk() * c.dh);
+  for (index_t b = 0; b < 2; ++b)
+    for (index_t h = 0; h < heads; ++h) {
+      const std::size_t from = static_cast<std::size_t>(b * kv_heads + h / (heads / kv_heads)) * row;
+      const std::size_t to = static_cast<std::size_t>(b * heads + h) * row;
+      std::copy(compact.k.begin() + from, compact.k.begin() + from + row, g.whole.k.begin() + to);
+      std::copy(compact.v.begin() + from, compact.v.begin() + from + row, g.whole.v.begin() + to);
+    }
+  return g;
+}
+
+// x [B, H, nk, Dh] -> [B, KV, nk, Dh], each K/V head the sum of its group's heads.
+std::vector<double> sum_over_groups(const std::vector<double>& x, index_t heads, index_t kv_heads, std::size_t row) {
+  std::vector<double> sum(x.size() / static_cast<std::size_t>(heads / kv_heads), 0.0);
+  const index_t batch = static_cast<index_t>(x.size() / (row * static_cast<std::size_t>(heads)));
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t h = 0; h < heads; ++h)
+      for (std::size_t e = 0; e < row; ++e)
+        sum[static_cast<std::size_t>(b * kv_heads + h / (heads / kv_heads)) * row + e] +=
+            x[static_cast<std::size_t>(b * heads + h) * row + e];
+  return sum;
+}
+
+template <class T>
+void check_grouped_heads_against_naive(double tolerance) {
+  std::uint64_t seed = 701;
+  for (const auto& [heads, kv_heads] : {std::make_pair(4, 2), std::make_pair(6, 3), std::make_pair(4, 1)}) {
+    for (const auto& c : forward_cases()) {
+      for (const MaskCase& mask : kMasks) {
+        SCOPED_TRACE(c.name + " " + mask.name + " H=" + std::to_string(heads) + " KV=" + std::to_string(kv_heads));
+        GroupedProblem gp = make_grouped_problem(heads, kv_heads, c, seed++);
+        const Problem& p = gp.whole;
+        const auto g = random_values(p.q.size(), seed + 1000);
+        const index_t nq = p.nq(), nk = p.nk(), B = p.batch;
+        const View4<T> q = to_device<T>(p.q, B, heads, nq, p.dh, "q");
+        const View4<T> k = to_device<T>(gp.k, B, kv_heads, nk, p.dh, "k");
+        const View4<T> v = to_device<T>(gp.v, B, kv_heads, nk, p.dh, "v");
+        const View1<const index_t> q_pos = positions_to_device(p.q_pos), k_pos = positions_to_device(p.k_pos);
+        View4<T> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
+        View4<T> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
+        View3<T> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
+        miniattn::kernels::attention_forward<T>(q, k, v, q_pos, k_pos, kernel_mask(mask), c.blocking, out, lse,
+                                                row_sum);
+        const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
+        miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
+        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, kernel_mask(mask),
+                                                            c.blocking, dq, dk, dv, {B, kv_heads, p.dh, nk});
+        const Problem reference = rounded<T>(p);
+        const auto ref = naive_forward(reference, mask);
+        const auto ref_grads = naive_backward(reference, mask, rounded<T>(g));
+        const std::size_t row = static_cast<std::size_t>(nk * p.dh);
+        EXPECT_LE(relative_error(to_host(out), ref.out), tolerance);
+        EXPECT_LE(relative_error(to_host(lse), ref.lse), tolerance);
+        EXPECT_LE(relative_error(to_host(dq), ref_grads.dq), tolerance);
+        EXPECT_LE(relative_error(to_host(dk), sum_over_groups(ref_grads.dk, heads, kv_heads, row)), tolerance);
+        EXPECT_LE(relative_error(to_host(dv), sum_over_groups(ref_grads.dv, heads, kv_heads, row)), tolerance);
+      }
+    }
+  }
+}
+
+TEST(AttentionGroupedHeads, MatchesNaiveFloat64) { check_grouped_heads_against_naive<double>(1e-12); }
+TEST(AttentionGroupedHeads, MatchesNaiveFloat32) { check_grouped_heads_against_naive<float>(1e-5); }
 
 }  // namespace

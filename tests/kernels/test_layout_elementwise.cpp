@@ -52,6 +52,37 @@ TYPED_TEST(HeadLayoutTest, SplitAndMergeQkvMatchIndexFormula) {
   EXPECT_EQ(to_host(back), qkv);
 }
 
+// Grouped K/V heads: qkv [B*n, (H + 2 KV) Dh] is q | k | v with KV = 1 head of k and v.
+TYPED_TEST(HeadLayoutTest, SplitAndMergeGroupedQkvMatchIndexFormula) {
+  using T = TypeParam;
+  constexpr index_t KV = 1, columns = kD + 2 * KV * kDh;
+  const HostVec qkv = quantize<T>(Random(505).uniform(kB * kN * columns, -1, 1));
+  View4<T> q("q", kB, kH, kN, kDh), k("k", kB, KV, kN, kDh), v("v", kB, KV, kN, kDh);
+  fill_nan(q);
+  fill_nan(k);
+  fill_nan(v);
+  kernels::split_qkv_heads<T>(to_view2<T>("qkv", qkv, kB * kN, columns), q, k, v);
+  HostVec want_q(kB * kH * kN * kDh), want_k(kB * KV * kN * kDh), want_v(want_k.size());
+  for (index_t b = 0; b < kB; ++b)
+    for (index_t i = 0; i < kN; ++i)
+      for (index_t e = 0; e < kDh; ++e) {
+        const index_t row = (b * kN + i) * columns;
+        for (index_t h = 0; h < kH; ++h) want_q[head_major_index(b, h, i, e)] = qkv[row + h * kDh + e];
+        want_k[(b * kN + i) * kDh + e] = qkv[row + kD + e];
+        want_v[(b * kN + i) * kDh + e] = qkv[row + kD + KV * kDh + e];
+      }
+  EXPECT_EQ(to_host(q), want_q);
+  EXPECT_EQ(to_host(k), want_k);
+  EXPECT_EQ(to_host(v), want_v);
+
+  View2<T> back("back", kB * kN, columns);
+  fill_nan(back);
+  kernels::merge_qkv_heads<T>(q, k, v, back);
+  EXPECT_EQ(to_host(back), qkv);
+  View2<T> wrong("wrong", kB * kN, 3 * kD);  // sized for KV = H
+  EXPECT_THROW(kernels::merge_qkv_heads<T>(q, k, v, wrong), std::invalid_argument);
+}
+
 TYPED_TEST(HeadLayoutTest, SplitAndMergeHeadsMatchIndexFormula) {
   using T = TypeParam;
   const HostVec x = quantize<T>(Random(511).uniform(kB * kN * kD, -1, 1));

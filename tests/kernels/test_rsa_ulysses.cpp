@@ -53,6 +53,43 @@ TYPED_TEST(UlyssesLayoutTest, PackHeadsMatchesIndexFormula) {
   EXPECT_EQ(to_host(back), x);
 }
 
+// Grouped K/V heads fewer than the ranks (GQA): U = 4 ranks, one head each, from
+// KV = 2 heads. pack_heads sends head j / 2 to rank j; unpack_heads sums the
+// two replicas of each head (the gradients of its copies), in rank order.
+TYPED_TEST(UlyssesLayoutTest, ReplicatedHeadsPackAndSum) {
+  using T = TypeParam;
+  constexpr index_t U = 4, KV = 2;
+  const HostVec x = quantize<T>(Random(611).uniform(kB * KV * kN * kDh, -1, 1));
+  kernels::View5<T> buffer("buffer", U, kB, 1, kN, kDh);
+  fill_nan(buffer);
+  kernels::pack_heads<T>(to_view4<T>("x", x, kB, KV, kN, kDh), buffer);
+  const auto x_at = [&](index_t b, index_t h, index_t i, index_t d) { return x[((b * KV + h) * kN + i) * kDh + d]; };
+  HostVec want(static_cast<std::size_t>(U * kB * kN * kDh));
+  for (index_t j = 0; j < U; ++j)
+    for (index_t b = 0; b < kB; ++b)
+      for (index_t i = 0; i < kN; ++i)
+        for (index_t d = 0; d < kDh; ++d) want[((j * kB + b) * kN + i) * kDh + d] = x_at(b, j / (U / KV), i, d);
+  EXPECT_EQ(to_host(buffer), want);
+
+  const HostVec grads = quantize<T>(Random(612).uniform(want.size(), -1, 1));
+  kernels::View5<T> grad_buffer("grad_buffer", U, kB, 1, kN, kDh);
+  auto host = Kokkos::create_mirror_view(grad_buffer);
+  std::copy(grads.begin(), grads.end(), host.data());
+  Kokkos::deep_copy(grad_buffer, host);
+  View4<T> summed("summed", kB, KV, kN, kDh);
+  fill_nan(summed);
+  kernels::unpack_heads<T>(grad_buffer, summed);
+  HostVec want_sum(x.size());
+  for (index_t b = 0; b < kB; ++b)
+    for (index_t h = 0; h < KV; ++h)
+      for (index_t i = 0; i < kN; ++i)
+        for (index_t d = 0; d < kDh; ++d) {
+          const auto g = [&](index_t j) { return grads[((j * kB + b) * kN + i) * kDh + d]; };
+          want_sum[((b * KV + h) * kN + i) * kDh + d] = static_cast<double>(static_cast<T>(g(2 * h) + g(2 * h + 1)));
+        }
+  EXPECT_EQ(to_host(summed), want_sum);
+}
+
 // buffer[s, b, h, i, d] = y[b, h, s*n + i, d]; unpack_rows inverts it.
 TYPED_TEST(UlyssesLayoutTest, PackRowsMatchesIndexFormula) {
   using T = TypeParam;
