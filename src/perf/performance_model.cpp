@@ -776,14 +776,18 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
 
 namespace {
 
-// The deck's ulysses_degree when it fits sp and the heads of a TP rank, else
-// the largest degree that divides both and whose group (u SP ranks at stride
-// tp, so u tp consecutive world ranks) fits in a node.
+// The deck's ulysses_degree when it fits sp and the heads and K/V heads of a
+// TP rank, else the largest degree that does and whose group (u SP ranks at
+// stride tp, so u tp consecutive world ranks) fits in a node.
 int hybrid_degree(const StepConfig& deck, int sp, int tp, std::int64_t ranks_per_node) {
-  const std::int64_t heads = deck.model.heads / tp;
-  if (deck.ulysses > 1 && sp % deck.ulysses == 0 && heads % deck.ulysses == 0) return deck.ulysses;
+  const std::int64_t heads = deck.model.heads / tp,
+                     kv_heads = std::max<std::int64_t>(deck.model.kv_head_count() / tp, 1);
+  const auto fits = [&](std::int64_t u) {
+    return sp % u == 0 && heads % u == 0 && (kv_heads % u == 0 || u % kv_heads == 0);
+  };
+  if (deck.ulysses > 1 && fits(deck.ulysses)) return deck.ulysses;
   for (std::int64_t u = std::min<std::int64_t>(sp, ranks_per_node / tp); u > 1; --u)
-    if (sp % u == 0 && heads % u == 0) return static_cast<int>(u);
+    if (fits(u)) return static_cast<int>(u);
   return 1;
 }
 
