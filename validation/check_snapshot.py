@@ -50,7 +50,8 @@ def dataset_names(f, group):
 
 
 def read_snapshot(path):
-    """(cfg, params, tokens, loss, grads, optional activations) as float64 tensors."""
+    """(cfg, params, tokens, document_ids or None, loss, grads, optional activations) as
+    float64 tensors."""
     with h5py.File(path, "r") as f:
         try:
             cfg = rm.load_config(f)
@@ -69,6 +70,14 @@ def read_snapshot(path):
                             f"config says {(cfg.batch, cfg.seq_len + 1)}")
         if tokens.numel() and (tokens.min() < 0 or tokens.max() >= cfg.vocab):
             raise Malformed(f"/inputs/tokens holds values outside [0, {cfg.vocab})")
+        document_ids = None
+        if cfg.documents:
+            document_ids = torch.from_numpy(read_dataset(f, "inputs/document_ids")).to(torch.int64)
+            if tuple(document_ids.shape) != (cfg.batch, cfg.seq_len):
+                raise Malformed(f"/inputs/document_ids has shape {tuple(document_ids.shape)}, "
+                                f"config says {(cfg.batch, cfg.seq_len)}")
+            if document_ids.numel() and bool((document_ids[:, 1:] < document_ids[:, :-1]).any()):
+                raise Malformed("/inputs/document_ids decrease along a sample (documents are packed in order)")
         loss = read_dataset(f, "loss")
         if loss.size != 1:
             raise Malformed(f"/loss has {loss.size} values, expected a scalar")
@@ -79,7 +88,7 @@ def read_snapshot(path):
                   for n in dataset_names(f, "activations")}
         if "logits" in f:
             extras["logits"] = torch.from_numpy(read_dataset(f, "logits")).to(torch.float64)
-    return cfg, params, tokens, loss, grads, extras
+    return cfg, params, tokens, document_ids, loss, grads, extras
 
 
 def normwise_error(value, ref):
@@ -100,7 +109,7 @@ def main(argv=None):
     torch.set_num_threads(1)
 
     try:
-        cfg, params, tokens, loss, grads, extras = read_snapshot(args.snapshot)
+        cfg, params, tokens, document_ids, loss, grads, extras = read_snapshot(args.snapshot)
     except (Malformed, OSError) as e:
         print(f"{args.snapshot}: malformed snapshot: {e}")
         print("reference check: FAILED (malformed snapshot)")
@@ -108,11 +117,12 @@ def main(argv=None):
     loss_tol = args.loss_rtol if args.loss_rtol is not None else DEFAULT_RTOL[cfg.precision][0]
     grad_tol = args.grad_rtol if args.grad_rtol is not None else DEFAULT_RTOL[cfg.precision][1]
 
-    ref_loss, ref_grads, ref_extras = rm.loss_and_grads(params, tokens, cfg)
+    ref_loss, ref_grads, ref_extras = rm.loss_and_grads(params, tokens, cfg, document_ids=document_ids)
     ref_loss = ref_loss.item()
 
     print(f"snapshot {args.snapshot}: V={cfg.vocab} D={cfg.d_model} H={cfg.heads} F={cfg.ffn} "
           f"L={cfg.layers} N={cfg.seq_len} B={cfg.batch} causal={int(cfg.causal)} window={cfg.window} "
+          f"kv_heads={cfg.kv_head_count} documents={int(cfg.documents)} "
           f"precision={cfg.precision}")
     print(f"tolerances: loss rtol {loss_tol:.1e}, grads/activations norm-wise rtol {grad_tol:.1e}")
     print(f"{'tensor':<36} {'shape':<16} {'||ref||':>12} {'error':>10}  result")

@@ -44,6 +44,7 @@ class Config:
     precision: str = "fp64"
     window: int = 0  # sliding window: keys less than `window` positions away (0 = all)
     kv_heads: int = 0  # key/value heads shared by groups of query heads (GQA); 0 = heads
+    documents: bool = False  # packed documents: the snapshot's /inputs/document_ids masks attention
 
     @property
     def head_dim(self):
@@ -87,18 +88,23 @@ def load_config(h5file):
     window = int(_attr_value(attrs["window"])) if "window" in attrs else 0
     # Likewise model.kv_heads: one K/V head per query head.
     kv_heads = int(_attr_value(attrs["kv_heads"])) if "kv_heads" in attrs else 0
+    documents = bool(int(_attr_value(attrs["documents"]))) if "documents" in attrs else False
     return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision, window=window,
-                  kv_heads=kv_heads)
+                  kv_heads=kv_heads, documents=documents)
 
 
-def attention_mask(cfg, device=None):
+def attention_mask(cfg, device=None, document_ids=None):
     """[N, N] bool, True where query i must not see key j: after it (causal),
-    or `window` or more positions away (before it, or on either side when not causal)."""
+    or `window` or more positions away (before it, or on either side when not causal);
+    with document_ids [B, N] also where j lies in another document: [B, 1, N, N]."""
     i = torch.arange(cfg.seq_len, device=device).view(-1, 1)
     j = torch.arange(cfg.seq_len, device=device).view(1, -1)
     hidden = (j > i) if cfg.causal else torch.zeros(cfg.seq_len, cfg.seq_len, dtype=torch.bool, device=device)
     if cfg.window > 0:
         hidden = hidden | ((i - j).abs() >= cfg.window)
+    if document_ids is not None:
+        other_document = document_ids[:, :, None] != document_ids[:, None, :]  # [B, N, N]
+        hidden = (hidden | other_document)[:, None]
     return hidden
 
 
@@ -135,7 +141,7 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, cfg.qkv_rows)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x):
+    def forward(self, x, document_ids=None):
         B, N, D = x.shape
         H, KV, Dh = self.heads, self.cfg.kv_head_count, D // self.heads
         q, k, v = self.qkv(x).split([D, KV * Dh, KV * Dh], dim=-1)  # q [B, N, D] | k, v [B, N, KV Dh]
@@ -143,8 +149,9 @@ class Attention(nn.Module):
         q = q.view(B, N, H, Dh).transpose(1, 2)
         k, v = (t.view(B, N, KV, Dh).transpose(1, 2).repeat_interleave(H // KV, dim=1) for t in (k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, N, N]
-        scores = scores.masked_fill(attention_mask(self.cfg, x.device), float("-inf"))
-        o = torch.softmax(scores, dim=-1) @ v  # [B, H, N, Dh]
+        hidden = attention_mask(self.cfg, x.device, document_ids)
+        scores = scores.masked_fill(hidden, float("-inf"))
+        o = torch.softmax(scores, dim=-1).masked_fill(hidden, 0.0) @ v  # [B, H, N, Dh]; a row without keys gives 0
         return self.proj(o.transpose(1, 2).reshape(B, N, D))
 
 
@@ -166,8 +173,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, document_ids=None):
+        x = x + self.attn(self.ln1(x), document_ids)
         return x + self.ffn(self.ln2(x))
 
 
@@ -180,14 +187,15 @@ class ReferenceGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
 
-    def forward(self, tokens):
-        """tokens [B, N+1] -> (loss, {'blocks.{l}.out': [B,N,D], 'logits': [B,N,V]})."""
+    def forward(self, tokens, document_ids=None):
+        """tokens [B, N+1] (document_ids [B, N] with packed documents)
+        -> (loss, {'blocks.{l}.out': [B,N,D], 'logits': [B,N,V]})."""
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         N = inputs.shape[1]
         x = self.wte[inputs] + self.wpe[torch.arange(N, device=tokens.device)]
         extras = {}
         for l, block in enumerate(self.blocks):
-            x = block(x)
+            x = block(x, document_ids)
             extras[f"blocks.{l}.out"] = x
         logits = self.ln_f(x) @ self.wte.t()
         extras["logits"] = logits
@@ -206,20 +214,25 @@ def check_shapes(params, cfg):
         raise ValueError("; ".join(problems))
 
 
-def forward_loss(params, tokens, cfg):
+def forward_loss(params, tokens, cfg, document_ids=None):
     """Loss (0-d tensor) and activations of the model with `params` (name -> tensor, all of
-    one dtype) on tokens [B, N+1]; differentiable with respect to the tensors in `params`."""
+    one dtype) on tokens [B, N+1] (and document_ids [B, N] with packed documents);
+    differentiable with respect to the tensors in `params`."""
     check_shapes(params, cfg)
+    if cfg.documents and document_ids is None:
+        raise ValueError("the config packs documents: document_ids [B, N] are needed")
     dtype = next(iter(params.values())).dtype
     model = ReferenceGPT(cfg).to(dtype)
     tokens = torch.as_tensor(tokens, dtype=torch.int64)
-    return functional_call(model, params, (tokens,))
+    if document_ids is not None:
+        document_ids = torch.as_tensor(document_ids, dtype=torch.int64)
+    return functional_call(model, params, (tokens, document_ids))
 
 
-def loss_and_grads(params, tokens, cfg, dtype=torch.float64):
+def loss_and_grads(params, tokens, cfg, dtype=torch.float64, document_ids=None):
     """(loss, {name: gradient}, {activation name: tensor}) by autograd in `dtype`."""
     leaves = {n: t.detach().to(dtype).requires_grad_() for n, t in params.items()}
-    loss, extras = forward_loss(leaves, tokens, cfg)
+    loss, extras = forward_loss(leaves, tokens, cfg, document_ids)
     grads = torch.autograd.grad(loss, list(leaves.values()))
     return loss.detach(), dict(zip(leaves, grads)), {n: t.detach() for n, t in extras.items()}
 
@@ -255,7 +268,7 @@ def _multi_head_projection(qkv, cfg):
     return torch.cat([q, widen(k), widen(v)], dim=0)
 
 
-def _loss_with_torch_attention(params, tokens, cfg):
+def _loss_with_torch_attention(params, tokens, cfg, document_ids=None):
     """The same model built on nn.MultiheadAttention (packed q|k|v in_proj, heads as
     contiguous Dh-column blocks) and F.layer_norm: a second opinion for the self-test."""
     D = cfg.d_model
@@ -268,6 +281,10 @@ def _loss_with_torch_attention(params, tokens, cfg):
     if cfg.window > 0:  # the band of diagonals -(w - 1) .. w - 1
         allowed = allowed.triu(-(cfg.window - 1)).tril(cfg.window - 1)
     mask = None if bool(allowed.all()) else ~allowed
+    if document_ids is not None:  # per sample, one [N, N] mask per head: [B H, N, N]
+        same = torch.stack([torch.tensor([[int(d[i] == d[j]) for j in range(N)] for i in range(N)], dtype=torch.bool)
+                            for d in document_ids.tolist()])
+        mask = ~(allowed & same).repeat_interleave(cfg.heads, dim=0)
     for l in range(cfg.layers):
         p = {k[len(f"blocks.{l}."):]: v for k, v in params.items() if k.startswith(f"blocks.{l}.")}
         a = F.layer_norm(x, (D,), p["ln1.weight"], p["ln1.bias"], LAYERNORM_EPS)
@@ -290,37 +307,49 @@ if __name__ == "__main__":
     # formulation on torch's own attention; in causal mode future tokens change nothing.
     torch.set_num_threads(1)
     failures = 0
-    for causal, window, heads, kv_heads in ((True, 0, 2, 0), (False, 0, 2, 0), (True, 2, 2, 0), (False, 3, 2, 0),
-                                            (True, 0, 4, 2), (False, 2, 4, 1)):
+    documents = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 2]])  # sample 0: positions 0-1 | 2-4
+    for causal, window, heads, kv_heads, packed in ((True, 0, 2, 0, False), (False, 0, 2, 0, False),
+                                                    (True, 2, 2, 0, False), (False, 3, 2, 0, False),
+                                                    (True, 0, 4, 2, False), (False, 2, 4, 1, False),
+                                                    (True, 0, 2, 0, True), (False, 3, 4, 2, True)):
         cfg = Config(vocab=11, d_model=8, heads=heads, ffn=12, layers=2, seq_len=5, batch=2, causal=causal,
-                     window=window, kv_heads=kv_heads)
+                     window=window, kv_heads=kv_heads, documents=packed)
+        ids = documents if packed else None
         params = random_params(cfg, seed=3)
         tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1), generator=torch.Generator().manual_seed(4))
         names = list(params)
 
         def loss_of(*tensors):
-            return forward_loss(dict(zip(names, tensors)), tokens, cfg)[0]
+            return forward_loss(dict(zip(names, tensors)), tokens, cfg, ids)[0]
 
         ok = torch.autograd.gradcheck(loss_of, [p.clone().requires_grad_() for p in params.values()])
-        print(f"gradcheck causal={causal} window={window} heads={heads} kv_heads={cfg.kv_head_count}: "
+        print(f"gradcheck causal={causal} window={window} heads={heads} kv_heads={cfg.kv_head_count} "
+              f"documents={packed}: "
               f"{'ok' if ok else 'FAILED'}")
         failures += not ok
 
-        loss, grads, extras = loss_and_grads(params, tokens, cfg)
+        loss, grads, extras = loss_and_grads(params, tokens, cfg, document_ids=ids)
         leaves = {n: t.clone().requires_grad_() for n, t in params.items()}
-        other = _loss_with_torch_attention(leaves, tokens, cfg)
+        other = _loss_with_torch_attention(leaves, tokens, cfg, ids)
         other_grads = torch.autograd.grad(other, list(leaves.values()))
         worst = max(((grads[n] - g).norm() / grads[n].norm()).item() for n, g in zip(leaves, other_grads))
         print(f"vs nn.functional.multi_head_attention_forward causal={causal} window={window} "
-              f"kv_heads={cfg.kv_head_count}: "
+              f"kv_heads={cfg.kv_head_count} documents={packed}: "
               f"loss rel. diff {abs(loss.item() / other.item() - 1):.1e}, worst grad rel. diff {worst:.1e}")
         failures += not (abs(loss.item() / other.item() - 1) < 1e-13 and worst < 1e-12)
 
         changed = tokens.clone()
         changed[:, -2] = (changed[:, -2] + 1) % cfg.vocab  # last input token
-        logits = forward_loss(params, changed, cfg)[1]["logits"]
+        logits = forward_loss(params, changed, cfg, ids)[1]["logits"]
         same_prefix = torch.equal(logits[:, :-1], extras["logits"][:, :-1])
         print(f"earlier logits unchanged by the last input token: {same_prefix} (expected {causal})")
         failures += same_prefix != causal
+        changed = tokens.clone()
+        changed[0, 0] = (changed[0, 0] + 1) % cfg.vocab  # in sample 0's first document
+        logits = forward_loss(params, changed, cfg, ids)[1]["logits"]
+        other_document_same = torch.equal(logits[0, 2:], extras["logits"][0, 2:])
+        print(f"sample 0's second document unchanged by a token of its first: {other_document_same} "
+              f"(expected {packed})")
+        failures += other_document_same != packed
     print("reference model self-test: " + ("FAILED" if failures else "PASSED"))
     raise SystemExit(1 if failures else 0)

@@ -21,11 +21,12 @@ bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> key
   if (keys.empty()) return false;
   std::sort(keys.begin(), keys.end());
   // The mask hides more the farther a key lies on either side of the query,
-  // so the nearest key on each side decides.
+  // so the nearest key on each side decides. Documents change with the data:
+  // only the positions decide here (the kernels skip what documents hide).
   for (const index_t q : queries) {
     const auto above = std::lower_bound(keys.begin(), keys.end(), q);
-    if (above != keys.end() && !mask.hides(q, *above)) return true;
-    if (above != keys.begin() && !mask.hides(q, *(above - 1))) return true;
+    if (above != keys.end() && !mask.hides_position(q, *above)) return true;
+    if (above != keys.begin() && !mask.hides_position(q, *(above - 1))) return true;
   }
   return false;
 }

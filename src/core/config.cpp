@@ -85,6 +85,7 @@ const std::vector<Field>& fields() {
       {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
+      {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
   };
   return table;
 }
@@ -98,7 +99,7 @@ std::vector<std::string> Field::choices() const {
 }
 
 const std::vector<std::string>& sections() {
-  static const std::vector<std::string> names = {"model", "parallel", "train", "io", "run", "kernels"};
+  static const std::vector<std::string> names = {"model", "parallel", "train", "io", "run", "kernels", "data"};
   return names;
 }
 

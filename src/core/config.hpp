@@ -129,6 +129,10 @@ inline std::int64_t kv_heads_after_all_to_all(std::int64_t kv_heads, std::int64_
   return kv_heads % degree == 0 ? kv_heads / degree : 1;
 }
 
+struct DataConfig {
+  bool documents = false;  // pack documents of random lengths into each sample; attention stays within one
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
@@ -136,6 +140,7 @@ struct Config {
   IoConfig io;
   RunConfig run;
   KernelConfig kernels;
+  DataConfig data;
   std::string deck_path;
 };
 

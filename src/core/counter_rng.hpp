@@ -45,5 +45,6 @@ KOKKOS_INLINE_FUNCTION std::int64_t uniform_int(std::int64_t n, std::uint64_t st
 // Distinct streams so that data and initial weights never share keys.
 constexpr std::uint64_t kStreamData = 0x64617461ULL;     // "data"
 constexpr std::uint64_t kStreamInit = 0x696e6974ULL;     // "init"
+constexpr std::uint64_t kStreamDocuments = 0x646f6373ULL;  // "docs"
 
 }  // namespace miniattn::rng

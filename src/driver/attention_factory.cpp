@@ -31,8 +31,8 @@ View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& pa
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& grid, Comm& comm,
                                          const View2<const index_t>& positions,
-                                         const kernels::AttentionBlocking& blocking, index_t micro_batch,
-                                         index_t count) {
+                                         const kernels::AttentionBlocking& blocking, index_t micro_batch, index_t slots,
+                                         index_t layers_per_slot) {
   const ModelConfig& m = c.model;
   const Strategy strategy = c.parallel.strategy;
   const std::string name = to_string(strategy);
@@ -55,9 +55,13 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
         std::make_shared<RingWorkspace<T>>(B, H / U, kv_heads_after_all_to_all(KV, U), U * n, Dh, grid.ring_size);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
-  const kernels::AttentionMask mask = attention_mask(m);
+  kernels::AttentionMask mask = attention_mask(m);
   const int steps = ring_steps(m, c.parallel.layout, grid.sp_size, grid.ulysses_size);
-  for (index_t l = 0; l < count; ++l) {
+  for (index_t l = 0; l < slots * layers_per_slot; ++l) {
+    if (c.data.documents && l % layers_per_slot == 0) {
+      result.documents.push_back(View2<index_t>("document_ids", B, m.seq_len));
+      mask.documents = result.documents.back();
+    }
     if (strategy == Strategy::allgather) {
       layers.push_back(
           std::make_unique<AllGatherAttention<T>>(comm, grid.ring_comm, positions, mask, blocking, gather_workspace));
@@ -78,11 +82,11 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
 
 template AttentionLayers<float> make_attention_layers<float>(const Config&, const ProcessGrid&, Comm&,
                                                              const View2<const index_t>&,
-                                                             const kernels::AttentionBlocking&, index_t,
+                                                             const kernels::AttentionBlocking&, index_t, index_t,
                                                              index_t);
 template AttentionLayers<double> make_attention_layers<double>(const Config&, const ProcessGrid&, Comm&,
                                                                const View2<const index_t>&,
-                                                               const kernels::AttentionBlocking&, index_t,
+                                                               const kernels::AttentionBlocking&, index_t, index_t,
                                                                index_t);
 
 }  // namespace miniattn

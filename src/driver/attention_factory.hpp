@@ -30,13 +30,16 @@ template <class T>
 struct AttentionLayers {
   std::vector<std::unique_ptr<AttentionStrategy<T>>> layers;
   std::size_t shared_workspace_bytes = 0;  // workspaces all layers share (not in the layers' own counts)
+  // With data.documents, each slot's [micro_batch, N] document ids, read by
+  // the masks of the slot's layers: fill before a micro-batch's forward pass.
+  std::vector<View2<index_t>> documents;
 };
 
-// `count` strategies for micro-batches of `micro_batch` samples.
+// slots x layers strategies (slot-major) for micro-batches of `micro_batch` samples.
 template <class T>
 AttentionLayers<T> make_attention_layers(const Config& config, const ProcessGrid& grid, Comm& comm,
                                          const View2<const index_t>& ring_positions,
-                                         const kernels::AttentionBlocking& blocking, index_t micro_batch,
-                                         index_t count);
+                                         const kernels::AttentionBlocking& blocking, index_t micro_batch, index_t slots,
+                                         index_t layers);
 
 }  // namespace miniattn

@@ -28,7 +28,7 @@ void receive(Comm& comm, const View2<T>& into, int source, MPI_Comm group, const
 }  // namespace
 
 template <class T>
-PipelinePass run_pipeline(TrainingState<T>& s) {
+PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
   const ProcessGrid& grid = s.grid;
   Transformer<T>& model = s.model;
   Comm& comm = *s.comm;
@@ -48,6 +48,10 @@ PipelinePass run_pipeline(TrainingState<T>& s) {
     const auto targets = micro_batch_rows(s.targets, op.micro_batch, rows);
     if (op.forward) {
       comm.wait(activation_sends[static_cast<std::size_t>(slot)]);  // the slot's last output has left
+      if (!s.documents.empty()) {
+        const View2<index_t>& ids = s.documents[static_cast<std::size_t>(slot)];
+        s.task.fill_documents(step, s.share.first_sample + op.micro_batch * static_cast<index_t>(ids.extent(0)), ids);
+      }
       if (previous != MPI_PROC_NULL)
         receive(comm, model.stage_input(slot), previous, grid.pp_comm, "pipeline.activations");
       const double t0 = wall_seconds();
@@ -84,7 +88,7 @@ PipelinePass run_pipeline(TrainingState<T>& s) {
   return pass;
 }
 
-template PipelinePass run_pipeline<float>(TrainingState<float>&);
-template PipelinePass run_pipeline<double>(TrainingState<double>&);
+template PipelinePass run_pipeline<float>(TrainingState<float>&, index_t);
+template PipelinePass run_pipeline<double>(TrainingState<double>&, index_t);
 
 }  // namespace miniattn

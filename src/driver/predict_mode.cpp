@@ -24,6 +24,7 @@ StepConfig deck_step_config(const Config& c) {
   s.tp = static_cast<int>(c.parallel.tp);
   s.pp = static_cast<int>(c.parallel.pp);
   s.micro_batches = c.train.micro_batches;
+  s.documents = c.data.documents;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
   // Tiles given as 0 are the ones this build would choose.
   const kernels::AttentionBlocking tiles = c.model.precision == Precision::fp32

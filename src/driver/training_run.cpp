@@ -136,7 +136,7 @@ double loss_and_gradients(TrainingState<T>& s, index_t step, StepRecord& record)
     s.task.fill(step, s.share.first_sample, s.share.local_batch, s.positions, s.inputs, s.targets);
     s.grads.fill(T(0));
   }
-  const PipelinePass pass = run_pipeline(s);
+  const PipelinePass pass = run_pipeline(s, step);
   record.idle_fractions.push_back(pass.span_seconds > 0 ? 1.0 - pass.busy_seconds / pass.span_seconds : 0.0);
   auto t = s.timer.measure("gradient_exchange");
   sum_gradients(s);
@@ -176,6 +176,8 @@ void write_snapshot(TrainingState<T>& s, double loss, index_t step) {
   content.loss = loss;
   content.first_sample = s.share.first_sample;
   content.tokens = s.task.full_streams(step, s.share.first_sample, s.share.local_batch);
+  if (s.config.data.documents)
+    content.document_ids = s.task.full_documents(step, s.share.first_sample, s.share.local_batch);
   write_or_fail("io.snapshot", [&] {
     io::write_snapshot<T>(s.config.io.snapshot, s.config, s.layout, s.grid, s.share.positions, s.params, s.grads,
                           content);

@@ -168,6 +168,7 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.ulysses = grid.ulysses_size;
   in.scalar_bytes = scalar_bytes;
   in.replicated_parameters = layout.replicated_size();
+  in.documents = c.data.documents;
   MemoryCheck memory;
   memory.plan = plan_memory(in);
   const int node_ranks = ranks_on_this_node(grid.world);
@@ -181,28 +182,19 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
 
 template <class T>
 TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l)
-    : config(c),
-      grid(g),
-      share(sh),
-      layout(l),
-      positions(to_device(sh.positions, "positions")),
-      params(l, "params"),
-      grads(l, "grads"),
-      optimizer(c.train, l),
-      gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
+    : config(c), grid(g), share(sh), layout(l), positions(to_device(sh.positions, "positions")), params(l, "params"),
+      grads(l, "grads"), optimizer(c.train, l), gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
       attention_tiles(agreed_attention_tiles<T>(c, g)),
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
       attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
-                                         pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches) *
-                                             l.layers().count())),
-      model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
-            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
-            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
-      inputs("inputs", sh.rows()),
-      targets("targets", sh.rows()),
+                                         pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count())),
+      documents(attention.documents), model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
+                                            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
+                                            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
+      inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
-      task{c.model.vocab, c.model.seq_len, c.train.seed} {
+      task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);
 }
 
@@ -219,8 +211,8 @@ const ParameterBuffers<T>* TrainingState<T>::second_moment() const {
 template <class T>
 std::size_t TrainingState<T>::allocated_bytes() const {
   const std::size_t parameter_copies = optimizer.has_moments() ? 4 : 2;
-  const std::size_t index_elements =
-      inputs.span() + targets.span() + positions.span() + attention_positions.span();
+  std::size_t index_elements = inputs.span() + targets.span() + positions.span() + attention_positions.span();
+  for (const View2<index_t>& ids : documents) index_elements += ids.span();
   return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) +
          model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
          index_elements * sizeof(index_t) + pipeline_send.span() * sizeof(T);

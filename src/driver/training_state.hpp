@@ -89,6 +89,7 @@ struct TrainingState {
   std::unique_ptr<Comm> comm;
   View2<index_t> attention_positions;
   AttentionLayers<T> attention;  // its layers move into the model
+  std::vector<View2<index_t>> documents;  // data.documents: each pipeline slot's document ids
   Transformer<T> model;
   View1<index_t> inputs, targets;  // all micro-batches of the step, one after the other
   View2<T> pipeline_send;          // the input gradient in flight to the previous stage (none on the first)
@@ -111,7 +112,7 @@ struct PipelinePass {
   double span_seconds = 0.0;  // of the whole pipeline: from its first pass to its last send
 };
 template <class T>
-PipelinePass run_pipeline(TrainingState<T>& s);
+PipelinePass run_pipeline(TrainingState<T>& s, index_t step);
 
 // Reads io.restart or io.init, or initialises at random; returns the first step.
 template <class T>

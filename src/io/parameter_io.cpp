@@ -125,6 +125,7 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "causal", static_cast<std::int64_t>(m.causal ? 1 : 0));
   file.set_attribute("/", "window", m.window);
   file.set_attribute("/", "kv_heads", m.kv_head_count());
+  file.set_attribute("/", "documents", static_cast<std::int64_t>(c.data.documents ? 1 : 0));
   file.set_attribute("/", "precision", std::string(to_string(m.precision)));
   file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
   file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));
@@ -153,6 +154,11 @@ void write_snapshot(const std::string& path, const Config& config, const Paramet
   // Every rank of a DP group has its samples' whole stream; one writes it.
   tokens.row_count = grid.sp_rank == 0 && grid.tp_rank == 0 && grid.first_stage() ? content.tokens.extent(0) : 0;
   file.write("/inputs/tokens", DType::i64, tokens, content.tokens.data());
+  if (config.data.documents) {
+    RowBlock ids = tokens;
+    ids.global_shape[1] = static_cast<std::uint64_t>(config.model.seq_len);
+    file.write("/inputs/document_ids", DType::i64, ids, content.document_ids.data());
+  }
 
   RowBlock scalar;
   scalar.row_count = grid.world_rank == 0 ? 1 : 0;

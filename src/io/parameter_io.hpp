@@ -70,9 +70,11 @@ struct SnapshotContent {
   double loss = 0.0;
   index_t first_sample = 0;  // global index of this rank's first sample
   Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> tokens;  // [local batch, N+1]
+  Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> document_ids;  // [local batch, N], or empty
 };
 
-// The verification snapshot: /params, /grads, /inputs/tokens, /loss and the
+// The verification snapshot: /params, /grads, /inputs/tokens (and with packed
+// documents /inputs/document_ids), /loss and the
 // config attributes, written to a temporary file and renamed.
 template <class T>
 void write_snapshot(const std::string& path, const Config& config, const ParameterLayout& layout,

@@ -30,16 +30,29 @@ constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
 // Which keys a query sees, by global position: with `causal` no key after the
 // query; with `window` w > 0 only keys less than w positions away (before the
 // query when causal, on either side otherwise), as in Mistral's sliding-window
-// attention. A bool converts to the plain causal (true) or full (false) mask.
+// attention; with `documents` (packed documents) only keys of the query's own
+// document: documents(b, p) is the document of global position p in sample b
+// of the micro-batch, non-decreasing in p. A bool converts to the plain causal
+// (true) or full (false) mask.
 struct AttentionMask {
   bool causal = false;
   index_t window = 0;
+  View2<const index_t> documents;  // [B, N], or empty: one document per sample
   AttentionMask(bool causal_mask = false, index_t window_width = 0) : causal(causal_mask), window(window_width) {}
-  KOKKOS_INLINE_FUNCTION bool hides(index_t query, index_t key) const {
+  // By positions alone (the same for every sample).
+  KOKKOS_INLINE_FUNCTION bool hides_position(index_t query, index_t key) const {
     if (causal && key > query) return true;
     return window > 0 && (query - key >= window || key - query >= window);
   }
-  KOKKOS_INLINE_FUNCTION bool hides_any() const { return causal || window > 0; }
+  // In sample b. Tile padding past the sequence: a padding key is hidden, a
+  // padding query hides nothing more than the position rule says.
+  KOKKOS_INLINE_FUNCTION bool hides(index_t sample, index_t query, index_t key) const {
+    if (hides_position(query, key)) return true;
+    const index_t n = static_cast<index_t>(documents.extent(1));
+    if (n == 0 || query >= n) return false;
+    return key >= n || documents(sample, query) != documents(sample, key);
+  }
+  KOKKOS_INLINE_FUNCTION bool hides_any() const { return causal || window > 0 || documents.extent(1) > 0; }
 };
 
 // Rows of a query tile and of a key tile (both > 0).

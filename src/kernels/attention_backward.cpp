@@ -86,7 +86,7 @@ struct BackwardTilePair {
           t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
           t.masked = false;
           if (mask.hides_any() &&
-              !tiles_meet(team, mask, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
+              !tiles_meet(team, mask, t.b, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
             continue;  // the mask hides every key of the pair from every query
           if (!staged) stage(team, t);
           staged = true;
@@ -140,7 +140,7 @@ struct BackwardTilePair {
             for (int p = 0; p < P; ++p) pack_store(p_row + p * lanes, kernel_exp<T>(vscale * acc[r][p] - shift));
             if (t.masked) {  // hidden keys (scalar: only tiles on a mask's edge)
               for (int w = 0; w < W; ++w) {
-                if (mask.hides(qp[r0 + r], t.kpos[c0 + w])) p_row[w] = T(0);
+                if (mask.hides(t.b, qp[r0 + r], t.kpos[c0 + w])) p_row[w] = T(0);
               }
             }
           }

@@ -74,7 +74,7 @@ struct ForwardQueryTile {
       const index_t j0 = kt * kb;
       const index_t cols = (nk - j0) < kb ? (nk - j0) : kb;
       bool masked = false;
-      if (mask.hides_any() && !tiles_meet(team, mask, qp, t.rows, k_pos.data() + j0, cols, masked)) continue;
+      if (mask.hides_any() && !tiles_meet(team, mask, t.b, qp, t.rows, k_pos.data() + j0, cols, masked)) continue;
       team.team_barrier();  // staging is done; the previous tile is done with s_t and alpha
       scores(team, t, j0, cols);
       team.team_barrier();
@@ -142,7 +142,7 @@ struct ForwardQueryTile {
         for (index_t j = 0; j < cols; ++j) {
           T* const s = s_t + j * qb_ld + c0;
           for (int w = 0; w < W; ++w) {
-            if (mask.hides(qpos[c0 + w], kp[j])) s[w] = neg_inf;
+            if (mask.hides(t.b, qpos[c0 + w], kp[j])) s[w] = neg_inf;
           }
         }
       }

@@ -138,12 +138,15 @@ KOKKOS_INLINE_FUNCTION void team_position_range(const TeamMember& team, const in
       [&](const index_t r, index_t& value) { value = pos[r] > value ? pos[r] : value; }, Kokkos::Max<index_t>(highest));
 }
 
-// Whether a tile's queries may see any of a tile's keys under the mask
-// (false: every pair hidden, the tile pair is skipped), and whether some pair
-// may be hidden (then each pair is tested). From the tiles' position ranges,
-// so both answers err on the side of computing.
-KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMask& mask, const index_t* q_pos,
-                                       index_t q_count, const index_t* k_pos, index_t k_count, bool& partly_masked) {
+// Whether a tile's queries may see any of a tile's keys under the mask in
+// sample b (false: every pair hidden, the tile pair is skipped), and whether
+// some pair may be hidden (then each pair is tested). From the tiles'
+// position ranges, and for documents from the documents of their ends (ids
+// do not decrease with the position), so both answers err on the side of
+// computing.
+KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMask& mask, index_t b,
+                                       const index_t* q_pos, index_t q_count, const index_t* k_pos, index_t k_count,
+                                       bool& partly_masked) {
   index_t q_lo = 0, q_hi = 0, k_lo = 0, k_hi = 0;
   team_position_range(team, q_pos, q_count, q_lo, q_hi);
   team_position_range(team, k_pos, k_count, k_lo, k_hi);
@@ -153,6 +156,12 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
   partly_masked = (mask.causal && near < 0) || (w > 0 && (far >= w || (!mask.causal && -near >= w)));
   if (mask.causal && far < 0) return false;                               // every key after every query
   if (w > 0 && (near >= w || (!mask.causal && -far >= w))) return false;  // every key outside the window
+  if (mask.documents.extent(1) > 0) {
+    const auto& doc = mask.documents;
+    const index_t dq_lo = doc(b, q_lo), dq_hi = doc(b, q_hi), dk_lo = doc(b, k_lo), dk_hi = doc(b, k_hi);
+    if (dk_hi < dq_lo || dk_lo > dq_hi) return false;  // every key in another document
+    partly_masked = partly_masked || dq_lo != dq_hi || dk_lo != dk_hi || dq_lo != dk_lo;
+  }
   return true;
 }
 

@@ -20,7 +20,7 @@ void score_block(const View4<const T>& q, const View4<const T>& k, const View1<c
       "miniattn::score_block", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
         for (index_t j = 0; j < nk; ++j) {
-          if (mask.hides(q_pos(i), k_pos(j))) {
+          if (mask.hides(b, q_pos(i), k_pos(j))) {
             scores(b, h, i, j) = minus_inf;
             continue;
           }

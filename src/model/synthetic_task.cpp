@@ -17,6 +17,35 @@ void SyntheticTask::fill(index_t step, index_t first_sample, index_t local_batch
       });
 }
 
+// One sample per thread, its positions in order: a running count (a GPU runs
+// this once per micro-batch, as long as one pass over N positions).
+void SyntheticTask::fill_documents(index_t step, index_t first_sample, const View2<index_t>& ids) const {
+  const SyntheticTask task = *this;
+  const index_t n = static_cast<index_t>(ids.extent(1));
+  Kokkos::parallel_for(
+      "miniattn::SyntheticTask::fill_documents", Kokkos::RangePolicy<ExecSpace>(0, static_cast<index_t>(ids.extent(0))),
+      KOKKOS_LAMBDA(const index_t s) {
+        index_t document = 0;
+        for (index_t p = 0; p < n; ++p) {
+          if (task.documents && task.document_starts(step, first_sample + s, p)) ++document;
+          ids(s, p) = document;
+        }
+      });
+}
+
+Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> SyntheticTask::full_documents(
+    index_t step, index_t first_sample, index_t local_batch) const {
+  Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> ids("document_ids", local_batch, seq_len);
+  for (index_t s = 0; s < local_batch; ++s) {
+    index_t document = 0;
+    for (index_t p = 0; p < seq_len; ++p) {
+      if (documents && document_starts(step, first_sample + s, p)) ++document;
+      ids(s, p) = document;
+    }
+  }
+  return ids;
+}
+
 Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> SyntheticTask::full_streams(
     index_t step, index_t first_sample, index_t local_batch) const {
   Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> streams("tokens", local_batch, seq_len + 1);

@@ -47,7 +47,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t parameters = replicated + wpe;
   plan.parts["parameters+gradients"] = 2 * parameters * s;
   if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * s;
-  plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib;
+  plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib +
+                                   (in.documents ? slots * b * N * ib : 0);  // packed documents' ids
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
   // attention output, LayerNorm statistics, log-sum-exp), the residual stream,

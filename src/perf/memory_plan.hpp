@@ -36,6 +36,7 @@ struct MemoryPlanInput {
   std::int64_t micro_batches = 1;
   std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
+  bool documents = false;                  // data.documents: each slot's document ids
 };
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);

@@ -688,6 +688,7 @@ MemoryPlan memory_plan(const StepConfig& c, int stage) {
   in.micro_batches = c.micro_batches;
   in.scalar_bytes = c.scalar_bytes();
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
+  in.documents = c.documents;
   return plan_memory(in);
 }
 

@@ -138,6 +138,7 @@ struct StepConfig {
   int dp = 1, tp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
   int pp = 1;                               // pipeline stages
   std::int64_t micro_batches = 1;           // per DP replica and step (train.micro_batches)
+  bool documents = false;                   // data.documents (their ids are in the memory plan)
   std::int64_t query_block = kernels::kHostTileRows, key_block = kernels::kHostTileRows;  // attention tiles
   std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
   int world_size() const { return dp * tp * pp * sp; }

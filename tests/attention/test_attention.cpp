@@ -110,24 +110,50 @@ struct NaiveForward {
   std::vector<double> lse;  // [B, H, nq]
 };
 
-// The masks every comparison runs: full, causal, and sliding windows, causal
-// and not (written here, independently of kernels::AttentionMask).
+// The masks every comparison runs: full, causal, sliding windows causal and
+// not, and packed documents (written here, independently of
+// kernels::AttentionMask).
 struct MaskCase {
   const char* name;
   bool causal;
   index_t window;
+  bool documents = false;
 };
-const MaskCase kMasks[] = {
-    {"full", false, 0}, {"causal", true, 0}, {"causal window 5", true, 5}, {"window 7", false, 7}};
+const MaskCase kMasks[] = {{"full", false, 0},
+                           {"causal", true, 0},
+                           {"causal window 5", true, 5},
+                           {"window 7", false, 7},
+                           {"causal documents", true, 0, true},
+                           {"documents window 9", false, 9, true}};
 const MaskCase kCausal = kMasks[1];
 
-bool visible(const Problem& p, const MaskCase& mask, index_t i, index_t j) {
+// Packed documents of the tests: sample 0 starts documents at positions 11,
+// 30, 31 and 45, sample 1 at 7 and 40 (positions < kDocumentPositions).
+constexpr index_t kDocumentPositions = 64;
+index_t test_document(index_t sample, index_t position) {
+  const std::vector<index_t> starts =
+      sample % 2 == 0 ? std::vector<index_t>{11, 30, 31, 45} : std::vector<index_t>{7, 40};
+  return static_cast<index_t>(std::upper_bound(starts.begin(), starts.end(), position) - starts.begin());
+}
+
+bool visible(const Problem& p, const MaskCase& mask, index_t b, index_t i, index_t j) {
   const index_t q = p.q_pos[i], k = p.k_pos[j];
   if (mask.causal && k > q) return false;
+  if (mask.documents && test_document(b, q) != test_document(b, k)) return false;
   return mask.window == 0 || std::abs(q - k) < mask.window;
 }
 
-miniattn::kernels::AttentionMask kernel_mask(const MaskCase& mask) { return {mask.causal, mask.window}; }
+miniattn::kernels::AttentionMask kernel_mask(const MaskCase& mask) {
+  miniattn::kernels::AttentionMask m(mask.causal, mask.window);
+  if (!mask.documents) return m;
+  miniattn::View2<index_t> ids("document_ids", 2, kDocumentPositions);
+  auto host = Kokkos::create_mirror_view(ids);
+  for (index_t b = 0; b < 2; ++b)
+    for (index_t p = 0; p < kDocumentPositions; ++p) host(b, p) = test_document(b, p);
+  Kokkos::deep_copy(ids, host);
+  m.documents = ids;
+  return m;
+}
 
 std::vector<double> naive_scores(const Problem& p, index_t bh) {
   const index_t nq = p.nq(), nk = p.nk(), dh = p.dh;
@@ -154,12 +180,12 @@ NaiveForward naive_forward(const Problem& p, const MaskCase& mask) {
     for (index_t i = 0; i < nq; ++i) {
       double m = kNegInf;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, mask, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, bh / p.heads, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
       if (m == kNegInf) continue;  // no visible key: out = 0, lse = -inf
       double l = 0.0;
       std::vector<double> o(static_cast<std::size_t>(dh), 0.0);
       for (index_t j = 0; j < nk; ++j) {
-        if (!visible(p, mask, i, j)) continue;
+        if (!visible(p, mask, bh / p.heads, i, j)) continue;
         const double e = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m);
         l += e;
         for (index_t d = 0; d < dh; ++d)
@@ -182,7 +208,7 @@ std::vector<double> naive_logsumexp(const Problem& p, const MaskCase& mask) {
     for (index_t i = 0; i < nq; ++i) {
       double sum = 0.0;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, mask, i, j)) sum += std::exp(s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, bh / p.heads, i, j)) sum += std::exp(s[static_cast<std::size_t>(i * nk + j)]);
       if (sum > 0.0) lse[static_cast<std::size_t>(bh * nq + i)] = std::log(sum);
     }
   }
@@ -213,11 +239,11 @@ Gradients naive_backward(const Problem& p, const MaskCase& mask, const std::vect
       std::vector<double> prob(static_cast<std::size_t>(nk), 0.0);
       double m = kNegInf;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, mask, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
+        if (visible(p, mask, bh / p.heads, i, j)) m = std::max(m, s[static_cast<std::size_t>(i * nk + j)]);
       if (m == kNegInf) continue;
       double l = 0.0;
       for (index_t j = 0; j < nk; ++j)
-        if (visible(p, mask, i, j))
+        if (visible(p, mask, bh / p.heads, i, j))
           l += (prob[static_cast<std::size_t>(j)] = std::exp(s[static_cast<std::size_t>(i * nk + j)] - m));
       for (auto& e : prob) e /= l;
       std::vector<double> dp(static_cast<std::size_t>(nk), 0.0);

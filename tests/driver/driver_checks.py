@@ -21,8 +21,8 @@ non-zero with a message when the check fails:
                      reference, the NaN guard's cost, ring overlap and the memory plan
   sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
                      parameters and gradients within 1e-10, causal and not, every layout,
-                     optionally under a sliding window (--window) and with grouped K/V
-                     heads (--kv-heads); measured bytes equal
+                     optionally under a sliding window (--window), with grouped K/V
+                     heads (--kv-heads) and packed documents (--documents); measured bytes equal
                      the model and the memory plan the allocations
 
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
@@ -125,7 +125,7 @@ def compare_snapshots(a_path, b_path, rtol):
         x, y = a[key], b[key]
         if x.shape != y.shape:
             fail(f"{key}: shape {x.shape} vs {y.shape}")
-        if key == "inputs/tokens":
+        if key.startswith("inputs/"):
             if not np.array_equal(x, y):
                 fail(f"{key} differs")
             continue
@@ -360,7 +360,7 @@ def compare_losses(a, b, rtol):
     return err
 
 
-def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0):
+def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0, documents=False):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
         f.write(SP_DECK)
@@ -369,7 +369,7 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
         for layout in layouts:
             tag = f"{causal}-{layout}"
             common = [f"model.causal={causal}", "io.snapshot_step=2", f"model.window={window}",
-                      f"model.kv_heads={kv_heads}"]
+                      f"model.kv_heads={kv_heads}", f"data.documents={str(documents).lower()}"]
             ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
             sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
                                 f"parallel.layout={layout}", f"parallel.dp={dp}",
@@ -386,7 +386,7 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
             if measured != modelled:
                 fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
             print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), causal={causal}, window={window}, "
-                  f"kv_heads={kv_heads}, {layout}: "
+                  f"kv_heads={kv_heads}, documents={documents}, {layout}: "
                   f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
 
@@ -412,7 +412,7 @@ def pipeline(c, ranks):
     and 8 ranks) equals the 1-rank run within 1e-10: loss curve, parameters and
     gradients; on every rank the bytes sent are as modelled and the memory
     plan is what was allocated. The SP strategy, the layout, causality, the
-    sliding window, the K/V heads and the number of micro-batches vary from one
+    sliding window, the K/V heads, packed documents and the number of micro-batches vary from one
     decomposition to the next.
     (No more layers than stages need: each dataset of a snapshot is a
     collective write, slow on 8 ranks sharing 2 cores.)"""
@@ -427,13 +427,14 @@ def pipeline(c, ranks):
         strategies = ["ring", "ulysses", "rsa", "allgather"] + (["hybrid"] if sp >= 4 else [])
         strategy = "local" if sp == 1 else strategies[split % len(strategies)]
         kv_heads = 0 if strategy == "rsa" or i // 2 % 2 == 0 else max(2, tp)  # grouped K/V heads (not in RSA)
+        documents = ("false", "true", "false")[i % 3]  # packed documents
         split += sp > 1
         samples = 8 // dp
         micro = min(samples, 2 * pp) if (i % 3) else min(samples, pp)
         layers = max(2, pp)
-        tag = f"{causal}-{layout}-{layers}-{window}-{kv_heads}"
+        tag = f"{causal}-{layout}-{layers}-{window}-{kv_heads}-{documents}"
         common = [f"model.causal={causal}", f"parallel.layout={layout}", f"model.layers={layers}", "io.snapshot_step=2",
-                  f"model.window={window}", f"model.kv_heads={kv_heads}"]
+                  f"model.window={window}", f"model.kv_heads={kv_heads}", f"data.documents={documents}"]
         if tag not in refs:
             refs[tag] = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
         name = f"dp{dp}-pp{pp}-tp{tp}-sp{sp}"
@@ -453,7 +454,7 @@ def pipeline(c, ranks):
         if abs(bubble - (pp - 1) / (micro + pp - 1)) > 1e-15:
             fail(f"{name}: modelled bubble {bubble}")
         print(f"dp {dp} x pp {pp} x tp {tp} x sp {sp} ({strategy}, {layout}, causal={causal}, window={window}, "
-              f"kv_heads={kv_heads}, "
+              f"kv_heads={kv_heads}, documents={documents}, "
               f"{micro} micro-batches): "
               f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, bytes and memory as planned on every rank")
 
@@ -680,6 +681,8 @@ def main():
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")
     p.add_argument("--kv-heads", type=int, default=0, help="for sequence_parallel: model.kv_heads")
+    p.add_argument("--documents", choices=["true", "false"], default="false",
+                   help="for sequence_parallel: data.documents")
     p.add_argument("--ranks", type=int, default=2, help="for sequence_parallel and pipeline")
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
@@ -690,7 +693,8 @@ def main():
         if a.check == "learns":
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
-            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp, a.window, a.kv_heads)
+            sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp, a.window, a.kv_heads,
+                              a.documents == "true")
         elif a.check == "pipeline":
             pipeline(c, a.ranks)
         else:
