@@ -702,13 +702,12 @@ void check_training(const Config& c) {
   if (c.run.mode == RunMode::predict) parse_predict_seq_lens(c.run.predict_seq_lens);
 }
 
-// Ulysses' all-to-all splits a TP rank's K/V heads over its U ranks when it
-// can and otherwise replicates them (each rank gets the one K/V head its query
-// heads use); anything else would split a K/V head's query group.
+// Ulysses' all-to-all carries a TP rank's K/V heads split or replicated
+// (all_to_all_carries_kv_heads).
 void check_ulysses_kv_heads(const ModelConfig& m, const ParallelConfig& p, std::int64_t degree,
                             const std::string& degree_text) {
   const std::int64_t kv = m.kv_head_count() / p.tp;
-  if (kv % degree == 0 || degree % kv == 0) return;
+  if (all_to_all_carries_kv_heads(kv, degree)) return;
   reject("model.kv_heads", "model.kv_heads / parallel.tp = " + std::to_string(kv) +
                                " must divide or be divisible by "
                                "the Ulysses degree for parallel.strategy " +

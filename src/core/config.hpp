@@ -56,6 +56,8 @@ struct ModelConfig {
 
   std::int64_t head_dim() const { return d_model / heads; }
   std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Rows of attn.qkv: q (d_model) | k | v (kv_head_count() heads each).
+  std::int64_t qkv_rows() const { return d_model + 2 * kv_head_count() * head_dim(); }
   std::int64_t ffn_width() const { return ffn > 0 ? ffn : 4 * d_model; }
 };
 
@@ -121,6 +123,13 @@ struct KernelConfig {
 
 // Sequence-parallel ranks: world = dp x pp x tp x sp.
 std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size);
+
+// Whether a Ulysses all-to-all of `degree` ranks can carry kv_heads K/V heads:
+// split over the ranks, or one replicated per rank; anything else would split
+// a K/V head's group of query heads.
+inline bool all_to_all_carries_kv_heads(std::int64_t kv_heads, std::int64_t degree) {
+  return kv_heads % degree == 0 || degree % kv_heads == 0;
+}
 
 // The K/V heads each rank holds after a Ulysses all-to-all of `degree` ranks
 // over kv_heads K/V heads: split when degree divides them, else (degree a

@@ -48,8 +48,8 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
     const auto targets = micro_batch_rows(s.targets, op.micro_batch, rows);
     if (op.forward) {
       comm.wait(activation_sends[static_cast<std::size_t>(slot)]);  // the slot's last output has left
-      if (!s.documents.empty()) {
-        const View2<index_t>& ids = s.documents[static_cast<std::size_t>(slot)];
+      if (!s.attention.documents.empty()) {
+        const View2<index_t>& ids = s.attention.documents[static_cast<std::size_t>(slot)];
         s.task.fill_documents(step, s.share.first_sample + op.micro_batch * static_cast<index_t>(ids.extent(0)), ids);
       }
       if (previous != MPI_PROC_NULL)

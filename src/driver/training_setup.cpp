@@ -189,9 +189,9 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_positions(ring_positions(c.model, c.parallel, g)),
       attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
                                          pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count())),
-      documents(attention.documents), model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
-                                            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
-                                            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
+      model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
+            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
+            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents} {
@@ -212,7 +212,7 @@ template <class T>
 std::size_t TrainingState<T>::allocated_bytes() const {
   const std::size_t parameter_copies = optimizer.has_moments() ? 4 : 2;
   std::size_t index_elements = inputs.span() + targets.span() + positions.span() + attention_positions.span();
-  for (const View2<index_t>& ids : documents) index_elements += ids.span();
+  for (const View2<index_t>& ids : attention.documents) index_elements += ids.span();
   return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) +
          model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
          index_elements * sizeof(index_t) + pipeline_send.span() * sizeof(T);

@@ -88,8 +88,7 @@ struct TrainingState {
   kernels::AttentionTiles attention_tiles;
   std::unique_ptr<Comm> comm;
   View2<index_t> attention_positions;
-  AttentionLayers<T> attention;  // its layers move into the model
-  std::vector<View2<index_t>> documents;  // data.documents: each pipeline slot's document ids
+  AttentionLayers<T> attention;  // its layers move into the model; its document ids stay
   Transformer<T> model;
   View1<index_t> inputs, targets;  // all micro-batches of the step, one after the other
   View2<T> pipeline_send;          // the input gradient in flight to the previous stage (none on the first)

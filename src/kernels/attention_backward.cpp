@@ -81,15 +81,15 @@ struct BackwardTilePair {
       t.cols = (nk - t.j0) < kb ? (nk - t.j0) : kb;
       bool staged = false;
       for (index_t qt = query_block * kBlockTiles; qt < qt_end; ++qt) {
-        for (t.h = t.kh * group; t.h < (t.kh + 1) * group; ++t.h) {
-          t.i0 = qt * qb;
-          t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
-          t.masked = false;
-          if (mask.hides_any() &&
-              !tiles_meet(team, mask, t.b, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
-            continue;  // the mask hides every key of the pair from every query
-          if (!staged) stage(team, t);
-          staged = true;
+        t.i0 = qt * qb;
+        t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
+        t.masked = false;
+        if (mask.hides_any() &&
+            !tiles_meet(team, mask, t.b, q_pos.data() + t.i0, t.rows, k_pos.data() + t.j0, t.cols, t.masked))
+          continue;  // the mask hides every key of the pair from every query
+        if (!staged) stage(team, t);
+        staged = true;
+        for (t.h = t.kh * group; t.h < (t.kh + 1) * group; ++t.h) {  // the K/V head's query heads
           team.team_barrier();  // staging is done; the previous pair is done with p and dS
           probabilities(team, t);
           team.team_barrier();

@@ -9,18 +9,18 @@ namespace miniattn::kernels {
 
 namespace {
 
-// Checks that a [B, H, n, Dh] view and a [B*n, parts*H*Dh] view describe the same data.
+// Checks that a [B, H, n, Dh] view and a [B*n, H*Dh] view describe the same data.
 template <class V4, class V2>
-void check_head_shapes(const char* where, const V4& heads, const V2& tokens, index_t parts) {
+void check_head_shapes(const char* where, const V4& heads, const V2& tokens) {
   const index_t b = static_cast<index_t>(heads.extent(0));
   const index_t h = static_cast<index_t>(heads.extent(1));
   const index_t n = static_cast<index_t>(heads.extent(2));
   const index_t dh = static_cast<index_t>(heads.extent(3));
-  if (static_cast<index_t>(tokens.extent(0)) != b * n || static_cast<index_t>(tokens.extent(1)) != parts * h * dh) {
+  if (static_cast<index_t>(tokens.extent(0)) != b * n || static_cast<index_t>(tokens.extent(1)) != h * dh) {
     std::ostringstream os;
     os << "kernels::" << where << ": head-major view is [" << b << ", " << h << ", " << n << ", " << dh
-       << "] but the token-major view is [" << tokens.extent(0) << ", " << tokens.extent(1) << "], expected ["
-       << b * n << ", " << parts * h * dh << "]";
+       << "] but the token-major view is [" << tokens.extent(0) << ", " << tokens.extent(1) << "], expected [" << b * n
+       << ", " << h * dh << "]";
     throw std::invalid_argument(os.str());
   }
 }
@@ -113,7 +113,7 @@ void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const V
 
 template <class T>
 void split_heads(const View2<const T>& x, const View4<T>& xh) {
-  check_head_shapes("split_heads", xh, x, 1);
+  check_head_shapes("split_heads", xh, x);
   for_each_head_row_pack<T>(
       "miniattn::split_heads", xh,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
@@ -123,7 +123,7 @@ void split_heads(const View2<const T>& x, const View4<T>& xh) {
 
 template <class T>
 void merge_heads(const View4<const T>& xh, const View2<T>& x) {
-  check_head_shapes("merge_heads", xh, x, 1);
+  check_head_shapes("merge_heads", xh, x);
   for_each_head_row_pack<T>(
       "miniattn::merge_heads", xh,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {

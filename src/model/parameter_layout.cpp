@@ -73,6 +73,7 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
   const index_t D = m.d_model, F = m.ffn_width(), V = m.vocab, N = m.seq_len;
   const index_t KVD = m.kv_head_count() * m.head_dim();  // rows of k and of v in the QKV projection
   const std::vector<index_t> qkv_rows = {D, KVD, KVD};
+  const index_t QKV = m.qkv_rows();
   const double std = 0.02;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.layers));
   constexpr int rows = 0, columns = 1;  // Megatron: column-parallel layers split W's rows, row-parallel its columns
@@ -93,8 +94,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
     block_params.push_back({
         add(p + "ln1.weight", {D}, InitKind::ones, 0.0, false),
         add(p + "ln1.bias", {D}, InitKind::zeros, 0.0, false),
-        add(p + "attn.qkv.weight", {D + 2 * KVD, D}, InitKind::normal, std, true, rows, qkv_rows),
-        add(p + "attn.qkv.bias", {D + 2 * KVD}, InitKind::zeros, 0.0, false, rows, qkv_rows),
+        add(p + "attn.qkv.weight", {QKV, D}, InitKind::normal, std, true, rows, qkv_rows),
+        add(p + "attn.qkv.bias", {QKV}, InitKind::zeros, 0.0, false, rows, qkv_rows),
         add(p + "attn.proj.weight", {D, D}, InitKind::normal, residual_std, true, columns),
         add(p + "attn.proj.bias", {D}, InitKind::zeros, 0.0, false),
         add(p + "ln2.weight", {D}, InitKind::ones, 0.0, false),

@@ -35,15 +35,9 @@ void SyntheticTask::fill_documents(index_t step, index_t first_sample, const Vie
 
 Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> SyntheticTask::full_documents(
     index_t step, index_t first_sample, index_t local_batch) const {
-  Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> ids("document_ids", local_batch, seq_len);
-  for (index_t s = 0; s < local_batch; ++s) {
-    index_t document = 0;
-    for (index_t p = 0; p < seq_len; ++p) {
-      if (documents && document_starts(step, first_sample + s, p)) ++document;
-      ids(s, p) = document;
-    }
-  }
-  return ids;
+  const View2<index_t> ids("document_ids", local_batch, seq_len);
+  fill_documents(step, first_sample, ids);
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), ids);
 }
 
 Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> SyntheticTask::full_streams(

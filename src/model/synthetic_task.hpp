@@ -56,7 +56,7 @@ struct SyntheticTask {
   // (documents starting before it, a pure function of seed, step and sample);
   // all 0 without packed documents.
   void fill_documents(index_t step, index_t first_sample, const View2<index_t>& ids) const;
-  // The same on the host (snapshots' /inputs/document_ids).
+  // The same ids of samples first_sample.. on the host (snapshots' /inputs/document_ids).
   Kokkos::View<index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> full_documents(index_t step, index_t first_sample,
                                                                                  index_t local_batch) const;
 

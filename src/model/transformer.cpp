@@ -67,7 +67,7 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
       kv_shard_(model.kv_head_count() / tp.size * model.head_dim()), ffn_shard_(model.ffn_width() / tp.size),
       attention_(std::move(attention)) {
   const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
-  const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = Ds + 2 * KVs, KV = KVs / Dh;
+  const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = qkv_rows(), KV = KVs / Dh;
   const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
 
   wpe_row_ = View1<index_t>("wpe_row", n);

@@ -16,7 +16,7 @@ FlopCount training_step_flops(const ModelConfig& m) {
   const double V = static_cast<double>(m.vocab), N = static_cast<double>(m.seq_len);
   const double B = static_cast<double>(m.batch), L = static_cast<double>(m.layers);
   const double tokens = B * N;
-  const double QKV = D + 2.0 * static_cast<double>(m.kv_head_count() * m.head_dim());  // rows of the QKV projection
+  const double QKV = static_cast<double>(m.qkv_rows());
   const double dense = tokens * (L * 2.0 * (D * QKV + D * D + 2.0 * D * F) + 2.0 * D * V);
   const AttentionFlops attention = attention_flops(m);
   FlopCount c;

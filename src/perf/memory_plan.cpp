@@ -37,7 +37,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t H = static_cast<std::size_t>(m.heads) / tp, Da = D / tp;
   // K/V heads (GQA), their columns Dk, and the QKV projection's columns Dq.
   const std::size_t Dh = D / static_cast<std::size_t>(m.heads), KV = static_cast<std::size_t>(m.kv_head_count()) / tp;
-  const std::size_t Dk = KV * Dh, Dq = Da + 2 * Dk;
+  const std::size_t Dk = KV * Dh, Dq = static_cast<std::size_t>(m.qkv_rows()) / tp;
   const std::size_t F = static_cast<std::size_t>(m.ffn_width()) / tp;
   const std::size_t R = b * n, r = R / tp, U = static_cast<std::size_t>(in.ulysses);
   const std::size_t G = static_cast<std::size_t>(in.sp) / U;

@@ -454,8 +454,7 @@ void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, co
   const double dense_flops = stage_flops / c.stage_ranks();
   // The backward pass recomputes each block's QKV and fc1 projections
   // (src/model/transformer.cpp): work the model's FLOP count leaves out.
-  const double qkv_rows = D + 2.0 * static_cast<double>(m.kv_head_count() * m.head_dim());
-  const double recompute_flops = L * 2.0 * R * (qkv_rows * D + D * F) / c.tp;
+  const double recompute_flops = L * 2.0 * R * (static_cast<double>(m.qkv_rows()) * D + D * F) / c.tp;
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 }
 
@@ -784,7 +783,7 @@ int hybrid_degree(const StepConfig& deck, int sp, int tp, std::int64_t ranks_per
   const std::int64_t heads = deck.model.heads / tp,
                      kv_heads = std::max<std::int64_t>(deck.model.kv_head_count() / tp, 1);
   const auto fits = [&](std::int64_t u) {
-    return sp % u == 0 && heads % u == 0 && (kv_heads % u == 0 || u % kv_heads == 0);
+    return sp % u == 0 && heads % u == 0 && all_to_all_carries_kv_heads(kv_heads, u);
   };
   if (deck.ulysses > 1 && fits(deck.ulysses)) return deck.ulysses;
   for (std::int64_t u = std::min<std::int64_t>(sp, ranks_per_node / tp); u > 1; --u)
