@@ -8,7 +8,7 @@ namespace miniattn {
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
                                         const kernels::AttentionMask& mask, index_t batch, index_t heads,
-                                        index_t head_dim)
+                                        index_t kv_heads, index_t head_dim)
     : comm_(comm), ring_(ring), ring_positions_(ring_positions), mask_(mask) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
@@ -16,10 +16,10 @@ RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<c
   probabilities_ = kernels::View5<T>("rsa.probabilities", size_, batch, heads, n, n);
   delta_ = View3<T>("rsa.delta", batch, heads, n);
   for (int i = 0; i < 2; ++i) {
-    buffer_[i] = View4<T>("rsa.buffer", batch, heads, n, head_dim);
-    second_buffer_[i] = View4<T>("rsa.second_buffer", batch, heads, n, head_dim);
-    dk_buffer_[i] = View4<T>("rsa.dk_buffer", batch, heads, n, head_dim);
-    dv_buffer_[i] = View4<T>("rsa.dv_buffer", batch, heads, n, head_dim);
+    buffer_[i] = View4<T>("rsa.buffer", batch, kv_heads, n, head_dim);
+    second_buffer_[i] = View4<T>("rsa.second_buffer", batch, kv_heads, n, head_dim);
+    dk_buffer_[i] = View4<T>("rsa.dk_buffer", batch, kv_heads, n, head_dim);
+    dv_buffer_[i] = View4<T>("rsa.dv_buffer", batch, kv_heads, n, head_dim);
   }
 }
 

@@ -5,7 +5,8 @@
 // local score rows Q_r K^T (n x N, the defining memory cost), a softmax runs
 // over the whole row, and V blocks are passed around the ring to form P V.
 // Backward: K and V travel again, with the dK, dV accumulators of each block
-// following them home; the stored probabilities are reused.
+// following them home; the stored probabilities are reused. With grouped K/V
+// heads (GQA) only the kv_heads travel.
 #include <mpi.h>
 
 #include "attention/attention_strategy.hpp"
@@ -19,7 +20,8 @@ class RingSelfAttention final : public AttentionStrategy<T> {
  public:
   // ring_positions [P, n]: global positions of each ring rank's rows.
   RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
-                    const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t head_dim);
+                    const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t kv_heads,
+                    index_t head_dim);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
                const View3<T>& lse) override;

@@ -782,11 +782,6 @@ void check_process_grid(const Config& c, int world_size) {
     reject("model.heads", "must be divisible by sp x parallel.tp for parallel.strategy ulysses (" + sp_text + "; " +
                               heads_text + ", not divisible by " + std::to_string(sp) + ")");
   }
-  if (p.strategy == Strategy::rsa && m.kv_head_count() != m.heads) {
-    reject("model.kv_heads",
-           "must equal model.heads for parallel.strategy rsa (the paper's dense ring self-attention "
-           "has no grouped K/V heads; use ring, allgather, ulysses or hybrid)");
-  }
   if (p.strategy == Strategy::ulysses) check_ulysses_kv_heads(m, p, sp, sp_text);
   if (p.strategy == Strategy::hybrid) {
     if (sp % p.ulysses_degree != 0) {

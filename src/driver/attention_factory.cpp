@@ -69,7 +69,7 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
       layers.push_back(std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking,
                                                           ring_workspace, name));
     } else if (strategy == Strategy::rsa) {
-      layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, mask, B, H, Dh));
+      layers.push_back(std::make_unique<RingSelfAttention<T>>(comm, grid.ring_comm, positions, mask, B, H, KV, Dh));
     } else {  // ulysses, hybrid
       auto inner = std::make_unique<RingAttention<T>>(comm, grid.ring_comm, positions, mask, steps, blocking,
                                                       ring_workspace, strategy == Strategy::ulysses ? "local" : "ring");

@@ -2,8 +2,9 @@
 // Attention with materialised score blocks, the building blocks of Ring
 // Self-Attention (RSA): for one query block and one key block the full score
 // block [n, nk] is stored, and the softmax runs over a row of such blocks.
-// Layouts: q, k, v, out [B, H, rows, Dh]; a score or probability block
-// [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
+// Layouts: q, out [B, H, rows, Dh]; k, v [B, KV, rows, Dh] with KV dividing H
+// (grouped K/V heads: query head h reads K/V head h / (H / KV)); a score or
+// probability block [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/ulysses_layout.hpp"

@@ -68,10 +68,10 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
     }
   } else if (in.strategy == Strategy::rsa) {
     if (P > 1) {
-      bytes["rsa.forward.k"] = L * (P - 1) * X;
-      bytes["rsa.forward.v"] = L * (P - 1) * X;
-      bytes["rsa.backward.kv"] = L * 2 * (P - 1) * X;
-      bytes["rsa.backward.dkdv"] = L * 2 * P * X;
+      bytes["rsa.forward.k"] = L * (P - 1) * X_kv;
+      bytes["rsa.forward.v"] = L * (P - 1) * X_kv;
+      bytes["rsa.backward.kv"] = L * 2 * (P - 1) * X_kv;
+      bytes["rsa.backward.dkdv"] = L * 2 * P * X_kv;
     }
   } else {  // ulysses, hybrid
     // Every all-to-all is called, also on one rank, where it sends nothing.

@@ -80,7 +80,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     return 2 * b * heads * Dh * static_cast<std::size_t>(kernels::transposed_keys_row(static_cast<index_t>(rows))) * s;
   };
   if (in.strategy == Strategy::rsa) {
-    attention = slots * L * (R * H * N + R * H + 8 * R * Da) * s;
+    attention = slots * L * (R * H * N + R * H + 8 * R * Dk) * s;
   } else if (in.strategy == Strategy::allgather) {
     // Its shared workspace: row statistics, K^T and V^T of one block, and the
     // whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.

@@ -426,7 +426,7 @@ def pipeline(c, ranks):
         window = (0, 0, 3)[i % 3]  # a sliding window beside TP and PP too
         strategies = ["ring", "ulysses", "rsa", "allgather"] + (["hybrid"] if sp >= 4 else [])
         strategy = "local" if sp == 1 else strategies[split % len(strategies)]
-        kv_heads = 0 if strategy == "rsa" or i // 2 % 2 == 0 else max(2, tp)  # grouped K/V heads (not in RSA)
+        kv_heads = 0 if i // 2 % 2 == 0 else max(2, tp)  # grouped K/V heads
         documents = ("false", "true", "false")[i % 3]  # packed documents
         split += sp > 1
         samples = 8 // dp

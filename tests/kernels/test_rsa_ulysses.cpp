@@ -114,21 +114,24 @@ TYPED_TEST(UlyssesLayoutTest, PackRowsMatchesIndexFormula) {
 
 // ------------------------------------------------------------ RSA dense blocks
 
-// B = 1, H = 2, n = 4 queries at positions 3..6, G = 2 key blocks of 3 keys
+// B = 1, H = 4, n = 4 queries at positions 3..6, G = 2 key blocks of 3 keys
 // (positions 0..2 and 5..7, so that the causal mask cuts the second block),
-// Dh = 5.
-constexpr index_t kHeads = 2, kQueries = 4, kBlocks = 2, kKeys = 3, kHeadDim = 5;
+// Dh = 5; K/V heads KV = 4, 2 or 1 (grouped: query head h reads K/V head
+// h / (H / KV)).
+constexpr index_t kHeads = 4, kQueries = 4, kBlocks = 2, kKeys = 3, kHeadDim = 5;
+const index_t kKvHeads[] = {4, 2, 1};
 const std::vector<index_t> kQueryPos = {3, 4, 5, 6};
 const std::vector<index_t> kKeyPos[kBlocks] = {{0, 1, 2}, {5, 6, 7}};
 
 struct DenseInputs {
+  index_t kv_heads;
   HostVec q, k[kBlocks], v[kBlocks], g;  // g: dL/d(out)
-  explicit DenseInputs(unsigned seed) {
+  DenseInputs(unsigned seed, index_t kv) : kv_heads(kv) {
     Random rng(seed);
     q = rng.uniform(kHeads * kQueries * kHeadDim, -1, 1);
     for (index_t g_ = 0; g_ < kBlocks; ++g_) {
-      k[g_] = rng.uniform(kHeads * kKeys * kHeadDim, -1, 1);
-      v[g_] = rng.uniform(kHeads * kKeys * kHeadDim, -1, 1);
+      k[g_] = rng.uniform(kv * kKeys * kHeadDim, -1, 1);
+      v[g_] = rng.uniform(kv * kKeys * kHeadDim, -1, 1);
     }
     g = rng.uniform(kHeads * kQueries * kHeadDim, -1, 1);
   }
@@ -141,6 +144,7 @@ void reference_attention(const DenseInputs& in, bool causal, HostVec& out, HostV
   const double scale = 1.0 / std::sqrt(double(kHeadDim));
   for (index_t h = 0; h < kHeads; ++h)
     for (index_t i = 0; i < kQueries; ++i) {
+      const index_t hk = h / (kHeads / in.kv_heads);
       std::vector<double> s;
       std::vector<const double*> values;
       for (index_t blk = 0; blk < kBlocks; ++blk)
@@ -148,9 +152,9 @@ void reference_attention(const DenseInputs& in, bool causal, HostVec& out, HostV
           if (causal && kKeyPos[blk][j] > kQueryPos[i]) continue;
           double dot = 0.0;
           for (index_t d = 0; d < kHeadDim; ++d)
-            dot += in.q[(h * kQueries + i) * kHeadDim + d] * in.k[blk][(h * kKeys + j) * kHeadDim + d];
+            dot += in.q[(h * kQueries + i) * kHeadDim + d] * in.k[blk][(hk * kKeys + j) * kHeadDim + d];
           s.push_back(scale * dot);
-          values.push_back(&in.v[blk][(h * kKeys + j) * kHeadDim]);
+          values.push_back(&in.v[blk][(hk * kKeys + j) * kHeadDim]);
         }
       double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
       for (double x : s) m = std::max(m, x);
@@ -180,8 +184,8 @@ struct DenseForward {
         q_pos(to_index_view("q_pos", kQueryPos)),
         causal(causal_mask) {
     for (index_t blk = 0; blk < kBlocks; ++blk) {
-      k[blk] = to_view4<T>("k", in.k[blk], 1, kHeads, kKeys, kHeadDim);
-      v[blk] = to_view4<T>("v", in.v[blk], 1, kHeads, kKeys, kHeadDim);
+      k[blk] = to_view4<T>("k", in.k[blk], 1, in.kv_heads, kKeys, kHeadDim);
+      v[blk] = to_view4<T>("v", in.v[blk], 1, in.kv_heads, kKeys, kHeadDim);
       k_pos[blk] = to_index_view("k_pos", kKeyPos[blk]);
     }
     run();
@@ -203,56 +207,61 @@ TYPED_TEST_SUITE(DenseAttentionTest, Precisions);
 
 TYPED_TEST(DenseAttentionTest, ForwardMatchesNaiveAttention) {
   using T = TypeParam;
-  for (bool causal : {false, true}) {
-    DenseInputs in(701 + causal);
-    in.q = quantize<T>(in.q);
-    for (index_t blk = 0; blk < kBlocks; ++blk) {
-      in.k[blk] = quantize<T>(in.k[blk]);
-      in.v[blk] = quantize<T>(in.v[blk]);
+  for (const index_t kv : kKvHeads)
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("kv_heads " + std::to_string(kv) + (causal ? ", causal" : ""));
+      DenseInputs in(701 + causal, kv);
+      in.q = quantize<T>(in.q);
+      for (index_t blk = 0; blk < kBlocks; ++blk) {
+        in.k[blk] = quantize<T>(in.k[blk]);
+        in.v[blk] = quantize<T>(in.v[blk]);
+      }
+      const DenseForward<T> f(in, causal);
+      HostVec out, lse;
+      reference_attention(in, causal, out, lse);
+      MINIATTN_EXPECT_CLOSE(to_host(f.out), out, Tolerance<T>::forward);
+      MINIATTN_EXPECT_CLOSE(to_host(f.lse), lse, Tolerance<T>::forward);
     }
-    const DenseForward<T> f(in, causal);
-    HostVec out, lse;
-    reference_attention(in, causal, out, lse);
-    MINIATTN_EXPECT_CLOSE(to_host(f.out), out, Tolerance<T>::forward);
-    MINIATTN_EXPECT_CLOSE(to_host(f.lse), lse, Tolerance<T>::forward);
-  }
 }
 
 // L = sum(out * g): dense_block_backward over both blocks against central
-// finite differences of the forward, for q, every k and every v.
+// finite differences of the forward, for q, every k and every v (a K/V head's
+// gradient sums over its group of query heads).
 TEST(DenseAttention, BackwardMatchesFiniteDifferences) {
-  for (bool causal : {false, true}) {
-    const DenseInputs in(711 + causal);
-    DenseForward<double> f(in, causal);
-    auto loss = [&]() {
-      f.run();
-      return weighted_sum(f.out, in.g);
-    };
-    const View4<double> dout = to_view4<double>("dout", in.g, 1, kHeads, kQueries, kHeadDim);
-    View3<double> delta("delta", 1, kHeads, kQueries);
-    const HostVec out = to_host(f.out), g = in.g;
-    {
-      auto host = Kokkos::create_mirror_view(delta);
-      for (index_t r = 0; r < kHeads * kQueries; ++r) {
-        double s = 0.0;
-        for (index_t d = 0; d < kHeadDim; ++d) s += out[r * kHeadDim + d] * g[r * kHeadDim + d];
-        host.data()[r] = s;
+  for (const index_t kv : kKvHeads)
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE("kv_heads " + std::to_string(kv) + (causal ? ", causal" : ""));
+      const DenseInputs in(711 + causal, kv);
+      DenseForward<double> f(in, causal);
+      auto loss = [&]() {
+        f.run();
+        return weighted_sum(f.out, in.g);
+      };
+      const View4<double> dout = to_view4<double>("dout", in.g, 1, kHeads, kQueries, kHeadDim);
+      View3<double> delta("delta", 1, kHeads, kQueries);
+      const HostVec out = to_host(f.out), g = in.g;
+      {
+        auto host = Kokkos::create_mirror_view(delta);
+        for (index_t r = 0; r < kHeads * kQueries; ++r) {
+          double s = 0.0;
+          for (index_t d = 0; d < kHeadDim; ++d) s += out[r * kHeadDim + d] * g[r * kHeadDim + d];
+          host.data()[r] = s;
+        }
+        Kokkos::deep_copy(delta, host);
       }
-      Kokkos::deep_copy(delta, host);
+      View4<double> dq("dq", 1, kHeads, kQueries, kHeadDim);
+      View4<double> dk[kBlocks], dv[kBlocks];
+      for (index_t blk = 0; blk < kBlocks; ++blk) {
+        dk[blk] = View4<double>("dk", 1, kv, kKeys, kHeadDim);
+        dv[blk] = View4<double>("dv", 1, kv, kKeys, kHeadDim);
+        kernels::dense_block_backward<double>(f.block(blk), f.q, f.k[blk], f.v[blk], dout, delta, dq, dk[blk], dv[blk]);
+      }
+      MINIATTN_EXPECT_CLOSE(to_host(dq), fd_gradient(f.q, loss), kFdTolerance);
+      for (index_t blk = 0; blk < kBlocks; ++blk) {
+        MINIATTN_EXPECT_CLOSE(to_host(dk[blk]), fd_gradient(f.k[blk], loss), kFdTolerance);
+        MINIATTN_EXPECT_CLOSE(to_host(dv[blk]), fd_gradient(f.v[blk], loss), kFdTolerance);
+      }
     }
-    View4<double> dq("dq", 1, kHeads, kQueries, kHeadDim);
-    View4<double> dk[kBlocks], dv[kBlocks];
-    for (index_t blk = 0; blk < kBlocks; ++blk) {
-      dk[blk] = View4<double>("dk", 1, kHeads, kKeys, kHeadDim);
-      dv[blk] = View4<double>("dv", 1, kHeads, kKeys, kHeadDim);
-      kernels::dense_block_backward<double>(f.block(blk), f.q, f.k[blk], f.v[blk], dout, delta, dq, dk[blk], dv[blk]);
-    }
-    MINIATTN_EXPECT_CLOSE(to_host(dq), fd_gradient(f.q, loss), kFdTolerance);
-    for (index_t blk = 0; blk < kBlocks; ++blk) {
-      MINIATTN_EXPECT_CLOSE(to_host(dk[blk]), fd_gradient(f.k[blk], loss), kFdTolerance);
-      MINIATTN_EXPECT_CLOSE(to_host(dv[blk]), fd_gradient(f.v[blk], loss), kFdTolerance);
-    }
-  }
 }
 
 }  // namespace
