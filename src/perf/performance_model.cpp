@@ -475,13 +475,16 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   // the residual gradient's zeroing 1 and cross-entropy 2 + 3 per row of V
   // (last stage). Attention region (R x D/tp): q/k/v bias rows (forward,
   // recomputed) and gradients 3 + 3 + 3, q/k/v split and head merge (forward,
-  // recomputed), head split and q/k/v merge, attention delta 2, dq zero 1.
+  // recomputed), head split and q/k/v merge, attention delta 2, dq zero 1;
+  // the q/k/v terms scale with the projection's width, (H + 2 KV) Dh of 3 D.
   // The row-parallel proj and fc2 bias rows and gradients (1 + 1 + 1 + 1) fall
   // on TP rank 0's R x D partial sums; FFN region (R x F/tp): GELU, fc1 bias.
   namespace e = elementwise_scalars;
   const double block_chunk_d = 4 * e::layer_norm_forward + 2 * e::residual_copy + 2 * e::residual_add +
                                2 * e::layer_norm_backward;
-  const double block_shard_d = 9 + 2 * (e::qkv_split + e::head_merge) + e::head_split + e::qkv_merge + 2 + 1;
+  const double qkv_width = static_cast<double>(m.qkv_rows()) / (3 * D);
+  const double block_shard_d =
+      (9 + 2 * e::qkv_split + e::qkv_merge) * qkv_width + 2 * e::head_merge + e::head_split + 2 + 1;
   const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;
   const double once_d = (w.first ? 6 : 0) + (w.last ? 2 * e::layer_norm_forward + e::layer_norm_backward + 1 : 0);
   const double once_v = w.last ? 5 : 0;
