@@ -8,7 +8,23 @@ namespace miniattn::kernels {
 
 namespace {
 using Range = Kokkos::RangePolicy<ExecSpace>;
-}
+
+// dS of one stored probability P (query i of head h, key j of K/V head hk):
+// P (dP - delta) / sqrt(Dh) with dP = dout_i . v_j; 0 where P is (masked).
+template <class T>
+struct ScoreGradient {
+  View4<const T> probabilities, v, dout;
+  View3<const T> delta;
+  T scale;
+  KOKKOS_INLINE_FUNCTION T operator()(index_t b, index_t h, index_t hk, index_t i, index_t j) const {
+    const T p = probabilities(b, h, i, j);
+    if (p == T(0)) return T(0);
+    T dp = 0;
+    for (index_t d = 0; d < static_cast<index_t>(v.extent(3)); ++d) dp += dout(b, h, i, d) * v(b, hk, j, d);
+    return p * (dp - delta(b, h, i)) * scale;
+  }
+};
+}  // namespace
 
 template <class T>
 void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
@@ -77,17 +93,14 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
                           const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
   const index_t KV = k.extent(1), group = H / KV;
-  const T scale = T(1) / compat::sqrt(static_cast<T>(Dh));
+  const ScoreGradient<T> score_gradient{probabilities, v, dout, delta, T(1) / compat::sqrt(static_cast<T>(Dh))};
   // Query rows: dq. Parallel over (b, h, i); each thread owns its dq row.
   Kokkos::parallel_for(
       "miniattn::dense_block_backward_dq", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H), hk = h / group;
         for (index_t j = 0; j < nk; ++j) {
-          const T p = probabilities(b, h, i, j);
-          if (p == T(0)) continue;
-          T dp = 0;
-          for (index_t d = 0; d < Dh; ++d) dp += dout(b, h, i, d) * v(b, hk, j, d);
-          const T ds = p * (dp - delta(b, h, i)) * scale;
+          const T ds = score_gradient(b, h, hk, i, j);
+          if (ds == T(0)) continue;
           for (index_t d = 0; d < Dh; ++d) dq(b, h, i, d) += ds * k(b, hk, j, d);
         }
       });
@@ -100,9 +113,7 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
           for (index_t i = 0; i < n; ++i) {
             const T p = probabilities(b, h, i, j);
             if (p == T(0)) continue;
-            T dp = 0;
-            for (index_t d = 0; d < Dh; ++d) dp += dout(b, h, i, d) * v(b, hk, j, d);
-            const T ds = p * (dp - delta(b, h, i)) * scale;
+            const T ds = score_gradient(b, h, hk, i, j);
             for (index_t d = 0; d < Dh; ++d) {
               dk(b, hk, j, d) += ds * q(b, h, i, d);
               dv(b, hk, j, d) += p * dout(b, h, i, d);
