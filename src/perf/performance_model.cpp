@@ -16,6 +16,7 @@
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/pipeline_schedule.hpp"
+#include "perf/attention_work.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/memory_plan.hpp"
@@ -365,48 +366,6 @@ Placement place(const StepConfig& c, std::int64_t rpn) {
   return p;
 }
 
-// Units of c x c blocks (per rank's head set) that one ring step computes on
-// the slowest rank; `first` is step 0 (its own keys), `other` every later step.
-struct RingWork {
-  double chunk = 0;  // c
-  double first = 0, other = 0;
-};
-
-// For Ulysses groups of U ranks; counting the tiles the blockwise kernel
-// computes (tile_level) or the elements (RSA's dense kernels skip masked entries).
-RingWork ring_work(const StepConfig& c, double U, bool tile_level) {
-  const ModelConfig& m = c.model;
-  // One rank's 'local' attention sees its positions as one contiguous block.
-  const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
-  const bool zigzag = layout == Layout::zigzag;
-  RingWork w;
-  const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
-  w.chunk = static_cast<double>(chunk);
-  // Diagonal chunk pair: the part on and below the diagonal.
-  const double f = tile_level ? causal_diagonal_fraction(chunk, c.query_block, c.key_block)
-                              : (static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk));
-  if (!m.causal) {
-    const double k = zigzag ? 2 * U : U;
-    w.first = w.other = k * k;
-  } else if (layout == Layout::striped) {
-    // Striped: each rank's rows interleave with every other's, so every chunk
-    // pair, its own or another rank's, is a diagonal one (the diagonal itself
-    // in or out, one row in c): balanced at every step.
-    w.first = w.other = U * U * f;
-  } else if (zigzag) {
-    // Low chunks [gU, gU+U) and their mirrors: against another group 2 U^2 full
-    // pairs; against itself U^2 full + two triangles of U(U-1)/2 full and U diagonal.
-    w.first = U * U + U * (U - 1) + 2 * U * f;
-    w.other = 2 * U * U;
-  } else {
-    // Contiguous: the group's own U chunks form a triangle; at every later step
-    // some group meets a group wholly before it (U^2 full pairs) and sets the pace.
-    w.first = U * (U - 1) / 2 + U * f;
-    w.other = U * U;
-  }
-  return w;
-}
-
 // Seconds of `bytes` in `messages` messages to a partner on another node (inter) or on this one.
 double transfer_seconds(const MachineDescription& m, bool inter, double bytes, double messages) {
   return messages * (inter ? m.latency_inter : m.latency_intra) + bytes / (inter ? m.bandwidth_inter : m.bandwidth_intra);
@@ -558,8 +517,8 @@ double kv_block_bytes(const StepConfig& c, const MicroBatch& w, int U) {
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
 // U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
 // and its K/V transfers, part of each hidden by the step's block compute. A
-// sliding window stops the ring after S <= G steps (ring_steps); the blocks
-// and tiles it skips within the steps are not modelled (an upper bound).
+// sliding window stops the ring after S <= G steps (ring_steps), and the
+// work of each step is the tiles it leaves (counted_ring_work).
 void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
                         StepPrediction& out) {
   const ModelConfig& m = c.model;
@@ -567,7 +526,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, U);
-  const RingWork work = ring_work(c, U, !rsa);
+  const RingWork work = m.window > 0 ? counted_ring_work(c, U, !rsa) : ring_work(c, U, !rsa);
   // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
   const double block_flops =
       4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * work.chunk * work.chunk * m.head_dim();
@@ -579,7 +538,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const int S = rsa ? G : ring_steps(m, c.layout, c.sp, U);
   double forward = 0, backward = 0, hidden = 0;
   for (int step = 0; step < S; ++step) {
-    const double blocks = step == 0 ? work.first : work.other;
+    const double blocks = work.steps[step];
     const double f = blocks * block_flops / rate_f, bwd = blocks * 2.5 * block_flops / rate_b;
     forward += f;
     backward += bwd;
@@ -610,8 +569,8 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   const int G = c.sp;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, 1);
-  const RingWork work = ring_work(c, 1, true);
-  const double blocks = work.first + (G - 1) * work.other;
+  const RingWork work = m.window > 0 ? counted_ring_work(c, 1, true) : ring_work(c, 1, true);
+  const double blocks = work.slowest_total;
   const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();
   out.compute_parts["attention_forward"] = L * blocks * block_flops / machine.attention_flops_forward;
   out.compute_parts["attention_backward"] = L * blocks * 2.5 * block_flops / machine.attention_flops_backward;

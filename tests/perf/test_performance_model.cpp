@@ -136,6 +136,30 @@ TEST(PerformanceModel, StripedBalancesCausalRingWorkAtEveryStep) {
   EXPECT_EQ(s.exchange_bytes, z.exchange_bytes);
 }
 
+// A window as long as the sequence hides nothing: the same attention time
+// as none; a window of w = N / 16 leaves 2 w / N - (w / N)^2 = 0.121 of the
+// causal pairs (the work counted in attention_work.*): all-gather, whose
+// slowest rank sums its blocks, within 5% of that; the ring, each of whose
+// steps waits for its slowest rank, within 20%.
+TEST(PerformanceModel, SlidingWindowScalesAttentionTime) {
+  const MachineDescription m = test_machine();
+  for (const Strategy strategy : {Strategy::ring, Strategy::allgather}) {
+    SCOPED_TRACE(to_string(strategy));
+    StepConfig c = config(strategy, 4, 1 << 16);
+    const StepPrediction full = predict_step(m, c);
+    c.model.window = c.model.seq_len;
+    const StepPrediction whole = predict_step(m, c);
+    c.model.window = c.model.seq_len / 16;
+    const StepPrediction window = predict_step(m, c);
+    for (const char* part : {"attention_forward", "attention_backward"}) {
+      EXPECT_NEAR(whole.compute_parts.at(part), full.compute_parts.at(part), 1e-12 * full.compute_parts.at(part));
+      const double ratio = window.compute_parts.at(part) / full.compute_parts.at(part), pairs = 2.0 / 16 - 1.0 / 256;
+      EXPECT_GT(ratio, pairs);
+      EXPECT_LT(ratio, (strategy == Strategy::ring ? 1.2 : 1.05) * pairs) << part;
+    }
+  }
+}
+
 TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
   MachineDescription m = test_machine();
   const StepConfig c = config(Strategy::ring, 16, 1 << 14);  // crosses nodes

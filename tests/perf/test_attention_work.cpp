@@ -1,0 +1,161 @@
+// The attention work per ring step (src/perf/attention_work.*): the count
+// under a mask against a brute force over the layout's own positions
+// (owned_positions), tiled as the kernel tiles a group's rows and judged by
+// the kernel's tile rule (kernels::tiles_meet), and against the closed forms
+// where there is no window.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "comm/process_grid.hpp"
+#include "perf/attention_work.hpp"
+
+namespace miniattn {
+namespace {
+
+StepConfig step_config(Layout layout, bool causal, index_t window, int P, int U, index_t seq_len) {
+  StepConfig c;
+  c.model.seq_len = seq_len;
+  c.model.causal = causal;
+  c.model.window = window;
+  c.strategy = U == P ? Strategy::ulysses : (U > 1 ? Strategy::hybrid : Strategy::ring);
+  c.layout = layout;
+  c.sp = P;
+  c.ulysses = U;
+  c.query_block = 4;
+  c.key_block = 3;
+  return c;
+}
+
+// Rows of ring group g: its U members' positions, member after member.
+std::vector<index_t> group_rows(const StepConfig& c, int g) {
+  std::vector<index_t> rows;
+  for (int p = g * c.ulysses; p < (g + 1) * c.ulysses; ++p) {
+    const std::vector<index_t> own = owned_positions(c.model.seq_len, c.sp, p, c.layout);
+    rows.insert(rows.end(), own.begin(), own.end());
+  }
+  return rows;
+}
+
+// Elements of the tile pairs the kernel computes: those whose query - key
+// distance range [near, far] the mask does not wholly hide.
+double brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
+                        index_t kb) {
+  double area = 0;
+  for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
+    for (std::size_t j0 = 0; j0 < k.size(); j0 += kb) {
+      const auto qt = std::minmax_element(q.begin() + i0, q.begin() + std::min(q.size(), i0 + qb));
+      const auto kt = std::minmax_element(k.begin() + j0, k.begin() + std::min(k.size(), j0 + kb));
+      const index_t near = *qt.first - *kt.second, far = *qt.second - *kt.first, w = m.window;
+      if (m.causal && far < 0) continue;
+      if (w > 0 && (near >= w || (!m.causal && -far >= w))) continue;
+      area += static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
+    }
+  return area;
+}
+
+RingWork brute_force_work(const StepConfig& c, bool tile_level) {
+  const int G = c.sp / c.ulysses;
+  const index_t qb = tile_level ? c.query_block : 1, kb = tile_level ? c.key_block : 1;
+  RingWork w;
+  w.chunk = static_cast<double>(c.layout == Layout::zigzag ? c.model.seq_len / (2 * c.sp) : c.model.seq_len / c.sp);
+  w.steps.assign(G, 0.0);
+  for (int g = 0; g < G; ++g) {
+    double total = 0;
+    for (int s = 0; s < G; ++s) {
+      const double blocks =
+          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb) / (w.chunk * w.chunk);
+      w.steps[s] = std::max(w.steps[s], blocks);
+      total += blocks;
+    }
+    w.slowest_total = std::max(w.slowest_total, total);
+  }
+  return w;
+}
+
+std::string describe(const StepConfig& c) {
+  return std::string(to_string(c.layout)) + (c.model.causal ? " causal" : " non-causal") + " window " +
+         std::to_string(c.model.window) + " P " + std::to_string(c.sp) + " U " + std::to_string(c.ulysses);
+}
+
+// Equal up to the order of the sums (relative 1e-12).
+void expect_same_work(const RingWork& a, const RingWork& b) {
+  EXPECT_EQ(a.chunk, b.chunk);
+  ASSERT_EQ(a.steps.size(), b.steps.size());
+  for (std::size_t s = 0; s < a.steps.size(); ++s) EXPECT_NEAR(a.steps[s], b.steps[s], 1e-12 * b.steps[s]) << s;
+  EXPECT_NEAR(a.slowest_total, b.slowest_total, 1e-12 * b.slowest_total);
+}
+
+// Chunks of 12 rows (a multiple of both tiles: the kernel's tiles do not
+// straddle chunks); windows hiding nothing, some tiles, whole chunks.
+TEST(AttentionWork, CountMatchesBruteForceOverTheLayoutsPositions) {
+  int cases = 0;
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    for (const bool causal : {true, false})
+      for (const index_t window : {0, 1, 3, 5, 17, 40})
+        for (const int P : {1, 2, 3, 4})
+          for (const int U : {1, 2, 4}) {
+            if (P % U != 0) continue;
+            const StepConfig c = step_config(layout, causal, window, P, U, 12 * P * (layout == Layout::zigzag ? 2 : 1));
+            SCOPED_TRACE(describe(c));
+            for (const bool tile_level : {true, false}) {
+              const RingWork counted = counted_ring_work(c, U, tile_level), brute = brute_force_work(c, tile_level);
+              expect_same_work(counted, brute);
+              ++cases;
+            }
+          }
+  EXPECT_EQ(cases, 3 * 2 * 6 * 7 * 2);
+}
+
+// Without a window the count is the closed forms' (contiguous, zigzag, and
+// striped within one group: U = 1), and at most them (striped groups of U > 1
+// ranks, where the closed form counts every member pair as a diagonal one).
+TEST(AttentionWork, CountMatchesClosedFormsWithoutWindow) {
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    for (const bool causal : {true, false})
+      for (const int P : {1, 2, 3, 4, 8})
+        for (const int U : {1, 2, 4}) {
+          if (P % U != 0) continue;
+          for (const index_t chunk : {12, 13, 64}) {  // 13: partial tiles
+            const StepConfig c = step_config(layout, causal, 0, P, U, chunk * P * (layout == Layout::zigzag ? 2 : 1));
+            SCOPED_TRACE(describe(c) + " chunk " + std::to_string(chunk));
+            for (const bool tile_level : {true, false}) {
+              const RingWork counted = counted_ring_work(c, U, tile_level), closed = ring_work(c, U, tile_level);
+              ASSERT_EQ(counted.steps.size(), closed.steps.size());
+              if (layout != Layout::striped || U == 1 || !causal) {
+                expect_same_work(counted, closed);
+              } else {
+                for (std::size_t s = 0; s < closed.steps.size(); ++s)
+                  EXPECT_LE(counted.steps[s], closed.steps[s] * (1 + 1e-12));
+                EXPECT_LE(counted.slowest_total, closed.slowest_total * (1 + 1e-12));
+              }
+            }
+          }
+        }
+}
+
+// A window of w on N positions leaves N w - w^2 / 2 of the N^2 / 2 causal
+// pairs; the kernel's tiles widen the band by at most a query and a key tile's
+// span of positions (64 rows: 64 positions zigzag, 64 P striped). At N = 64K
+// on 8 ranks, w = 4K, the slowest rank's total lies between its share of the
+// band and of the widened band (zigzag and striped balance it), far below the
+// causal total.
+TEST(AttentionWork, WindowScalesTheWorkDown) {
+  const double N = 65536, w = 4096, P = 8;
+  for (const Layout layout : {Layout::zigzag, Layout::striped}) {
+    StepConfig c = step_config(layout, true, 4096, 8, 1, 65536);
+    c.query_block = c.key_block = 64;
+    const RingWork counted = counted_ring_work(c, 1, true), causal = ring_work(c, 1, true);
+    const double pairs = counted.slowest_total * counted.chunk * counted.chunk;
+    const double span = 64 * (layout == Layout::striped ? P : 1);
+    SCOPED_TRACE(to_string(layout));
+    EXPECT_GT(pairs, (N * w - w * w / 2) / P);
+    EXPECT_LT(pairs, N * (w + 2 * span) / P);
+    EXPECT_LT(counted.slowest_total, 0.2 * causal.slowest_total);
+  }
+}
+
+}  // namespace
+}  // namespace miniattn
