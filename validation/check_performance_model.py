@@ -4,6 +4,7 @@
 1. `run.mode: calibrate` on 2 ranks measures this machine and writes the
    machine description (default inputs/machines/this_machine.yaml).
 2. For each case (local on 1 rank; ring (zigzag), rsa and ulysses on 2 ranks;
+   local and ring (zigzag) under a sliding window of 512;
    local with dp = 2, local with tp = 2 (Megatron tensor parallelism) and a
    2-stage pipeline with 4 micro-batches (batch 4) on 2 ranks; hybrid needs 4 ranks and is skipped) it runs
    `run.mode: bench` and `run.mode: predict` of the same deck on the same ranks,
@@ -50,6 +51,9 @@ run:
 CASES = [
     ("local", 1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
     ("ring zigzag", 2, ["parallel.strategy=ring", "parallel.layout=zigzag"]),
+    # A sliding window: the tiles it leaves per ring step (src/perf/attention_work.*).
+    ("local w=512", 1, ["parallel.strategy=local", "parallel.layout=contiguous", "model.window=512"]),
+    ("ring w=512", 2, ["parallel.strategy=ring", "parallel.layout=zigzag", "model.window=512"]),
     ("rsa", 2, ["parallel.strategy=rsa", "parallel.layout=contiguous"]),
     ("ulysses", 2, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
     ("local dp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.dp=2", "model.batch=2"]),
