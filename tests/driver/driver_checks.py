@@ -519,6 +519,25 @@ def checkpoint_restart(c):
               deck=deck)
         worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
         print(f"checkpoint {restart} restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    # The attention features across a restart: grouped K/V heads (the q | k | v
+    # row groups of unequal height, sharded over TP), packed documents (a
+    # function of the step, so the restarted run must see step 3's) and a
+    # window. A tp 2 x ring 2 checkpoint restarts on 1 rank, on Ulysses 4 (K/V
+    # heads split) and on tp 4 (one K/V head per TP rank), against the
+    # uninterrupted 1-rank run.
+    features = ["model.kv_heads=4", "data.documents=true", "model.window=7"]
+    c.run(1, "parallel.strategy=local", "train.steps=6", "io.snapshot=whole_features.h5", "io.snapshot_step=5",
+          *features, deck=deck)
+    c.run(4, *base[:2], "parallel.tp=2", "train.steps=3", "io.checkpoint=ck3_features.h5", *features, deck=deck)
+    for i, (ranks, sets) in enumerate(((1, ["parallel.strategy=local"]),
+                                       (4, ["parallel.strategy=ulysses", "parallel.layout=striped"]),
+                                       (4, ["parallel.strategy=local", "parallel.tp=4"]))):
+        tag = f"features-{i}"
+        c.run(ranks, "train.steps=6", "io.restart=ck3_features.h5", f"io.snapshot={tag}.h5", "io.snapshot_step=5",
+              *features, *sets, deck=deck)
+        worst = compare_snapshots(c.path("whole_features.h5"), c.path(f"{tag}.h5"), 1e-10)
+        print(f"checkpoint of tp 2 x ring 2 ({' '.join(features)}) restarted on {ranks} ranks "
+              f"({' '.join(sets)}): {worst:.1e}")
     # SIGKILL in the middle of writing the step-4 checkpoint: the step-3 one survives and restarts.
     env = dict(os.environ, MINIATTN_FAULT_KILL_IN_CHECKPOINT="4")
     cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
