@@ -28,6 +28,7 @@ non-zero with a message when the check fails:
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
 """
 import argparse
+import itertools
 import json
 import math
 import os
@@ -488,37 +489,35 @@ def checkpoint_restart(c):
                 if not np.array_equal(a[group][name][()], b[group][name][()]):
                     fail(f"final {group}/{name} differs after restart")
     print("restart on the same 2 ranks: losses, snapshot and final checkpoint bitwise identical")
+    def restart_matches(checkpoint, ranks, sets, uninterrupted="whole.h5"):
+        """Restarts `checkpoint` to step 6 on `ranks` ranks; its step-5 snapshot
+        equals the uninterrupted run's within rounding."""
+        tag = f"restart-{next(tags)}"
+        c.run(ranks, "train.steps=6", f"io.restart={checkpoint}", f"io.snapshot={tag}.h5", "io.snapshot_step=5",
+              *sets, deck=deck)
+        worst = compare_snapshots(c.path(uninterrupted), c.path(f"{tag}.h5"), 1e-10)
+        print(f"checkpoint {checkpoint} restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    tags = itertools.count()
+
     # Other rank counts, layouts and tensor parallelism: equal within rounding.
-    for i, (ranks, sets) in enumerate(((1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
-                                       (4, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
-                                       (4, ["parallel.strategy=ring", "parallel.dp=2"]),
-                                       (2, ["parallel.strategy=local", "parallel.tp=2"]),
-                                       (4, ["parallel.strategy=ring", "parallel.tp=2"]),
-                                       (4, ["parallel.strategy=ring", "parallel.layout=striped"]))):
-        tag = f"restart-{i}"
-        c.run(ranks, "train.steps=6", "io.restart=ck3.h5", f"io.snapshot={tag}.h5", "io.snapshot_step=5", *sets,
-              deck=deck)
-        worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
-        print(f"checkpoint of 2 ranks (ring, zigzag) restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    for ranks, sets in ((1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
+                        (4, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
+                        (4, ["parallel.strategy=ring", "parallel.dp=2"]),
+                        (2, ["parallel.strategy=local", "parallel.tp=2"]),
+                        (4, ["parallel.strategy=ring", "parallel.tp=2"]),
+                        (4, ["parallel.strategy=ring", "parallel.layout=striped"])):
+        restart_matches("ck3.h5", ranks, sets)
     # A checkpoint written by tensor-parallel shards (dp 1 x tp 2 x sp 2) restarts on one rank.
     c.run(4, *base[:2], "parallel.tp=2", "train.steps=3", "io.checkpoint=ck3_tp.h5", deck=deck)
-    c.run(1, "train.steps=6", "io.restart=ck3_tp.h5", "io.snapshot=from_tp.h5", "io.snapshot_step=5",
-          "parallel.strategy=local", deck=deck)
-    worst = compare_snapshots(c.path("whole.h5"), c.path("from_tp.h5"), 1e-10)
-    print(f"checkpoint of 4 ranks (tp 2 x ring 2) restarted on 1 rank: {worst:.1e}")
+    restart_matches("ck3_tp.h5", 1, ["parallel.strategy=local"])
     # Pipeline stages write only their own tensors: a pp 2 x tp 2 checkpoint
     # restarts on 1 rank and on pp 2 x ring 2, and the 2-rank ring checkpoint on pp 2 x dp 2.
     c.run(4, *base[:2], "parallel.pp=2", "parallel.tp=2", "train.micro_batches=2", "train.steps=3",
           "io.checkpoint=ck3_pp.h5", deck=deck)
-    for ranks, restart, sets in ((1, "ck3_pp.h5", ["parallel.strategy=local"]),
-                                 (4, "ck3_pp.h5", ["parallel.pp=2", "parallel.strategy=ring"]),
-                                 (4, "ck3.h5", ["parallel.pp=2", "parallel.dp=2", "parallel.strategy=local",
-                                                "train.micro_batches=1"])):
-        tag = f"from_pp_{ranks}_{restart}"
-        c.run(ranks, "train.steps=6", f"io.restart={restart}", f"io.snapshot={tag}.h5", "io.snapshot_step=5", *sets,
-              deck=deck)
-        worst = compare_snapshots(c.path("whole.h5"), c.path(f"{tag}.h5"), 1e-10)
-        print(f"checkpoint {restart} restarted on {ranks} ranks ({' '.join(sets)}): {worst:.1e}")
+    restart_matches("ck3_pp.h5", 1, ["parallel.strategy=local"])
+    restart_matches("ck3_pp.h5", 4, ["parallel.pp=2", "parallel.strategy=ring"])
+    restart_matches("ck3.h5", 4, ["parallel.pp=2", "parallel.dp=2", "parallel.strategy=local",
+                                  "train.micro_batches=1"])
     # The attention features across a restart: grouped K/V heads (the q | k | v
     # row groups of unequal height, sharded over TP), packed documents (a
     # function of the step, so the restarted run must see step 3's) and a
@@ -529,15 +528,10 @@ def checkpoint_restart(c):
     c.run(1, "parallel.strategy=local", "train.steps=6", "io.snapshot=whole_features.h5", "io.snapshot_step=5",
           *features, deck=deck)
     c.run(4, *base[:2], "parallel.tp=2", "train.steps=3", "io.checkpoint=ck3_features.h5", *features, deck=deck)
-    for i, (ranks, sets) in enumerate(((1, ["parallel.strategy=local"]),
-                                       (4, ["parallel.strategy=ulysses", "parallel.layout=striped"]),
-                                       (4, ["parallel.strategy=local", "parallel.tp=4"]))):
-        tag = f"features-{i}"
-        c.run(ranks, "train.steps=6", "io.restart=ck3_features.h5", f"io.snapshot={tag}.h5", "io.snapshot_step=5",
-              *features, *sets, deck=deck)
-        worst = compare_snapshots(c.path("whole_features.h5"), c.path(f"{tag}.h5"), 1e-10)
-        print(f"checkpoint of tp 2 x ring 2 ({' '.join(features)}) restarted on {ranks} ranks "
-              f"({' '.join(sets)}): {worst:.1e}")
+    for ranks, sets in ((1, ["parallel.strategy=local"]),
+                        (4, ["parallel.strategy=ulysses", "parallel.layout=striped"]),
+                        (4, ["parallel.strategy=local", "parallel.tp=4"])):
+        restart_matches("ck3_features.h5", ranks, features + sets, uninterrupted="whole_features.h5")
     # SIGKILL in the middle of writing the step-4 checkpoint: the step-3 one survives and restarts.
     env = dict(os.environ, MINIATTN_FAULT_KILL_IN_CHECKPOINT="4")
     cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
