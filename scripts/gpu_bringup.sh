@@ -377,6 +377,11 @@ setup_env() {
   export LD_LIBRARY_PATH="$runtime_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   # CMake's default generator needs make; the CUDA images have ninja.
   if ! command -v make > /dev/null && command -v ninja > /dev/null; then export CMAKE_GENERATOR=Ninja; fi
+  # pkg-config sees the unpacked packages only: the image's own Open MPI has .pc
+  # files in /usr, and CMake's FindMPI took it through them although told to use
+  # MPICH (a binary linking both died in MPI_Comm_create_keyval).
+  export PKG_CONFIG_LIBDIR="$debroot/usr/lib/$triplet/pkgconfig:$debroot/usr/share/pkgconfig"
+  unset PKG_CONFIG_PATH
   local kv
   if [ -f "$debroot/mpi.env" ]; then
     while read -r kv; do if [ -n "$kv" ]; then export "${kv?}"; fi; done < "$debroot/mpi.env"
@@ -422,6 +427,10 @@ step_build() {
     die "$build resolved MPI or HDF5 outside $debroot (an older CMakeCache.txt?): remove $build and rebuild"
   [ -x "$build/src/miniattn" ] && [ -x "$build/tests/attention/bench_attention" ] ||
     die "build finished without $build/src/miniattn or tests/attention/bench_attention"
+  # One MPI in the binary: MPICH's libmpich, none of another MPI's libmpi.
+  ldd "$build/src/miniattn" | grep -E '(^|[[:space:]/])libmpi\.so' &&
+    die "$build/src/miniattn links another MPI's libmpi beside MPICH: remove $build and rebuild"
+  ldd "$build/src/miniattn" | grep -q 'libmpich\.so' || die "$build/src/miniattn does not link MPICH's libmpich"
 }
 
 # Every rank shares the one GPU (Kokkos puts them all on device 0). Debian's

@@ -1,7 +1,12 @@
+#include <mpi.h>
+
 #include <limits>
 
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // Open MPI's MPIX_Query_cuda_support
+// Open MPI's MPIX_Query_cuda_support. Only when mpi.h is Open MPI's: a machine
+// may have Open MPI's headers installed beside the MPICH this build uses, and
+// its mpi-ext.h does not compile against MPICH's mpi.h.
+#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
 #endif
 
 #include "comm/comm.hpp"
