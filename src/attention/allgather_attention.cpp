@@ -8,9 +8,9 @@ namespace miniattn {
 
 template <class T>
 AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows,
-                                          index_t head_dim, int group_size)
+                                          index_t head_dim, int group_size, const kernels::AttentionBlocking& blocking)
     : row_sum("allgather.row_sum", batch, heads, rows), delta("allgather.delta", batch, heads, rows),
-      transposed(batch, kv_heads, head_dim, rows) {
+      kernel({batch, heads, kv_heads, head_dim, rows, rows}, blocking) {
   if (group_size < 2) return;
   const index_t elements = group_size * batch * kv_heads * rows * head_dim;
   k_all = View1<T>("allgather.k", elements);
@@ -21,7 +21,7 @@ AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t 
 
 template <class T>
 std::size_t AllGatherWorkspace<T>::bytes() const {
-  return view_bytes(row_sum) + view_bytes(delta) + transposed.bytes() + view_bytes(k_all) + view_bytes(v_all) +
+  return view_bytes(row_sum) + view_bytes(delta) + kernel.bytes() + view_bytes(k_all) + view_bytes(v_all) +
          view_bytes(dk_all) + view_bytes(dv_all);
 }
 
@@ -69,7 +69,7 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
                                                positions_of(rank_), positions_of(g), mask_, blocking_, out, row_max,
-                                               workspace_->row_sum);
+                                               workspace_->row_sum, workspace_->kernel);
   kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
 }
 
@@ -95,7 +95,7 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
                                                 positions_of(rank_), positions_of(g), mask_, blocking_, dq,
-                                                block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.transposed);
+                                                block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.kernel);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.
   comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, "allgather.backward.dkdv");

@@ -27,9 +27,10 @@ template <class T>
 struct AllGatherWorkspace {
   View3<T> row_sum, delta;
   View1<T> k_all, v_all, dk_all, dv_all;
-  kernels::TransposedKeys<T> transposed;  // the backward kernel's K^T and V^T of one block
+  kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for one block
 
-  AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int group_size);
+  AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int group_size,
+                     const kernels::AttentionBlocking& blocking);
   std::size_t bytes() const;
 };
 

@@ -9,9 +9,9 @@ namespace miniattn {
 
 template <class T>
 RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim,
-                                int ring_size)
+                                int ring_size, const kernels::AttentionBlocking& blocking)
     : row_sum("ring.row_sum", batch, heads, rows), delta("ring.delta", batch, heads, rows),
-      transposed(batch, kv_heads, head_dim, rows) {
+      kernel({batch, heads, kv_heads, head_dim, rows, rows}, blocking) {
   if (ring_size < 2) return;
   for (int i = 0; i < 2; ++i) {
     k[i] = View4<T>("ring.k_buffer", batch, kv_heads, rows, head_dim);
@@ -23,7 +23,7 @@ RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t kv_heads, 
 
 template <class T>
 std::size_t RingWorkspace<T>::bytes() const {
-  std::size_t total = view_bytes(row_sum) + view_bytes(delta) + transposed.bytes();
+  std::size_t total = view_bytes(row_sum) + view_bytes(delta) + kernel.bytes();
   for (int i = 0; i < 2; ++i) total += view_bytes(k[i]) + view_bytes(v[i]) + view_bytes(dk[i]) + view_bytes(dv[i]);
   return total;
 }
@@ -65,7 +65,7 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
     const int source = (rank_ - step + size_) % size_;
     if (sees_[static_cast<std::size_t>(source)])
       kernels::attention_forward_accumulate<T>(q, k_current, v_current, positions_of(rank_), positions_of(source),
-                                               mask_, blocking_, out, row_max, workspace_->row_sum);
+                                               mask_, blocking_, out, row_max, workspace_->row_sum, workspace_->kernel);
     comm_.wait(pending);
     if (step + 1 < steps_) {
       k_current = workspace_->k[slot];
@@ -88,7 +88,7 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                           if (!sees_[static_cast<std::size_t>(source)]) return;
                           kernels::attention_backward_accumulate<T>(
                               q, k_block, v_block, dout, lse, workspace_->delta, positions_of(rank_),
-                              positions_of(source), mask_, blocking_, dq, dk_block, dv_block, workspace_->transposed);
+                              positions_of(source), mask_, blocking_, dq, dk_block, dv_block, workspace_->kernel);
                         });
 }
 

@@ -31,9 +31,10 @@ template <class T>
 struct RingWorkspace {
   View3<T> row_sum, delta;
   View4<T> k[2], v[2], dk[2], dv[2];
-  kernels::TransposedKeys<T> transposed;  // the backward kernel's K^T and V^T
+  kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for blocks of `rows` rows
 
-  RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int ring_size);
+  RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int ring_size,
+                const kernels::AttentionBlocking& blocking);
   std::size_t bytes() const;
 };
 

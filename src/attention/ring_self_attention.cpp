@@ -15,6 +15,7 @@ RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<c
   const index_t n = static_cast<index_t>(ring_positions.extent(1));
   probabilities_ = kernels::View5<T>("rsa.probabilities", size_, batch, heads, n, n);
   delta_ = View3<T>("rsa.delta", batch, heads, n);
+  score_grads_ = View4<T>("rsa.score_grads", batch, heads, kernels::dense_backward_rows(n), n);
   for (int i = 0; i < 2; ++i) {
     buffer_[i] = View4<T>("rsa.buffer", batch, kv_heads, n, head_dim);
     second_buffer_[i] = View4<T>("rsa.second_buffer", batch, kv_heads, n, head_dim);
@@ -76,13 +77,13 @@ void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           kernels::dense_block_backward<T>(probabilities_of(source), q, k_block, v_block, dout, delta_,
-                                                           dq, dk_block, dv_block);
+                                                           score_grads_, dq, dk_block, dv_block);
                         });
 }
 
 template <class T>
 std::size_t RingSelfAttention<T>::allocated_bytes() const {
-  std::size_t bytes = view_bytes(probabilities_) + view_bytes(delta_);
+  std::size_t bytes = view_bytes(probabilities_) + view_bytes(delta_) + view_bytes(score_grads_);
   for (int i = 0; i < 2; ++i)
     bytes += view_bytes(buffer_[i]) + view_bytes(second_buffer_[i]) + view_bytes(dk_buffer_[i]) +
              view_bytes(dv_buffer_[i]);

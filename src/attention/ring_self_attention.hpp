@@ -42,6 +42,7 @@ class RingSelfAttention final : public AttentionStrategy<T> {
   kernels::AttentionMask mask_;
   kernels::View5<T> probabilities_;  // [P, B, H, n, n]: scores, then probabilities, kept for backward
   View3<T> delta_;
+  View4<T> score_grads_;  // [B, H, dense_backward_rows(n), n]: the backward's dP, then dS
   View4<T> buffer_[2], second_buffer_[2], dk_buffer_[2], dv_buffer_[2];
 };
 

@@ -83,6 +83,8 @@ const std::vector<Field>& fields() {
       {"run", "machine", MINIATTN_CONFIG_REF(run, machine)},
       {"run", "predict_max_ranks", MINIATTN_CONFIG_REF(run, predict_max_ranks)},
       {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens)},
+      {"kernels", "attention", MINIATTN_CONFIG_ENUM(kernels, attention)},
+      {"kernels", "chunk", MINIATTN_CONFIG_REF(kernels, chunk)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
       {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
@@ -649,6 +651,7 @@ void check_sizes_and_counts(const Config& c) {
     require_at_least("train.steps", c.train.steps, 1, std::string(" for run.mode ") + to_string(c.run.mode));
   }
   require_at_least("run.log_every", c.run.log_every, 1);
+  require_at_least("kernels.chunk", c.kernels.chunk, 0, " (0 chooses per backend)");
   require_at_least("kernels.query_block", c.kernels.query_block, 0, " (0 chooses per backend)");
   require_at_least("kernels.key_block", c.kernels.key_block, 0, " (0 chooses per backend)");
   require_at_least("io.snapshot_step", c.io.snapshot_step, 0);

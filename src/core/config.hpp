@@ -19,6 +19,9 @@ enum class CommBackend { mpi, nccl };
 enum class GpuAwareMpi { automatic, yes, no };
 enum class OptimizerKind { adamw, sgd };
 enum class RunMode { train, bench, predict, calibrate };
+// The attention kernels: the tiled online-softmax kernel or chunked attention
+// through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
+enum class AttentionKernel { automatic, fused, gemm };
 
 template <class E>
 const std::vector<std::string>& enum_names();
@@ -36,6 +39,8 @@ template <>
 const std::vector<std::string>& enum_names<OptimizerKind>();
 template <>
 const std::vector<std::string>& enum_names<RunMode>();
+template <>
+const std::vector<std::string>& enum_names<AttentionKernel>();
 template <class E>
 const char* to_string(E value) {
   return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
@@ -117,7 +122,9 @@ struct RunConfig {
 // choice to the backend (kernels/attention.hpp: cache-sized on the host,
 // within level-0 team scratch on a GPU).
 struct KernelConfig {
-  std::int64_t query_block = 0;  // 0: chosen per backend (kernels::choose_attention_tiles)
+  AttentionKernel attention = AttentionKernel::automatic;
+  std::int64_t chunk = 0;        // gemm: rows of a query and of a key chunk; 0: chosen per backend
+  std::int64_t query_block = 0;  // fused: 0: chosen per backend (kernels::choose_attention_tiles)
   std::int64_t key_block = 0;
 };
 

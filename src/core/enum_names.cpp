@@ -39,4 +39,10 @@ const std::vector<std::string>& enum_names<RunMode>() {
   return names;
 }
 
+template <>
+const std::vector<std::string>& enum_names<AttentionKernel>() {
+  static const std::vector<std::string> names = {"auto", "fused", "gemm"};
+  return names;
+}
+
 }  // namespace miniattn

@@ -3,6 +3,7 @@
 // else uses these names, which exist from Kokkos 3.4 (Debian) to Kokkos 4.x/5.x.
 #include <Kokkos_Core.hpp>
 
+#include <limits>
 #include <string>
 
 #if KOKKOS_VERSION >= 30700
@@ -29,6 +30,17 @@ template <class T>
 KOKKOS_INLINE_FUNCTION T fabs(T x) { return MINIATTN_KOKKOS_MATH_NS::fabs(x); }
 template <class T>
 KOKKOS_INLINE_FUNCTION bool isfinite(T x) { return MINIATTN_KOKKOS_MATH_NS::isfinite(x); }
+
+// +infinity, usable in device code (std::numeric_limits is host-only for nvcc);
+// Kokkos's numeric traits exist from 3.6, and Kokkos 3.4 builds are host-only.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T infinity() {
+#if KOKKOS_VERSION >= 30600
+  return Kokkos::Experimental::infinity<T>::value;
+#else
+  return std::numeric_limits<T>::infinity();
+#endif
+}
 
 // Math constants live in Kokkos::numbers only from 4.0.
 template <class T>

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace miniattn {
 
@@ -13,6 +14,11 @@ using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
 
 using index_t = std::int64_t;
+
+// Whether kernels run on the host. Host backends run one thread per team (the
+// league is the parallel loop) and leave vectorisation to the compiler; GPU
+// backends use vector lanes.
+constexpr bool kHostExecution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
 
 template <class T>
 using View1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;

@@ -48,11 +48,11 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   std::shared_ptr<RingWorkspace<T>> ring_workspace;
   std::shared_ptr<AllGatherWorkspace<T>> gather_workspace;
   if (strategy == Strategy::allgather) {
-    gather_workspace = std::make_shared<AllGatherWorkspace<T>>(B, H, KV, n, Dh, grid.ring_size);
+    gather_workspace = std::make_shared<AllGatherWorkspace<T>>(B, H, KV, n, Dh, grid.ring_size, blocking);
     result.shared_workspace_bytes = gather_workspace->bytes();
   } else if (strategy != Strategy::rsa) {
     ring_workspace =
-        std::make_shared<RingWorkspace<T>>(B, H / U, kv_heads_after_all_to_all(KV, U), U * n, Dh, grid.ring_size);
+        std::make_shared<RingWorkspace<T>>(B, H / U, kv_heads_after_all_to_all(KV, U), U * n, Dh, grid.ring_size, blocking);
     result.shared_workspace_bytes = ring_workspace->bytes();
   }
   kernels::AttentionMask mask = attention_mask(m);

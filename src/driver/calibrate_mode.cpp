@@ -143,17 +143,18 @@ void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& ra
   AttentionBlock<T> a(c.model, n);
   View3<T> row_sum("calibrate.row_sum", 1, a.H, n);
   const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.Dh).blocking;
+  const kernels::AttentionWorkspace<T> workspace({1, a.H, a.H, a.Dh, n, n}, blocking);
   const double tf = time_median(world, 3, [&] {
-    kernels::attention_forward<T>(a.q, a.k, a.v, a.positions, a.positions, false, blocking, a.out, a.lse, row_sum);
+    kernels::attention_forward<T>(a.q, a.k, a.v, a.positions, a.positions, false, blocking, a.out, a.lse, row_sum,
+                                  workspace);
   });
-  const kernels::TransposedKeys<T> transposed(1, a.H, a.Dh, n);
   const double tb = time_median(world, 3, [&] {
     kernels::attention_backward_delta<T>(a.out, a.dout, a.delta);
     Kokkos::deep_copy(a.dq, T(0));
     Kokkos::deep_copy(a.dk, T(0));
     Kokkos::deep_copy(a.dv, T(0));
     kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.dout, a.lse, a.delta, a.positions, a.positions, false,
-                                              blocking, a.dq, a.dk, a.dv, transposed);
+                                              blocking, a.dq, a.dk, a.dv, workspace);
   });
   const double flops = 4.0 * a.pairs() * double(a.Dh);
   rates.attention_flops_forward = flops / tf;
@@ -174,8 +175,9 @@ void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
     kernels::apply_probabilities<T>(probabilities, a.v, a.out);
   });
   fill_view(probabilities, 0.001);  // no zero probabilities: every pair is worked on
+  const View4<T> score_grads("calibrate.score_grads", 1, a.H, kernels::dense_backward_rows(n), n);
   const double tb = time_median(world, 2, [&] {
-    kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, a.dq, a.dk, a.dv);
+    kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, score_grads, a.dq, a.dk, a.dv);
   });
   rates.rsa_flops_forward = a.pairs() * 4.0 * double(a.Dh) / tf;
   rates.rsa_flops_backward = a.pairs() * 10.0 * double(a.Dh) / tb;

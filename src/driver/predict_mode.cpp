@@ -27,11 +27,9 @@ StepConfig deck_step_config(const Config& c) {
   s.documents = c.data.documents;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
   // Tiles given as 0 are the ones this build would choose.
-  const kernels::AttentionBlocking tiles = c.model.precision == Precision::fp32
-      ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
-      : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
-  s.query_block = tiles.query_block;
-  s.key_block = tiles.key_block;
+  s.blocking = c.model.precision == Precision::fp32
+                   ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
+                   : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
   return s;
 }
 

@@ -33,6 +33,15 @@ void require_writable_directory(const std::string& key, const std::string& path)
     throw InputError(key + ": directory " + parent.string() + " of " + path + " is not writable");
 }
 
+void print_fused_tiles(const nlohmann::json& tiles) {
+  const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
+                                  tiles.at("backward_scratch_bytes").get<double>());
+  std::printf("miniattn: attention kernel fused, tiles %lld x %lld, team scratch %.1f KiB at level %d (level 0 "
+              "holds %.1f KiB)\n",
+              tiles.at("query_block").get<long long>(), tiles.at("key_block").get<long long>(), scratch / 1024,
+              tiles.at("scratch_level").get<int>(), tiles.at("level0_bytes").get<double>() / 1024);
+}
+
 // A few lines for a person at the end of a training or bench run: what the
 // RESULT line says, in words.
 void print_summary(const nlohmann::json& r, const Config& config) {
@@ -53,11 +62,12 @@ void print_summary(const nlohmann::json& r, const Config& config) {
                 losses.front().get<double>(), losses.back().get<double>(), vocab, std::log(vocab), alphabet,
                 std::log(alphabet));
   const auto& tiles = r.at("attention_tiles");
-  const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
-                                  tiles.at("backward_scratch_bytes").get<double>());
-  std::printf("miniattn: attention tiles %lld x %lld, team scratch %.1f KiB at level %d (level 0 holds %.1f KiB)\n",
-              tiles.at("query_block").get<long long>(), tiles.at("key_block").get<long long>(), scratch / 1024,
-              tiles.at("scratch_level").get<int>(), tiles.at("level0_bytes").get<double>() / 1024);
+  if (tiles.at("kernel") == "gemm") {
+    std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows\n",
+                tiles.at("chunk").get<long long>());
+  } else {
+    print_fused_tiles(tiles);
+  }
   std::printf("miniattn: the whole report is the RESULT line above%s\n",
               config.run.result.empty() ? "" : (" and " + config.run.result + " (with every step's loss)").c_str());
 }

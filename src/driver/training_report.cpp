@@ -223,7 +223,9 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["execution_space"] = {
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
   const kernels::AttentionTiles& tiles = s.attention_tiles;
-  r["attention_tiles"] = {{"query_block", tiles.blocking.query_block},
+  r["attention_tiles"] = {{"kernel", to_string(tiles.blocking.kernel)},
+                          {"chunk", tiles.blocking.chunk},
+                          {"query_block", tiles.blocking.query_block},
                           {"key_block", tiles.blocking.key_block},
                           {"forward_scratch_bytes", tiles.forward_scratch_bytes},
                           {"backward_scratch_bytes", tiles.backward_scratch_bytes},

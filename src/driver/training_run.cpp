@@ -241,9 +241,10 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const RankShare share = rank_share(c, grid);
   const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);
   const InjectedFault fault = injected_fault(grid.world_rank);
-  const MemoryCheck memory = check_memory(c, grid, layout, sizeof(T), fault);
+  const kernels::AttentionTiles tiles = agreed_attention_tiles<T>(c, grid);
+  const MemoryCheck memory = check_memory(c, grid, layout, sizeof(T), tiles.blocking, fault);
 
-  TrainingState<T> state(c, grid, share, layout);
+  TrainingState<T> state(c, grid, share, layout, tiles);
   record.first_step = load_or_initialize(state);
   const double start = wall_seconds();
   for (index_t step = record.first_step; step < c.train.steps; ++step) {

@@ -20,11 +20,15 @@ namespace miniattn {
 
 namespace {
 
-int ranks_on_this_node(MPI_Comm world) {
-  MPI_Comm node;
+// The ranks of this node whose Views share this rank's memory: all of them
+// for host memory, those on the same GPU for device memory.
+int ranks_sharing_memory(MPI_Comm world) {
+  MPI_Comm node, same_memory;
   MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_split(node, memory_device_id() + 1, 0, &same_memory);
   int size = 1;
-  MPI_Comm_size(node, &size);
+  MPI_Comm_size(same_memory, &size);
+  MPI_Comm_free(&same_memory);
   MPI_Comm_free(&node);
   return size;
 }
@@ -42,15 +46,6 @@ AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
   const LeastOverRanks least = least_over_ranks(local == 0 ? unknown : static_cast<double>(local), world);
   if (std::isinf(least.value)) return {};
   return {static_cast<std::size_t>(least.value), least.rank};
-}
-
-// The tiles are a function of the build and the device: the same on every
-// rank of a homogeneous job, agreed anyway so that a refusal ends every rank.
-template <class T>
-kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid) {
-  kernels::AttentionTiles tiles;
-  agree_on(grid.world, [&] { tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()); });
-  return tiles;
 }
 
 void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
@@ -74,7 +69,7 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
 
 // Pipeline stages plan different amounts: the most any rank needs decides,
 // the same on every rank; rank 0 names its own parts.
-void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_on_node, MPI_Comm world) {
+void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_sharing, MPI_Comm world) {
   const LeastOverRanks most = least_over_ranks(-static_cast<double>(memory.plan.total()), world);
   const std::size_t needed = static_cast<std::size_t>(-most.value), available = memory.available.bytes;
   if (available == 0 || needed <= available) return;
@@ -82,11 +77,13 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_o
   for (const auto& [name, bytes] : memory.plan.parts)
     parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
   const std::string amount = format_bytes(static_cast<double>(available));
+  const std::string memory_kind = memory_device_id() < 0 ? "node" : "GPU";
   const std::string where = c.run.memory_per_rank_gib > 0
                                 ? "run.memory_per_rank_gib allows " + amount
                                 : amount + " are available per rank on rank " +
-                                      std::to_string(memory.available.rank) + "'s node (the least of all ranks; " +
-                                      std::to_string(ranks_on_node) + " ranks share rank 0's node)";
+                                      std::to_string(memory.available.rank) + "'s " + memory_kind +
+                                      " (the least of all ranks; " + std::to_string(ranks_sharing) +
+                                      " ranks share rank 0's)";
   throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(needed)) + " per rank (" +
                    parts.substr(1) + ") but " + where +
                    "; use more ranks, a shorter sequence or a smaller batch, or set run.memory_per_rank_gib");
@@ -118,6 +115,13 @@ index_t restart(TrainingState<T>& s) {
 }
 
 }  // namespace
+
+template <class T>
+kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid) {
+  kernels::AttentionTiles tiles;
+  agree_on(grid.world, [&] { tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()); });
+  return tiles;
+}
 
 RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   RankShare share;
@@ -154,7 +158,8 @@ InjectedFault injected_fault(int world_rank) {
 }
 
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
-                         std::size_t scalar_bytes, const InjectedFault& fault) {
+                         std::size_t scalar_bytes, const kernels::AttentionBlocking& blocking,
+                         const InjectedFault& fault) {
   MemoryPlanInput in;
   in.model = c.model;
   in.strategy = c.parallel.strategy;
@@ -169,22 +174,24 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.scalar_bytes = scalar_bytes;
   in.replicated_parameters = layout.replicated_size();
   in.documents = c.data.documents;
+  in.blocking = blocking;
   MemoryCheck memory;
   memory.plan = plan_memory(in);
-  const int node_ranks = ranks_on_this_node(grid.world);
+  const int sharing = ranks_sharing_memory(grid.world);
   const bool faulty = fault.rank == grid.world_rank && fault.memory_gib >= 0;
   const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
-  memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, node_ranks), grid.world);
+  memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, sharing), grid.world);
   if (grid.world_rank == 0) print_run_header(c, grid, layout, memory);
-  refuse_if_too_large(c, memory, node_ranks, grid.world);
+  refuse_if_too_large(c, memory, sharing, grid.world);
   return memory;
 }
 
 template <class T>
-TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l)
+TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l,
+                                const kernels::AttentionTiles& tiles)
     : config(c), grid(g), share(sh), layout(l), positions(to_device(sh.positions, "positions")), params(l, "params"),
       grads(l, "grads"), optimizer(c.train, l), gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
-      attention_tiles(agreed_attention_tiles<T>(c, g)),
+      attention_tiles(tiles),
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
       attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
@@ -236,6 +243,8 @@ index_t load_or_initialize(TrainingState<T>& s) {
 
 template struct TrainingState<float>;
 template struct TrainingState<double>;
+template kernels::AttentionTiles agreed_attention_tiles<float>(const Config&, const ProcessGrid&);
+template kernels::AttentionTiles agreed_attention_tiles<double>(const Config&, const ProcessGrid&);
 template index_t load_or_initialize<float>(TrainingState<float>&);
 template index_t load_or_initialize<double>(TrainingState<double>&);
 

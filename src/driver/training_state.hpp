@@ -70,12 +70,19 @@ struct MemoryCheck {
 // header on world rank 0 and refuses (InputError, the same on every rank) a
 // run that does not fit, before any large allocation.
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
-                         std::size_t scalar_bytes, const InjectedFault& fault);
+                         std::size_t scalar_bytes, const kernels::AttentionBlocking& blocking,
+                         const InjectedFault& fault);
+
+// The attention kernel and tiles of this run (kernels::choose_attention_tiles),
+// agreed over the world so that a refusal ends every rank.
+template <class T>
+kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid);
 
 // Everything a step touches, built in dependency order.
 template <class T>
 struct TrainingState {
-  TrainingState(const Config& c, const ProcessGrid& grid, const RankShare& share, const ParameterLayout& layout);
+  TrainingState(const Config& c, const ProcessGrid& grid, const RankShare& share, const ParameterLayout& layout,
+                const kernels::AttentionTiles& tiles);
 
   const Config& config;
   const ProcessGrid& grid;

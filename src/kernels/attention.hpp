@@ -24,6 +24,9 @@ namespace miniattn::kernels {
 
 // Host tile rows: measured best with the host register tiles (attention_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
+// Chunk rows of the gemm kernel when kernels.chunk is 0.
+constexpr index_t kHostChunk = 256;
+constexpr index_t kDeviceChunk = 2048;
 // The tile sides a GPU chooses from.
 constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
 
@@ -53,12 +56,41 @@ struct AttentionMask {
     return key >= n || documents(sample, query) != documents(sample, key);
   }
   KOKKOS_INLINE_FUNCTION bool hides_any() const { return causal || window > 0 || documents.extent(1) > 0; }
+
+  // Whether queries at positions [q_lo, q_hi] may see any key at [k_lo, k_hi]
+  // by the position rules (false: every pair hidden), and whether some pair
+  // may be hidden (partly_masked). Both answers err on the side of computing.
+  KOKKOS_INLINE_FUNCTION bool ranges_meet(index_t q_lo, index_t q_hi, index_t k_lo, index_t k_hi,
+                                          bool& partly_masked) const {
+    const index_t near = q_lo - k_hi, far = q_hi - k_lo;  // the smallest and largest query - key distances
+    partly_masked = (causal && near < 0) || (window > 0 && (far >= window || (!causal && -near >= window)));
+    if (causal && far < 0) return false;  // every key after every query
+    return !(window > 0 && (near >= window || (!causal && -far >= window)));  // or every key outside the window
+  }
 };
 
-// Rows of a query tile and of a key tile (both > 0).
+// The same question for packed documents, from the document ids at the ends
+// of the two ranges (ids do not decrease with the position).
+KOKKOS_INLINE_FUNCTION bool documents_meet(index_t q_first, index_t q_last, index_t k_first, index_t k_last,
+                                           bool& partly_masked) {
+  if (k_last < q_first || k_first > q_last) return false;  // every key in another document
+  partly_masked = partly_masked || q_first != q_last || k_first != k_last || q_first != k_first;
+  return true;
+}
+
+// How a run cuts attention into work (choose_attention_tiles resolves the
+// deck's zeros and `auto`). fused: the tiled online-softmax kernels below,
+// query_block x key_block tiles (both > 0). gemm: chunked attention through
+// batched GEMMs (chunked_attention.cpp), chunk x chunk score blocks of all
+// heads at a time (chunk > 0; the last chunk of a sequence may be shorter).
 struct AttentionBlocking {
   index_t query_block = 0;
   index_t key_block = 0;
+  AttentionKernel kernel = AttentionKernel::fused;
+  index_t chunk = 0;
+  // The query and key rows of the unit of work a mask may skip whole.
+  index_t query_tile() const { return kernel == AttentionKernel::gemm ? chunk : query_block; }
+  index_t key_tile() const { return kernel == AttentionKernel::gemm ? chunk : key_block; }
 };
 
 // The tiles a run uses and the team scratch they need. A GPU team's scratch
@@ -81,6 +113,8 @@ struct TeamScratchLimits {
   static TeamScratchLimits of_backend();
 };
 
+// requested.attention auto: fused on host backends, gemm on GPUs (measured:
+// README, "Attention kernels"); chunk 0: kHostChunk / kDeviceChunk.
 // requested: kernels.query_block / kernels.key_block, 0 = chosen for the
 // execution space (host: kHostTileRows; GPU: the query x key tile of sides
 // from kTileSides with the largest area whose forward and backward scratch
@@ -89,6 +123,34 @@ struct TeamScratchLimits {
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits = TeamScratchLimits::of_backend());
+
+// The shapes a strategy feeds the kernels: at most `queries` query rows of
+// `heads` heads and `keys` key rows of `kv_heads` K/V heads per call.
+struct AttentionShape {
+  index_t batch = 0, heads = 0, kv_heads = 0, head_dim = 0, queries = 0, keys = 0;
+};
+
+// The kernels' scratch memory, allocated once per run for what blocking.kernel
+// uses: fused: the key block's K and V transposed for the backward,
+// [B, KV, Dh, transposed_keys_row(keys)] each, written once per call so that no
+// tile pair transposes a tile again; gemm: one chunk pair's scores (then
+// probabilities) and score gradients for every head, B H Cq Ck values each
+// (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never O(N^2).
+// Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
+// put a tile's rows in the same cache sets.
+inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
+template <class T>
+struct AttentionWorkspace {
+  View4<T> k_t, v_t;             // fused
+  View1<T> scores, score_grads;  // gemm
+  AttentionWorkspace() = default;
+  AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking);
+  std::size_t bytes() const;
+};
+// What AttentionWorkspace allocates for `shape`, with values of `scalar_bytes` (the memory plan).
+std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
+                                      std::size_t scalar_bytes);
+
 
 // out_acc = 0, row_max = -inf, row_sum = 0.
 template <class T>
@@ -100,7 +162,8 @@ template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
-                                  const View3<T>& row_max, const View3<T>& row_sum);
+                                  const View3<T>& row_max, const View3<T>& row_sum,
+                                  const AttentionWorkspace<T>& workspace);
 
 // out = out_acc / row_sum (in place), lse = row_max + log(row_sum).
 // A row that saw no unmasked key gets out = 0 and lse = -inf.
@@ -114,34 +177,21 @@ template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                        const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                        const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
-                       const View3<T>& row_sum);
+                       const View3<T>& row_sum, const AttentionWorkspace<T>& workspace);
 
 // delta[b,h,i] = sum_d dout[b,h,i,d] * out[b,h,i,d]
 template <class T>
 void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta);
 
-// Workspace of attention_backward_accumulate: the key block's K and V
-// transposed, [B, KV, Dh, transposed_keys_row(n_k)] each, written once per call
-// so that no tile pair transposes a tile again.
-inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
-template <class T>
-struct TransposedKeys {
-  View4<T> k_t, v_t;
-  TransposedKeys() = default;
-  TransposedKeys(index_t batch, index_t heads, index_t head_dim, index_t keys);
-  std::size_t bytes() const { return (k_t.span() + v_t.span()) * sizeof(T); }
-};
-
 // Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
 // No atomics: every sum runs in an order fixed by the tiling alone.
-// workspace: at least [B, KV, Dh, n_k].
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
                                    const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
                                    const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
-                                   const View4<T>& dk, const View4<T>& dv, const TransposedKeys<T>& workspace);
+                                   const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace);
 
 }  // namespace miniattn::kernels

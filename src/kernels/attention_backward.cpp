@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "kernels/attention_tiles.hpp"
+#include "kernels/chunked_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -124,7 +125,7 @@ struct BackwardTilePair {
   // P = exp(scale q k^T - lse), 0 where masked and in rows that saw no key.
   // Columns past `cols` (up to kb_ld) hold values no product reads.
   KOKKOS_INLINE_FUNCTION void probabilities(const TeamMember& team, const Pair& t) const {
-    const T neg_inf = -std::numeric_limits<T>::infinity(), pos_inf = std::numeric_limits<T>::infinity();
+    const T neg_inf = -compat::infinity<T>(), pos_inf = compat::infinity<T>();
     const index_t* const qp = q_pos.data() + t.i0;
     team_tile_product<T>(
         team, t.rows, t.cols, dh, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), index_t(1), t.k_t, kb_ld,
@@ -220,13 +221,6 @@ void transpose_rows(const View4<const T>& x, const View4<T>& x_t) {
 
 }  // namespace
 
-// Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
-// put a tile's rows in the same cache sets.
-template <class T>
-TransposedKeys<T>::TransposedKeys(index_t batch, index_t heads, index_t head_dim, index_t keys)
-    : k_t("attention.k_transposed", batch, heads, head_dim, transposed_keys_row(keys)),
-      v_t("attention.v_transposed", batch, heads, head_dim, transposed_keys_row(keys)) {}
-
 template <class T>
 void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta) {
   const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
@@ -250,7 +244,7 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                                    const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
                                    const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
                                    const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
-                                   const View4<T>& dk, const View4<T>& dv, const TransposedKeys<T>& workspace) {
+                                   const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
@@ -264,11 +258,16 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
           "lse and delta must be [B, H, n_q]");
   require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
           "q_pos / k_pos must have one entry per query / key row");
+  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+  if (blocking.kernel == AttentionKernel::gemm) {
+    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask,
+                                   clamp_block(blocking.chunk, std::max(nq, nk)), dq, dk, dv, workspace);
+    return;
+  }
   require(same_extents3(workspace.k_t, batch, kv_heads, dh) && same_extents3(workspace.v_t, batch, kv_heads, dh) &&
               static_cast<index_t>(workspace.k_t.extent(3)) >= nk &&
               static_cast<index_t>(workspace.v_t.extent(3)) >= nk,
-          "the workspace must be at least [B, KV, Dh, n_k]");
-  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+          "the workspace must hold K^T and V^T of at least [B, KV, Dh, n_k]");
 
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
@@ -320,8 +319,7 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                                                  const View4<const T>&, const View3<const T>&, const View3<const T>&, \
                                                  const View1<const index_t>&, const View1<const index_t>&,            \
                                                  const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
-                                                 const View4<T>&, const View4<T>&, const TransposedKeys<T>&);         \
-  template struct TransposedKeys<T>;
+                                                 const View4<T>&, const View4<T>&, const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(double)
 #undef MINIATTN_INSTANTIATE_ATTENTION_BACKWARD

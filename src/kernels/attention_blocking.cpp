@@ -1,4 +1,5 @@
 // The attention tiles of a run, chosen per execution space (attention.hpp).
+#include <algorithm>
 #include <vector>
 
 #include "core/error.hpp"
@@ -42,8 +43,14 @@ template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits) {
   AttentionTiles tiles;
+  tiles.blocking.kernel = requested.attention != AttentionKernel::automatic ? requested.attention
+                          : limits.level1_is_global                        ? AttentionKernel::gemm
+                                                                           : AttentionKernel::fused;
+  tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
   if (limits.level1_is_global) {
-    tiles.blocking = largest_fitting_tile<T>(requested, head_dim, limits.level0_bytes);
+    const AttentionBlocking fitting = largest_fitting_tile<T>(requested, head_dim, limits.level0_bytes);
+    tiles.blocking.query_block = fitting.query_block;
+    tiles.blocking.key_block = fitting.key_block;
   } else {
     tiles.blocking.query_block = requested.query_block > 0 ? requested.query_block : kHostTileRows;
     tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : kHostTileRows;
@@ -53,7 +60,7 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
   tiles.backward_scratch_bytes = backward_scratch_bytes<T>(qb, kb, head_dim);
   tiles.level0_bytes = limits.level0_bytes;
   const std::size_t needed = std::max(tiles.forward_scratch_bytes, tiles.backward_scratch_bytes);
-  if (limits.level1_is_global && needed > limits.level0_bytes) {
+  if (tiles.blocking.kernel == AttentionKernel::fused && limits.level1_is_global && needed > limits.level0_bytes) {
     throw InputError("kernels.query_block, kernels.key_block: tiles of " + std::to_string(qb) + " x " +
                      std::to_string(kb) + " rows (head width " + std::to_string(head_dim) + ") need " +
                      std::to_string(needed) + " bytes of team scratch, but level 0 (on-chip) of this device holds " +
@@ -63,6 +70,54 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
   return tiles;
 }
 
+namespace {
+
+// Elements of each part of the workspace: the one count both the allocation
+// and the memory plan use.
+struct WorkspaceElements {
+  index_t transposed = 0;  // each of K^T, V^T
+  index_t chunk_pair = 0;  // each of the score and score-gradient blocks
+};
+
+WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking) {
+  WorkspaceElements e;
+  if (blocking.kernel == AttentionKernel::fused) {
+    e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
+  } else {
+    e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * std::min(blocking.chunk, s.keys);
+  }
+  return e;
+}
+
+}  // namespace
+
+template <class T>
+AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking) {
+  const WorkspaceElements e = workspace_elements(shape, blocking);
+  if (e.transposed > 0) {
+    const index_t row = transposed_keys_row(shape.keys);
+    k_t = View4<T>("attention.k_transposed", shape.batch, shape.kv_heads, shape.head_dim, row);
+    v_t = View4<T>("attention.v_transposed", shape.batch, shape.kv_heads, shape.head_dim, row);
+  }
+  if (e.chunk_pair > 0) {
+    scores = View1<T>("attention.chunk_scores", e.chunk_pair);
+    score_grads = View1<T>("attention.chunk_score_grads", e.chunk_pair);
+  }
+}
+
+template <class T>
+std::size_t AttentionWorkspace<T>::bytes() const {
+  return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T);
+}
+
+std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
+                                      std::size_t scalar_bytes) {
+  const WorkspaceElements e = workspace_elements(shape, blocking);
+  return 2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) * scalar_bytes;
+}
+
+template struct AttentionWorkspace<float>;
+template struct AttentionWorkspace<double>;
 template AttentionTiles choose_attention_tiles<float>(const KernelConfig&, index_t, const TeamScratchLimits&);
 template AttentionTiles choose_attention_tiles<double>(const KernelConfig&, index_t, const TeamScratchLimits&);
 

@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "kernels/attention_tiles.hpp"
+#include "kernels/chunked_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -88,7 +89,7 @@ struct ForwardQueryTile {
 
   // Q^T, the running state and the positions into scratch.
   KOKKOS_FORCEINLINE_FUNCTION void stage(const TeamMember& team, const Tile& t) const {
-    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const T neg_inf = -compat::infinity<T>();
     const index_t never_masked = std::numeric_limits<index_t>::max();
     stage_transposed(team, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), t.rows, dh, t.q_t, qb_ld);
     const T* const o_out = &out_acc(t.b, t.h, t.i0, 0);
@@ -129,7 +130,7 @@ struct ForwardQueryTile {
   // S^T becomes P^T, and m, l, alpha are updated.
   KOKKOS_FORCEINLINE_FUNCTION void online_softmax(const TeamMember& team, const Tile& t, index_t j0, index_t cols,
                                              bool masked) const {
-    const T neg_inf = -std::numeric_limits<T>::infinity();
+    const T neg_inf = -compat::infinity<T>();
     const index_t* const kp = k_pos.data() + j0;
     const index_t qb_ld = this->qb_ld;
     T* const s_t = t.s_t;
@@ -227,7 +228,7 @@ struct ForwardQueryTile {
 template <class T>
 void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, const View3<T>& row_sum) {
   Kokkos::deep_copy(out_acc, T(0));
-  Kokkos::deep_copy(row_max, -std::numeric_limits<T>::infinity());
+  Kokkos::deep_copy(row_max, -compat::infinity<T>());
   Kokkos::deep_copy(row_sum, T(0));
 }
 
@@ -235,7 +236,8 @@ template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
-                                  const View3<T>& row_max, const View3<T>& row_sum) {
+                                  const View3<T>& row_max, const View3<T>& row_sum,
+                                  const AttentionWorkspace<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
@@ -247,6 +249,11 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
           "q_pos / k_pos must have one entry per query / key row");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+  if (blocking.kernel == AttentionKernel::gemm) {
+    chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,
+                                  row_max, row_sum, workspace);
+    return;
+  }
 
   constexpr int W = Tiling<T>::W;
   ForwardQueryTile<T> tile{
@@ -269,7 +276,7 @@ void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_m
   require(same_extents3(row_max, batch, heads, n) && same_extents3(row_sum, batch, heads, n) &&
               same_extents3(lse, batch, heads, n),
           "row_max, row_sum and lse must be [B, H, n] with out's B, H, n");
-  const T neg_inf = -std::numeric_limits<T>::infinity();
+  const T neg_inf = -compat::infinity<T>();
   Kokkos::parallel_for(
       "miniattn::attention_forward_finalize", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
         const index_t i = row % n;
@@ -293,9 +300,9 @@ template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                        const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
                        const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
-                       const View3<T>& row_sum) {
+                       const View3<T>& row_sum, const AttentionWorkspace<T>& workspace) {
   attention_forward_init<T>(out, lse, row_sum);
-  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out, lse, row_sum);
+  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out, lse, row_sum, workspace);
   attention_forward_finalize<T>(out, lse, row_sum, lse);
 }
 
@@ -304,12 +311,13 @@ void attention_forward(const View4<const T>& q, const View4<const T>& k, const V
   template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
                                                 const View1<const index_t>&, const View1<const index_t>&,            \
                                                 const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
-                                                const View3<T>&, const View3<T>&);                                   \
+                                                const View3<T>&, const View3<T>&, const AttentionWorkspace<T>&);     \
   template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,         \
                                               const View3<T>&);                                                      \
   template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,            \
                                      const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&, \
-                                     const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&);
+                                     const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&,   \
+                                     const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)
 #undef MINIATTN_INSTANTIATE_ATTENTION_FORWARD

@@ -150,19 +150,10 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
   index_t q_lo = 0, q_hi = 0, k_lo = 0, k_hi = 0;
   team_position_range(team, q_pos, q_count, q_lo, q_hi);
   team_position_range(team, k_pos, k_count, k_lo, k_hi);
-  // The pair's smallest and largest query - key distances.
-  const index_t near = q_lo - k_hi, far = q_hi - k_lo;
-  const index_t w = mask.window;
-  partly_masked = (mask.causal && near < 0) || (w > 0 && (far >= w || (!mask.causal && -near >= w)));
-  if (mask.causal && far < 0) return false;                               // every key after every query
-  if (w > 0 && (near >= w || (!mask.causal && -far >= w))) return false;  // every key outside the window
-  if (mask.documents.extent(1) > 0) {
-    const auto& doc = mask.documents;
-    const index_t dq_lo = doc(b, q_lo), dq_hi = doc(b, q_hi), dk_lo = doc(b, k_lo), dk_hi = doc(b, k_hi);
-    if (dk_hi < dq_lo || dk_lo > dq_hi) return false;  // every key in another document
-    partly_masked = partly_masked || dq_lo != dq_hi || dk_lo != dk_hi || dq_lo != dk_lo;
-  }
-  return true;
+  if (!mask.ranges_meet(q_lo, q_hi, k_lo, k_hi, partly_masked)) return false;
+  if (mask.documents.extent(1) == 0) return true;
+  const auto& doc = mask.documents;
+  return documents_meet(doc(b, q_lo), doc(b, q_hi), doc(b, k_lo), doc(b, k_hi), partly_masked);
 }
 
 // acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],

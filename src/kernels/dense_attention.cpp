@@ -1,50 +1,51 @@
 #include "kernels/dense_attention.hpp"
 
+#include <algorithm>
 #include <limits>
 
+#include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
+#include "kernels/head_batches.hpp"
 
 namespace miniattn::kernels {
 
 namespace {
 using Range = Kokkos::RangePolicy<ExecSpace>;
 
-// dS of one stored probability P (query i of head h, key j of K/V head hk):
-// P (dP - delta) / sqrt(Dh) with dP = dout_i . v_j; 0 where P is (masked).
-template <class T>
-struct ScoreGradient {
-  View4<const T> probabilities, v, dout;
-  View3<const T> delta;
-  T scale;
-  KOKKOS_INLINE_FUNCTION T operator()(index_t b, index_t h, index_t hk, index_t i, index_t j) const {
-    const T p = probabilities(b, h, i, j);
-    if (p == T(0)) return T(0);
-    T dp = 0;
-    for (index_t d = 0; d < static_cast<index_t>(v.extent(3)); ++d) dp += dout(b, h, i, d) * v(b, hk, j, d);
-    return p * (dp - delta(b, h, i)) * scale;
-  }
+// The batched-GEMM operands of a block (head_batches.hpp): all n query rows
+// of group member g, all nk key rows, member g's [n, nk] blocks.
+struct BlockOperands {
+  index_t n, nk, dh, group;
+  template <class U>
+  MatrixBatch<U> queries(U* x, index_t g) const { return head_rows(x, n, dh, group, g, index_t(0), n); }
+  template <class U>
+  MatrixBatch<U> keys(U* x) const { return head_rows(x, nk, dh, index_t(1), index_t(0), index_t(0), nk); }
+  template <class U>
+  MatrixBatch<U> blocks(U* x, index_t g) const { return score_blocks(x, group, g, n, nk); }
 };
+
+template <class Q, class K>
+BlockOperands block_operands(const Q& q, const K& k) {
+  return {index_t(q.extent(2)), index_t(k.extent(2)), index_t(q.extent(3)), index_t(q.extent(1) / k.extent(1))};
+}
 }  // namespace
 
 template <class T>
 void score_block(const View4<const T>& q, const View4<const T>& k, const View1<const index_t>& q_pos,
                  const View1<const index_t>& k_pos, const AttentionMask& mask, const View4<T>& scores) {
-  const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
-  const index_t group = H / k.extent(1);
-  const T scale = T(1) / compat::sqrt(static_cast<T>(Dh));
-  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), nk = k.extent(2), entries = B * k.extent(1);
+  const BlockOperands at = block_operands(q, k);
+  const T scale = T(1) / compat::sqrt(static_cast<T>(at.dh));
+  for (index_t g = 0; g < at.group; ++g)
+    batched_gemm<T>('N', 'T', scale, at.queries(q.data(), g), at.keys(k.data()), T(0), at.blocks(scores.data(), g),
+                    entries);
+  if (!mask.hides_any()) return;
+  const T minus_inf = -compat::infinity<T>();
   Kokkos::parallel_for(
-      "miniattn::score_block", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
-        const index_t i = r % n, h = (r / n) % H, b = r / (n * H), hk = h / group;
-        for (index_t j = 0; j < nk; ++j) {
-          if (mask.hides(b, q_pos(i), k_pos(j))) {
-            scores(b, h, i, j) = minus_inf;
-            continue;
-          }
-          T dot = 0;
-          for (index_t d = 0; d < Dh; ++d) dot += q(b, h, i, d) * k(b, hk, j, d);
-          scores(b, h, i, j) = scale * dot;
-        }
+      "miniattn::score_block_mask", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
+        for (index_t j = 0; j < nk; ++j)
+          if (mask.hides(b, q_pos(i), k_pos(j))) scores(b, h, i, j) = minus_inf;
       });
 }
 
@@ -52,7 +53,7 @@ template <class T>
 void softmax_over_blocks(const View5<T>& scores, const View3<T>& lse) {
   const index_t G = scores.extent(0), B = scores.extent(1), H = scores.extent(2), n = scores.extent(3),
                 nk = scores.extent(4);
-  const T minus_inf = -std::numeric_limits<T>::infinity();
+  const T minus_inf = -compat::infinity<T>();
   Kokkos::parallel_for(
       "miniattn::softmax_over_blocks", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
@@ -74,52 +75,57 @@ void softmax_over_blocks(const View5<T>& scores, const View3<T>& lse) {
 
 template <class T>
 void apply_probabilities(const View4<const T>& probabilities, const View4<const T>& v, const View4<T>& out) {
-  const index_t B = out.extent(0), H = out.extent(1), n = out.extent(2), Dh = out.extent(3), nk = v.extent(2);
-  const index_t group = H / v.extent(1);
-  Kokkos::parallel_for(
-      "miniattn::apply_probabilities", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
-        const index_t i = r % n, h = (r / n) % H, b = r / (n * H), hk = h / group;
-        for (index_t j = 0; j < nk; ++j) {
-          const T p = probabilities(b, h, i, j);
-          if (p == T(0)) continue;
-          for (index_t d = 0; d < Dh; ++d) out(b, h, i, d) += p * v(b, hk, j, d);
-        }
-      });
+  const BlockOperands at = block_operands(out, v);
+  for (index_t g = 0; g < at.group; ++g)
+    batched_gemm<T>('N', 'N', T(1), at.blocks(probabilities.data(), g), at.keys(v.data()), T(1),
+                    at.queries(out.data(), g), out.extent(0) * v.extent(1));
 }
+
+namespace {
+
+// Query rows [first, first + rows) of one block's backward: dP = dout v^T
+// into the workspace, dS = P (dP - delta) / sqrt(Dh) in place, then
+// dq += dS k, dk += dS^T q, dv += P^T dout, summing dk, dv over a K/V head's
+// group of query heads in group order (no atomics).
+template <class T>
+void dense_rows_backward(const BlockOperands& at, index_t first, index_t rows, const View4<const T>& probabilities,
+                         const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                         const View4<const T>& dout, const View3<const T>& delta, T* score_grads, const View4<T>& dq,
+                         const View4<T>& dk, const View4<T>& dv) {
+  const index_t entries = q.extent(0) * k.extent(1), H = q.extent(1), n = at.n, nk = at.nk, G = at.group;
+  const auto part = [&](auto* x, index_t g) { return head_rows(x, n, at.dh, G, g, first, rows); };
+  const auto probability_rows = [&](index_t g) { return head_rows(probabilities.data(), n, nk, G, g, first, rows); };
+  const auto grad_rows = [&](auto* x, index_t g) { return score_blocks(x, G, g, rows, nk); };
+  for (index_t g = 0; g < G; ++g)
+    batched_gemm<T>('N', 'T', T(1), part(dout.data(), g), at.keys(v.data()), T(0), grad_rows(score_grads, g), entries);
+  const T scale = T(1) / compat::sqrt(static_cast<T>(at.dh));
+  Kokkos::parallel_for(
+      "miniattn::dense_block_score_gradients", Range(0, q.extent(0) * H * rows), KOKKOS_LAMBDA(const index_t r) {
+        const index_t i = r % rows, bh = r / rows, b = bh / H, h = bh % H;
+        T* const ds = score_grads + r * nk;
+        for (index_t j = 0; j < nk; ++j) ds[j] = probabilities(b, h, first + i, j) * (ds[j] - delta(b, h, first + i)) * scale;
+      });
+  for (index_t g = 0; g < G; ++g) {
+    const auto ds = grad_rows(static_cast<const T*>(score_grads), g);
+    batched_gemm<T>('T', 'N', T(1), probability_rows(g), part(dout.data(), g), T(1), at.keys(dv.data()), entries);
+    batched_gemm<T>('T', 'N', T(1), ds, part(q.data(), g), T(1), at.keys(dk.data()), entries);
+    batched_gemm<T>('N', 'N', T(1), ds, at.keys(k.data()), T(1), part(dq.data(), g), entries);
+  }
+}
+
+}  // namespace
 
 template <class T>
 void dense_block_backward(const View4<const T>& probabilities, const View4<const T>& q, const View4<const T>& k,
                           const View4<const T>& v, const View4<const T>& dout, const View3<const T>& delta,
-                          const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
-  const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), Dh = q.extent(3), nk = k.extent(2);
-  const index_t KV = k.extent(1), group = H / KV;
-  const ScoreGradient<T> score_gradient{probabilities, v, dout, delta, T(1) / compat::sqrt(static_cast<T>(Dh))};
-  // Query rows: dq. Parallel over (b, h, i); each thread owns its dq row.
-  Kokkos::parallel_for(
-      "miniattn::dense_block_backward_dq", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
-        const index_t i = r % n, h = (r / n) % H, b = r / (n * H), hk = h / group;
-        for (index_t j = 0; j < nk; ++j) {
-          const T ds = score_gradient(b, h, hk, i, j);
-          if (ds == T(0)) continue;
-          for (index_t d = 0; d < Dh; ++d) dq(b, h, i, d) += ds * k(b, hk, j, d);
-        }
-      });
-  // Key rows: dk, dv. Parallel over (b, K/V head, j); each thread owns its dk,
-  // dv rows and sums over its group's query heads in a fixed order (no atomics).
-  Kokkos::parallel_for(
-      "miniattn::dense_block_backward_dkdv", Range(0, B * KV * nk), KOKKOS_LAMBDA(const index_t r) {
-        const index_t j = r % nk, hk = (r / nk) % KV, b = r / (nk * KV);
-        for (index_t h = hk * group; h < (hk + 1) * group; ++h)
-          for (index_t i = 0; i < n; ++i) {
-            const T p = probabilities(b, h, i, j);
-            if (p == T(0)) continue;
-            const T ds = score_gradient(b, h, hk, i, j);
-            for (index_t d = 0; d < Dh; ++d) {
-              dk(b, hk, j, d) += ds * q(b, h, i, d);
-              dv(b, hk, j, d) += p * dout(b, h, i, d);
-            }
-          }
-      });
+                          const View4<T>& score_grads, const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+  const BlockOperands at = block_operands(q, k);
+  const index_t chunk = score_grads.extent(2);
+  if (chunk < 1 || score_grads.extent(3) != k.extent(2) || score_grads.extent(1) != q.extent(1))
+    throw RuntimeFailure("dense_block_backward: score_grads must be [B, H, rows >= 1, n_k]");
+  for (index_t first = 0; first < at.n; first += chunk)
+    dense_rows_backward<T>(at, first, std::min(chunk, at.n - first), probabilities, q, k, v, dout, delta,
+                           score_grads.data(), dq, dk, dv);
 }
 
 #define MINIATTN_INSTANTIATE(T)                                                                              \
@@ -129,7 +135,7 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
   template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);       \
   template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
                                         const View4<const T>&, const View4<const T>&, const View3<const T>&, \
-                                        const View4<T>&, const View4<T>&, const View4<T>&);
+                                        const View4<T>&, const View4<T>&, const View4<T>&, const View4<T>&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE

@@ -28,7 +28,7 @@ inline index_t column_sum_chunks(index_t rows) { return (rows + kColumnSumChunkR
 // One team per row: one thread of one lane on the host (the league is the
 // parallel loop, packs do the SIMD); one thread of 32 vector lanes on a GPU.
 inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows) {
-  const int lanes = simd::kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), 32);
+  const int lanes = kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), 32);
   return Kokkos::TeamPolicy<ExecSpace>(static_cast<int>(rows), 1, lanes);
 }
 
@@ -37,7 +37,7 @@ inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows) {
 template <class T, class Member, class F>
 KOKKOS_FORCEINLINE_FUNCTION T team_vector_sum(const Member& team, index_t count, const F& f) {
   using V = typename simd::Pack<T>::type;
-  if constexpr (simd::kHostExecution) {
+  if constexpr (kHostExecution) {
     (void)team;
     constexpr int lanes = simd::Pack<T>::lanes;
     V acc = simd::pack_splat<V>(T(0));
@@ -63,7 +63,7 @@ template <class T, class Member, class F>
 KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count, const F& f) {
   using V = typename simd::Pack<T>::type;
   const T lowest = -std::numeric_limits<T>::infinity();
-  if constexpr (simd::kHostExecution) {
+  if constexpr (kHostExecution) {
     (void)team;
     constexpr int lanes = simd::Pack<T>::lanes;
     V acc = simd::pack_splat<V>(lowest);
@@ -94,7 +94,7 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count,
 // f(c0, width) for each pack of columns c < count (width 1 on a GPU, lanes in parallel).
 template <class T, class Member, class F>
 KOKKOS_FORCEINLINE_FUNCTION void team_vector_for(const Member& team, index_t count, const F& f) {
-  if constexpr (simd::kHostExecution) {
+  if constexpr (kHostExecution) {
     (void)team;
     constexpr int lanes = simd::Pack<T>::lanes;
     for (index_t c0 = 0; c0 < count; c0 += lanes) f(c0, count - c0 < lanes ? static_cast<int>(count - c0) : lanes);
@@ -119,7 +119,7 @@ void add_column_sums(const char* label, index_t rows, index_t cols, const View2<
                                 "): partials must be at least [chunks, cols] and out [cols]");
   }
   const index_t chunk_rows = kColumnSumChunkRows;
-  if constexpr (simd::kHostExecution) {
+  if constexpr (kHostExecution) {
     constexpr int lanes = simd::Pack<T>::lanes;
     Kokkos::parallel_for(
         label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, chunks), KOKKOS_LAMBDA(const index_t k) {

@@ -19,10 +19,6 @@
 
 namespace miniattn::kernels::simd {
 
-// Host backends run one thread per team (the league is the parallel loop) and
-// leave vectorisation to the compiler; GPU backends use vector lanes.
-constexpr bool kHostExecution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
-
 // Width of the SIMD registers the host compiler targets.
 #if defined(__AVX512F__)
 constexpr int kHostVectorBytes = 64;

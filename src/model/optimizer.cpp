@@ -74,7 +74,7 @@ void update_ranges(const View1<T>& p, const View1<T>& g, const View1<T>& m, cons
                    const Decays& decays, const UpdateCoefficients<T>& c) {
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   const int items = static_cast<int>(decays.extent(0));
-  const Policy policy = kernels::simd::kHostExecution ? Policy(items, 1) : Policy(items, Kokkos::AUTO);
+  const Policy policy = kHostExecution ? Policy(items, 1) : Policy(items, Kokkos::AUTO);
   Kokkos::parallel_for(
       c.adamw ? "miniattn::adamw" : "miniattn::sgd", policy, KOKKOS_LAMBDA(const Policy::member_type& team) {
         const index_t item = team.league_rank();

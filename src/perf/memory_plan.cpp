@@ -6,9 +6,16 @@
 #include <sstream>
 #include <type_traits>
 
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime_api.h>
+#elif defined(KOKKOS_ENABLE_HIP)
+#include <hip/hip_runtime_api.h>
+#endif
+
 #include "core/types.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/dense_attention.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "kernels/reduction.hpp"
 #include "model/parameter_layout.hpp"
@@ -75,24 +82,26 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
 
   // Attention strategies, one per layer and slot, plus the ring workspace they share.
   std::size_t attention = 0;
-  // The backward kernel's K^T and V^T of one key block (kernels/attention.hpp).
-  const auto transposed_keys = [&](std::size_t heads, std::size_t rows) {
-    return 2 * b * heads * Dh * static_cast<std::size_t>(kernels::transposed_keys_row(static_cast<index_t>(rows))) * s;
+  // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
+  const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
+    const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
+    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s);
   };
   if (in.strategy == Strategy::rsa) {
-    attention = slots * L * (R * H * N + R * H + 8 * R * Dk) * s;
+    const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));
+    attention = slots * L * (R * H * N + R * H * dense_rows + R * H + 8 * R * Dk) * s;  // scores, dS rows, delta, ring
   } else if (in.strategy == Strategy::allgather) {
-    // Its shared workspace: row statistics, K^T and V^T of one block, and the
-    // whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
-    attention = 2 * R * H * s + transposed_keys(KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
+    // Its shared workspace: row statistics, the kernels' scratch for one block,
+    // and the whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
+    attention = 2 * R * H * s + kernel_workspace(H, KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
   } else {
-    // The shared ring workspace (local when G == 1): row statistics, K^T and V^T
-    // of the backward kernel, and the travelling K/V/dK/dV double buffers. After
+    // The shared ring workspace (local when G == 1): row statistics, the
+    // kernels' scratch, and the travelling K/V/dK/dV double buffers. After
     // a Ulysses all-to-all a rank holds KVu K/V heads of U n rows: R Du values.
     const std::size_t KVu =
         static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(KV), in.ulysses));
     const std::size_t Du = U * KVu * Dh;
-    attention = 2 * R * H * s + transposed_keys(KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
+    attention = 2 * R * H * s + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
     if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)  // all-to-all buffers, head-split tensors
       attention += slots * L * (2 * R * Da + 4 * R * Da + 4 * R * Du + R * H) * s;
   }
@@ -100,9 +109,36 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   return plan;
 }
 
-std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_on_node) {
+namespace {
+
+// Free memory of this rank's GPU now; 0 when the Views live in host memory.
+std::size_t device_free_bytes() {
+  std::size_t free = 0, total = 0;
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) return 0;
+#elif defined(KOKKOS_ENABLE_HIP)
+  if (hipMemGetInfo(&free, &total) != hipSuccess) return 0;
+#endif
+  (void)total;
+  return free;
+}
+
+}  // namespace
+
+int memory_device_id() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return ExecSpace().cuda_device();
+#elif defined(KOKKOS_ENABLE_HIP)
+  return ExecSpace().hip_device();
+#else
+  return -1;
+#endif
+}
+
+std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_sharing) {
   if (memory_per_rank_gib > 0) return static_cast<std::size_t>(memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0);
-  if (!std::is_same<MemSpace, Kokkos::HostSpace>::value) return 0;
+  const std::size_t sharing = static_cast<std::size_t>(ranks_sharing > 0 ? ranks_sharing : 1);
+  if (!std::is_same<MemSpace, Kokkos::HostSpace>::value) return device_free_bytes() / sharing;
   std::ifstream meminfo("/proc/meminfo");
   std::string line;
   while (std::getline(meminfo, line)) {
@@ -110,7 +146,7 @@ std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_on_n
     std::string key;
     std::size_t kib = 0;
     if (fields >> key >> kib && key == "MemAvailable:")
-      return kib * 1024 / static_cast<std::size_t>(ranks_on_node > 0 ? ranks_on_node : 1);
+      return kib * 1024 / sharing;
   }
   return 0;
 }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "kernels/attention.hpp"
 
 namespace miniattn {
 
@@ -37,14 +38,19 @@ struct MemoryPlanInput {
   std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
   bool documents = false;                  // data.documents: each slot's document ids
+  kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // the attention kernel's
 };
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
-// Memory one rank may use: run.memory_per_rank_gib if set, else (host memory
-// space only) this node's MemAvailable divided by the ranks sharing the node;
-// 0 when unknown (device memory spaces without a deck value).
-std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_on_node);
+// Memory one rank may use: run.memory_per_rank_gib if set, else the free
+// memory of where the Views live divided by the ranks that share it: this
+// node's MemAvailable by the ranks on the node, a GPU's free memory (CUDA,
+// HIP) by the ranks on that GPU; 0 when unknown.
+std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_sharing);
+
+// The GPU this rank's Views live on; -1 for host memory.
+int memory_device_id();
 
 std::string format_bytes(double bytes);
 

@@ -650,6 +650,7 @@ MemoryPlan memory_plan(const StepConfig& c, int stage) {
   in.scalar_bytes = c.scalar_bytes();
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   in.documents = c.documents;
+  in.blocking = c.blocking;
   return plan_memory(in);
 }
 

@@ -4,7 +4,9 @@
 // Usage: bench_attention [n] [Dh] [heads] [query_block] [key_block] [options]
 //   n            sequence length (default 8192); B = 1
 //   Dh, heads    head width (64) and heads (4)
-//   query_block, key_block   tile sizes (default 0: chosen per backend, as miniattn does)
+//   query_block, key_block   fused tile sizes (default 0: chosen per backend, as miniattn does)
+//   --kernel=auto|fused|gemm   the attention kernel (kernels.attention; auto: as miniattn picks)
+//   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
 //   --precision=fp32|fp64|both   (both)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
 //                At n >= 4096 the warm-up is skipped (the first run is timed
@@ -107,16 +109,21 @@ void run_attention(const Options& o, double gemm_gflops) {
   const char* prec = sizeof(T) == 4 ? "fp32" : "fp64";
   const int warmups = n >= 4096 ? 0 : 1;
   const double flops = 4.0 * double(n) * double(n) * double(dh) * double(heads) * double(batch);
-  const miniattn::kernels::TransposedKeys<T> transposed(batch, heads, dh, n);
   const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, dh);
   const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
-  std::printf("%s tiles %ldx%ld: team scratch %zu B forward, %zu B backward, level %d (level 0 holds %zu B)\n", prec,
-              long(blocking.query_block), long(blocking.key_block), tiles.forward_scratch_bytes,
-              tiles.backward_scratch_bytes, tiles.scratch_level, tiles.level0_bytes);
+  const miniattn::kernels::AttentionWorkspace<T> workspace({batch, heads, heads, dh, n, n}, blocking);
+  if (blocking.kernel == miniattn::AttentionKernel::gemm) {
+    std::printf("%s kernel gemm, chunks of %ld rows: workspace %zu B\n", prec, long(blocking.chunk), workspace.bytes());
+  } else {
+    std::printf("%s kernel fused, tiles %ldx%ld: team scratch %zu B forward, %zu B backward, level %d (level 0 holds "
+                "%zu B)\n",
+                prec, long(blocking.query_block), long(blocking.key_block), tiles.forward_scratch_bytes,
+                tiles.backward_scratch_bytes, tiles.scratch_level, tiles.level0_bytes);
+  }
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;
     const auto tf = timings(warmups, o.reps, [&] {
-      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, blocking, out, lse, row_sum);
+      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, blocking, out, lse, row_sum, workspace);
     });
     const double fwd = useful / tf.front() * 1e-9;
     std::printf("%s %-10s forward        %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
@@ -126,7 +133,7 @@ void run_attention(const Options& o, double gemm_gflops) {
     const auto tb = timings(warmups, o.reps, [&] {
       miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
       miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, blocking, dq,
-                                                          dk, dv, transposed);
+                                                          dk, dv, workspace);
     });
     const double bwd = 2.5 * useful / tb.front() * 1e-9;
     const double both = 3.5 * useful / (tf.front() + tb.front()) * 1e-9;
@@ -153,6 +160,17 @@ Options parse(int argc, char** argv) {
       o.fp64 = p == "fp64" || p == "both";
     } else if (starts_with(a, "--reps=")) {
       o.reps = std::max(1, std::atoi(a + 7));
+    } else if (starts_with(a, "--kernel=")) {
+      const std::string kernel = a + 9;
+      const auto& names = miniattn::enum_names<miniattn::AttentionKernel>();
+      const auto found = std::find(names.begin(), names.end(), kernel);
+      if (found == names.end()) {
+        std::fprintf(stderr, "bench_attention: --kernel=auto, fused or gemm\n");
+        std::exit(2);
+      }
+      o.tiles.attention = static_cast<miniattn::AttentionKernel>(found - names.begin());
+    } else if (starts_with(a, "--chunk=")) {
+      o.tiles.chunk = std::max(0L, std::atol(a + 8));
     } else if (starts_with(a, "--gemm=")) {
       o.gemm_n = std::max(1L, std::atol(a + 7));
     } else if (starts_with(a, "--clock=")) {

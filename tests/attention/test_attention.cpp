@@ -1,5 +1,7 @@
-// Blockwise flash-style attention (src/kernels/attention.*) against an
-// independent naive float64 reference that builds the whole score matrix.
+// Both attention kernels (src/kernels/attention.*): the fused flash-style
+// kernel and chunked attention through GEMMs, each against an independent naive
+// float64 reference that builds the whole score matrix. Every test runs once
+// per kernel (the suites are parameterised by kernels.attention).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 
@@ -22,7 +25,9 @@ using miniattn::index_t;
 using miniattn::View1;
 using miniattn::View3;
 using miniattn::View4;
+using miniattn::AttentionKernel;
 using miniattn::kernels::AttentionBlocking;
+using miniattn::kernels::AttentionWorkspace;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -269,6 +274,57 @@ Gradients naive_backward(const Problem& p, const MaskCase& mask, const std::vect
 }
 
 // ---------------------------------------------------------------------------
+// The kernel under test: the suites below are parameterised by it, and every
+// call goes through as_tested(), which keeps a case's fused tiles or turns
+// them into gemm chunks of max(query_block, key_block) rows (at least 7: the
+// cases' sequences of 10 to 64 rows then end in a short chunk, and 1-row
+// chunks would test only the batching).
+AttentionKernel kernel_under_test = AttentionKernel::fused;
+
+// On a GPU some cases' fused tiles need more team scratch than level 0 holds
+// (fp64, 128 x 100): there the larger side is halved until they fit, so the
+// case still runs with ragged tiles.
+template <class T>
+AttentionBlocking as_tested(AttentionBlocking tiles) {
+  tiles.kernel = kernel_under_test;
+  tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
+  for (;;) {
+    miniattn::KernelConfig requested;
+    requested.attention = tiles.kernel;
+    requested.query_block = tiles.query_block;
+    requested.key_block = tiles.key_block;
+    try {
+      miniattn::kernels::choose_attention_tiles<T>(requested, 8);  // the widest head of the cases
+      return tiles;
+    } catch (const miniattn::InputError&) {
+      index_t& larger = tiles.query_block >= tiles.key_block ? tiles.query_block : tiles.key_block;
+      larger = (larger + 1) / 2;
+    }
+  }
+}
+
+class AttentionKernels : public ::testing::TestWithParam<AttentionKernel> {
+ protected:
+  void SetUp() override { kernel_under_test = GetParam(); }
+};
+std::string kernel_name(const ::testing::TestParamInfo<AttentionKernel>& info) {
+  return miniattn::to_string(info.param);
+}
+#define MINIATTN_KERNEL_SUITE(suite)          \
+  class suite : public AttentionKernels {};   \
+  INSTANTIATE_TEST_SUITE_P(Kernels, suite,    \
+                           ::testing::Values(AttentionKernel::fused, AttentionKernel::gemm), kernel_name)
+MINIATTN_KERNEL_SUITE(AttentionForward);
+MINIATTN_KERNEL_SUITE(AttentionBackward);
+MINIATTN_KERNEL_SUITE(AttentionGroupedHeads);
+
+template <class T>
+AttentionWorkspace<T> workspace_for(const AttentionBlocking& blocking, index_t batch, index_t heads, index_t kv_heads,
+                                    index_t dh, index_t nq, index_t nk) {
+  return AttentionWorkspace<T>({batch, heads, kv_heads, dh, nq, nk}, blocking);
+}
+
+// ---------------------------------------------------------------------------
 // Device helpers.
 template <class T>
 View4<T> to_device(const std::vector<double>& x, index_t b, index_t h, index_t n, index_t d, const std::string& name) {
@@ -332,13 +388,14 @@ struct ForwardResult {
 };
 
 template <class T>
-ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const AttentionBlocking& blocking) {
+ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const AttentionBlocking& tiles) {
+  const AttentionBlocking blocking = as_tested<T>(tiles);
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
   miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
-                                          row_sum);
+                                          row_sum, workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), p.nk()));
   Kokkos::fence();
   return {to_host(out), to_host(lse)};
 }
@@ -346,7 +403,8 @@ ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const Atten
 // Forward fed with several key blocks (one accumulate call per block, in the given order).
 template <class T>
 ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>& blocks, const MaskCase& mask,
-                                    const AttentionBlocking& blocking) {
+                                    const AttentionBlocking& tiles) {
+  const AttentionBlocking blocking = as_tested<T>(tiles);
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> row_max("row_max", p.batch, p.heads, p.nq());
@@ -355,8 +413,9 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
   miniattn::kernels::attention_forward_init<T>(out, row_max, row_sum);
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);
-    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask), blocking,
-                                                       out, row_max, row_sum);
+    miniattn::kernels::attention_forward_accumulate<T>(
+        d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask), blocking, out, row_max, row_sum,
+        workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), block.nk()));
   }
   miniattn::kernels::attention_forward_finalize<T>(out, row_max, row_sum, lse);
   Kokkos::fence();
@@ -366,13 +425,14 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
 // Kernel backward for dout = g, with the keys fed in the given blocks (dk, dv concatenated back).
 template <class T>
 Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, const MaskCase& mask,
-                          const AttentionBlocking& blocking, const std::vector<double>& g) {
+                          const AttentionBlocking& tiles, const std::vector<double>& g) {
+  const AttentionBlocking blocking = as_tested<T>(tiles);
   DeviceProblem<T> d(p);
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<T> lse("lse", p.batch, p.heads, p.nq());
   View3<T> row_sum("row_sum", p.batch, p.heads, p.nq());
   miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
-                                          row_sum);
+                                          row_sum, workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), p.nk()));
   View4<T> dout = to_device<T>(g, p.batch, p.heads, p.nq(), p.dh, "dout");
   View3<T> delta("delta", p.batch, p.heads, p.nq());
   miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
@@ -385,7 +445,8 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
     miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos,
                                                         kernel_mask(mask), blocking, dq, dk, dv,
-                                                        {p.batch, p.heads, p.dh, block.nk()});
+                                                        workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh,
+                                                                         p.nq(), block.nk()));
     dk_blocks.push_back(to_host(dk));
     dv_blocks.push_back(to_host(dv));
   }
@@ -466,12 +527,12 @@ void check_forward_against_naive() {
   }
 }
 
-TEST(AttentionForward, MatchesNaiveFloat64) { check_forward_against_naive<double>(); }
-TEST(AttentionForward, MatchesNaiveFloat32) { check_forward_against_naive<float>(); }
+TEST_P(AttentionForward, MatchesNaiveFloat64) { check_forward_against_naive<double>(); }
+TEST_P(AttentionForward, MatchesNaiveFloat32) { check_forward_against_naive<float>(); }
 
 // The reference really distinguishes the masks and the test can fail: each
 // mask's kernel result differs from every other mask's reference.
-TEST(AttentionForward, EveryMaskChangesTheResult) {
+TEST_P(AttentionForward, EveryMaskChangesTheResult) {
   const Problem p = make_problem(2, 3, 8, range_positions(0, 50), range_positions(0, 50), 5);
   for (const MaskCase& mask : kMasks) {
     const auto got = kernel_forward<double>(p, mask, {16, 12});
@@ -498,8 +559,8 @@ void check_lse_against_logsumexp() {
   }
 }
 
-TEST(AttentionForward, LseIsLogSumExpFloat64) { check_lse_against_logsumexp<double>(); }
-TEST(AttentionForward, LseIsLogSumExpFloat32) { check_lse_against_logsumexp<float>(); }
+TEST_P(AttentionForward, LseIsLogSumExpFloat64) { check_lse_against_logsumexp<double>(); }
+TEST_P(AttentionForward, LseIsLogSumExpFloat32) { check_lse_against_logsumexp<float>(); }
 
 // ---------------------------------------------------------------------------
 // Ring attention feeds the keys block by block: two accumulate calls, in
@@ -540,12 +601,12 @@ void check_two_key_blocks() {
   }
 }
 
-TEST(AttentionForward, TwoKeyBlocksEqualOneCallFloat64) { check_two_key_blocks<double>(); }
-TEST(AttentionForward, TwoKeyBlocksEqualOneCallFloat32) { check_two_key_blocks<float>(); }
+TEST_P(AttentionForward, TwoKeyBlocksEqualOneCallFloat64) { check_two_key_blocks<double>(); }
+TEST_P(AttentionForward, TwoKeyBlocksEqualOneCallFloat32) { check_two_key_blocks<float>(); }
 
 // ---------------------------------------------------------------------------
 // Causal work skipping: a query tile entirely before every key sees nothing.
-TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
+TEST_P(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
   const Problem p = make_problem(1, 2, 8, range_positions(0, 16), range_positions(16, 48), 7);
   for (const AttentionBlocking blocking : {AttentionBlocking{8, 8}, AttentionBlocking{64, 64}}) {
     const auto got = kernel_forward<double>(p, kCausal, blocking);
@@ -580,14 +641,16 @@ TEST(AttentionForward, QueriesBeforeAllKeysGiveZeroAndMinusInfinity) {
 
 // The running state between accumulate calls: a row that has seen no unmasked
 // key keeps row_max = -inf, row_sum = 0 and out_acc = 0 (what a ring relies on).
-TEST(AttentionForward, RowsWithoutKeysKeepMinusInfinityState) {
+TEST_P(AttentionForward, RowsWithoutKeysKeepMinusInfinityState) {
   const Problem p = make_problem(1, 2, 8, range_positions(0, 24), range_positions(16, 40), 21);
   DeviceProblem<double> d(p);
   View4<double> acc("acc", 1, 2, 24, 8);
   View3<double> row_max("row_max", 1, 2, 24), row_sum("row_sum", 1, 2, 24);
   miniattn::kernels::attention_forward_init<double>(acc, row_max, row_sum);
-  miniattn::kernels::attention_forward_accumulate<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, {12, 8}, acc, row_max,
-                                                          row_sum);
+  const AttentionBlocking blocking = as_tested<double>({12, 8});
+  miniattn::kernels::attention_forward_accumulate<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, blocking, acc,
+                                                          row_max, row_sum,
+                                                          workspace_for<double>(blocking, 1, 2, 2, 8, 24, 24));
   const auto m = to_host(row_max), l = to_host(row_sum), o = to_host(acc);
   for (index_t h = 0; h < 2; ++h) {
     for (index_t i = 0; i < 24; ++i) {
@@ -624,11 +687,11 @@ void check_backward_against_naive(double tolerance) {
   }
 }
 
-TEST(AttentionBackward, MatchesNaiveFloat64) { check_backward_against_naive<double>(1e-12); }
-TEST(AttentionBackward, MatchesNaiveFloat32) { check_backward_against_naive<float>(1e-5); }
+TEST_P(AttentionBackward, MatchesNaiveFloat64) { check_backward_against_naive<double>(1e-12); }
+TEST_P(AttentionBackward, MatchesNaiveFloat32) { check_backward_against_naive<float>(1e-5); }
 
 // Backward fed with two key blocks (either order) equals one call.
-TEST(AttentionBackward, TwoKeyBlocksEqualOneCall) {
+TEST_P(AttentionBackward, TwoKeyBlocksEqualOneCall) {
   const AttentionBlocking blocking{16, 12};
   std::uint64_t seed = 401;
   for (const MaskCase& mask : kMasks) {
@@ -650,20 +713,23 @@ TEST(AttentionBackward, TwoKeyBlocksEqualOneCall) {
 }
 
 // Backward accumulates (+=) into dq, dk, dv rather than overwriting them.
-TEST(AttentionBackward, Accumulates) {
+TEST_P(AttentionBackward, Accumulates) {
   const Problem p = make_problem(1, 2, 8, range_positions(0, 20), range_positions(0, 20), 17);
   const auto g = random_values(p.q.size(), 18);
   DeviceProblem<double> d(p);
   View4<double> out("out", 1, 2, 20, 8), dout = to_device<double>(g, 1, 2, 20, 8, "dout");
   View3<double> lse("lse", 1, 2, 20), row_sum("row_sum", 1, 2, 20), delta("delta", 1, 2, 20);
-  miniattn::kernels::attention_forward<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, {8, 8}, out, lse, row_sum);
+  const AttentionBlocking blocking = as_tested<double>({8, 8});
+  const auto workspace = workspace_for<double>(blocking, 1, 2, 2, 8, 20, 20);
+  miniattn::kernels::attention_forward<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, blocking, out, lse, row_sum,
+                                               workspace);
   miniattn::kernels::attention_backward_delta<double>(out, dout, delta);
   View4<double> dq("dq", 1, 2, 20, 8), dk("dk", 1, 2, 20, 8), dv("dv", 1, 2, 20, 8);
   Kokkos::deep_copy(dq, 1.0);
   Kokkos::deep_copy(dk, 2.0);
   Kokkos::deep_copy(dv, 3.0);
   miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta, d.q_pos, d.k_pos, true,
-                                                           {8, 8}, dq, dk, dv, {1, 2, 8, 20});
+                                                           blocking, dq, dk, dv, workspace);
   const auto ref = naive_backward(p, kCausal, g);
   auto shifted = [](std::vector<double> x, double c) {
     for (auto& e : x) e += c;
@@ -675,7 +741,7 @@ TEST(AttentionBackward, Accumulates) {
 }
 
 // Central finite differences of L = sum(out * G) with the kernel forward.
-TEST(AttentionBackward, MatchesFiniteDifferences) {
+TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   const AttentionBlocking blocking{4, 3};
   std::uint64_t seed = 501;
   for (const auto& positions :
@@ -769,12 +835,14 @@ void check_grouped_heads_against_naive(double tolerance) {
         View4<T> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
         View4<T> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
         View3<T> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
-        miniattn::kernels::attention_forward<T>(q, k, v, q_pos, k_pos, kernel_mask(mask), c.blocking, out, lse,
-                                                row_sum);
+        const AttentionBlocking blocking = as_tested<T>(c.blocking);
+        const auto workspace = workspace_for<T>(blocking, B, heads, kv_heads, p.dh, nq, nk);
+        miniattn::kernels::attention_forward<T>(q, k, v, q_pos, k_pos, kernel_mask(mask), blocking, out, lse, row_sum,
+                                                workspace);
         const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
         miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
         miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, kernel_mask(mask),
-                                                            c.blocking, dq, dk, dv, {B, kv_heads, p.dh, nk});
+                                                            blocking, dq, dk, dv, workspace);
         const Problem reference = rounded<T>(p);
         const auto ref = naive_forward(reference, mask);
         const auto ref_grads = naive_backward(reference, mask, rounded<T>(g));
@@ -789,7 +857,7 @@ void check_grouped_heads_against_naive(double tolerance) {
   }
 }
 
-TEST(AttentionGroupedHeads, MatchesNaiveFloat64) { check_grouped_heads_against_naive<double>(1e-12); }
-TEST(AttentionGroupedHeads, MatchesNaiveFloat32) { check_grouped_heads_against_naive<float>(1e-5); }
+TEST_P(AttentionGroupedHeads, MatchesNaiveFloat64) { check_grouped_heads_against_naive<double>(1e-12); }
+TEST_P(AttentionGroupedHeads, MatchesNaiveFloat32) { check_grouped_heads_against_naive<float>(1e-5); }
 
 }  // namespace

@@ -42,6 +42,7 @@ TEST(AttentionTiles, GpuDefaultsAreTheLargestTileInLevelZero) {
       for (const long kb : miniattn::kernels::kTileSides) {
         if (qb * kb <= area) continue;
         KernelConfig bigger;
+        bigger.attention = miniattn::AttentionKernel::fused;
         bigger.query_block = qb;
         bigger.key_block = kb;
         EXPECT_THROW(choose_attention_tiles<float>(bigger, dh, kGpuLike), miniattn::InputError)
@@ -61,6 +62,7 @@ TEST(AttentionTiles, GpuKeepsARequestedSideAndChoosesTheOther) {
 
 TEST(AttentionTiles, GpuRefusesTilesBeyondLevelZeroNamingTheKeys) {
   KernelConfig requested;
+  requested.attention = miniattn::AttentionKernel::fused;
   requested.query_block = requested.key_block = 256;
   try {
     choose_attention_tiles<float>(requested, 64, kGpuLike);
@@ -68,6 +70,48 @@ TEST(AttentionTiles, GpuRefusesTilesBeyondLevelZeroNamingTheKeys) {
   } catch (const miniattn::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("kernels.query_block, kernels.key_block"), std::string::npos) << e.what();
   }
+  // The gemm kernel has no tiles in team scratch: the same request is no error there.
+  requested.attention = miniattn::AttentionKernel::gemm;
+  EXPECT_EQ(choose_attention_tiles<float>(requested, 64, kGpuLike).blocking.kernel, miniattn::AttentionKernel::gemm);
+}
+
+// auto: the fused kernel on host backends, chunked GEMMs on GPUs, with each
+// backend's chunk unless one is given; a given kernel is kept.
+TEST(AttentionTiles, AutoPicksTheKernelPerBackend) {
+  using miniattn::AttentionKernel;
+  using namespace miniattn::kernels;
+  const AttentionTiles host = choose_attention_tiles<float>(KernelConfig{}, 64, kHostLike);
+  EXPECT_EQ(host.blocking.kernel, AttentionKernel::fused);
+  EXPECT_EQ(host.blocking.chunk, kHostChunk);
+  const AttentionTiles gpu = choose_attention_tiles<float>(KernelConfig{}, 64, kGpuLike);
+  EXPECT_EQ(gpu.blocking.kernel, AttentionKernel::gemm);
+  EXPECT_EQ(gpu.blocking.chunk, kDeviceChunk);
+  KernelConfig given;
+  given.attention = AttentionKernel::gemm;
+  given.chunk = 300;
+  const AttentionTiles h = choose_attention_tiles<double>(given, 64, kHostLike);
+  EXPECT_EQ(h.blocking.kernel, AttentionKernel::gemm);
+  EXPECT_EQ(h.blocking.chunk, 300);
+  given.attention = AttentionKernel::fused;
+  EXPECT_EQ(choose_attention_tiles<double>(given, 64, kGpuLike).blocking.kernel, AttentionKernel::fused);
+}
+
+// The memory plan's figure is what the workspace allocates, for each kernel,
+// with chunks larger and smaller than the blocks.
+TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
+  using namespace miniattn::kernels;
+  for (const auto kernel : {miniattn::AttentionKernel::fused, miniattn::AttentionKernel::gemm})
+    for (const long chunk : {7L, 64L, 1000L}) {
+      const AttentionShape shape{2, 6, 3, 16, 100, 37};
+      AttentionBlocking blocking{96, 96, kernel, chunk};
+      const AttentionWorkspace<float> workspace(shape, blocking);
+      EXPECT_EQ(workspace.bytes(), attention_workspace_bytes(shape, blocking, sizeof(float)))
+          << miniattn::to_string(kernel) << " chunk " << chunk;
+      EXPECT_GT(workspace.bytes(), 0u);
+    }
+  // gemm: one chunk pair's scores and gradients for every head.
+  const AttentionWorkspace<double> gemm({2, 6, 3, 16, 100, 37}, {0, 0, miniattn::AttentionKernel::gemm, 64});
+  EXPECT_EQ(gemm.bytes(), 2u * 2 * 6 * 64 * 37 * sizeof(double));
 }
 
 TEST(AttentionTiles, ScratchGrowsWithTheTiles) {

@@ -131,6 +131,9 @@ std::vector<BadDeck> bad_decks() {
       {"log_every_zero", "run:\n  log_every: 0\n", {}, 1, {"run.log_every: must be >= 1"}},
       {"query_block_negative", "kernels:\n  query_block: -1\n", {}, 1, {"kernels.query_block: must be >= 0"}},
       {"key_block_negative", "kernels:\n  key_block: -8\n", {}, 1, {"kernels.key_block: must be >= 0"}},
+      {"attention_kernel", "kernels:\n  attention: flash\n", {}, 1,
+       {"kernels.attention: expected one of auto, fused, gemm, got 'flash'"}},
+      {"chunk_negative", "kernels:\n  chunk: -2\n", {}, 1, {"kernels.chunk: must be >= 0"}},
       {"dp_zero", "parallel:\n  dp: 0\n", {}, 1, {"parallel.dp: must be >= 1"}},
       {"ulysses_degree_zero", "parallel:\n  ulysses_degree: 0\n", {}, 1, {"parallel.ulysses_degree: must be >= 1"}},
       {"seq_len_too_long", "model:\n  seq_len: 2147483649\n", {}, 1, {"model.seq_len: must be <= 2^31"}},
@@ -497,6 +500,8 @@ run:
   log_every: 5
   result: out/result.json
 kernels:
+  attention: gemm
+  chunk: 300
   query_block: 128
   key_block: 32
 )";
@@ -535,6 +540,8 @@ kernels:
   EXPECT_EQ(c.run.mode, RunMode::bench);
   EXPECT_EQ(c.run.log_every, 5);
   EXPECT_EQ(c.run.result, "out/result.json");
+  EXPECT_EQ(c.kernels.attention, AttentionKernel::gemm);
+  EXPECT_EQ(c.kernels.chunk, 300);
   EXPECT_EQ(c.kernels.query_block, 128);
   EXPECT_EQ(c.kernels.key_block, 32);
   EXPECT_TRUE(c.deck_path.empty());
@@ -740,6 +747,7 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
             value = field.name() == "model.heads" ? 1 : field.name() == "model.batch" ? 12 : value * 2;
             if (field.name() == "io.snapshot_step") value = 0;
             if (field.name() == "model.kv_heads") value = c.model.heads;  // 0 (= heads) doubled is 0
+            if (field.name() == "kernels.chunk") value = 96;                 // 0 (= chosen) doubled is 0
           }
           }
         },

@@ -22,8 +22,9 @@ non-zero with a message when the check fails:
   sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
                      parameters and gradients within 1e-10, causal and not, every layout,
                      optionally under a sliding window (--window), with grouped K/V
-                     heads (--kv-heads) and packed documents (--documents); measured bytes equal
-                     the model and the memory plan the allocations
+                     heads (--kv-heads) and packed documents (--documents), with either attention
+                     kernel (--kernel fused|gemm); measured bytes equal the model and the memory
+                     plan the allocations
 
 usage: driver_checks.py MINIATTN MPIEXEC SUBCOMMAND [--scratch DIR]
 """
@@ -361,7 +362,7 @@ def compare_losses(a, b, rtol):
     return err
 
 
-def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0, documents=False):
+def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0, documents=False, kernel="auto"):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
         f.write(SP_DECK)
@@ -379,7 +380,8 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
     for causal, layout in sweep:
         tag = f"{causal}-{layout}"
         common = [f"model.causal={causal}", "io.snapshot_step=2", f"model.window={window}",
-                  f"model.kv_heads={kv_heads}", f"data.documents={str(documents).lower()}"]
+                  f"model.kv_heads={kv_heads}", f"data.documents={str(documents).lower()}",
+                  f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
         ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
         sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
                             f"parallel.layout={layout}", f"parallel.dp={dp}",
@@ -395,10 +397,17 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
         measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
         if measured != modelled:
             fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
-        print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), causal={causal}, window={window}, "
+        if kernel != "auto" and sp["attention_tiles"]["kernel"] != kernel:
+            fail(f"ran the {sp['attention_tiles']['kernel']} attention kernel, asked for {kernel}")
+        print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), {kernel} kernel, causal={causal}, window={window}, "
               f"kv_heads={kv_heads}, documents={documents}, {layout}: "
               f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
 
+
+# Chunks of the gemm kernel in the sequence-parallel checks: no rank's rows (20 or
+# 24 positions over 1 to 4 ranks) are a multiple of it, so every call ends in a
+# short chunk.
+GEMM_CHUNK = 7
 
 PP_DECK = """\
 model: {vocab: 32, d_model: 32, heads: 8, layers: 2, seq_len: 16, batch: 8, causal: true, precision: fp64}
@@ -613,11 +622,16 @@ def threads(c):
         print(f"2 ranks x 1 thread ({strategy}, zigzag) vs 1 rank x 2 threads: loss {loss:.1e}, tensors {worst:.1e}")
 
 
-def determinism(c):
-    c.run(2, "parallel.dp=2", "io.snapshot=a.h5", "io.snapshot_step=2")
-    c.run(2, "parallel.dp=2", "io.snapshot=b.h5", "io.snapshot_step=2")
+def determinism(c, kernel="auto"):
+    sets = ["parallel.dp=2", "io.snapshot_step=2", f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
+    c.run(2, *sets, "io.snapshot=a.h5")
+    c.run(2, *sets, "io.snapshot=b.h5")
     worst = compare_snapshots(c.path("a.h5"), c.path("b.h5"), 0.0)
-    print(f"two identical runs differ by {worst:.1e}")
+    print(f"two identical runs ({kernel} attention kernel) differ by {worst:.1e}")
+
+
+# Kokkos execution spaces whose Views live in host memory.
+HOST_EXECUTION_SPACES = ("Serial", "OpenMP", "Threads", "HPX")
 
 
 def staged_exchanges(c):
@@ -630,9 +644,11 @@ def staged_exchanges(c):
         direct = c.result(c.run(ranks, *sets, f"io.snapshot=direct-{tag}.h5", "io.snapshot_step=2"))
         staged = c.result(c.run(ranks, *sets, "parallel.gpu_aware_mpi=false", f"io.snapshot=staged-{tag}.h5",
                                 "io.snapshot_step=2"))
-        if direct["comm_staged_through_host"] or not staged["comm_staged_through_host"]:
-            fail(f"staging reported {direct['comm_staged_through_host']} (auto, host memory) and "
-                 f"{staged['comm_staged_through_host']} (gpu_aware_mpi=false)")
+        # auto stages device memory when MPI is not GPU-aware, never host memory.
+        host_memory = direct["execution_space"]["name"] in HOST_EXECUTION_SPACES
+        if (host_memory and direct["comm_staged_through_host"]) or not staged["comm_staged_through_host"]:
+            fail(f"staging reported {direct['comm_staged_through_host']} (auto, on "
+                 f"{direct['execution_space']['name']}) and {staged['comm_staged_through_host']} (gpu_aware_mpi=false)")
         compare_losses(direct, staged, 0.0)
         worst = compare_snapshots(c.path(f"direct-{tag}.h5"), c.path(f"staged-{tag}.h5"), 0.0)
         print(f"{' '.join(sets)} on {ranks} ranks: staged through host equals direct (worst {worst:.1e})")
@@ -709,6 +725,8 @@ def main():
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
     p.add_argument("--tp", type=int, default=1, help="for sequence_parallel (tensor parallelism)")
+    p.add_argument("--kernel", choices=["auto", "fused", "gemm"], default="auto",
+                   help="for sequence_parallel and determinism: kernels.attention")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"miniattn-{a.check}-") as scratch:
         c = Check(os.path.abspath(a.miniattn), a.mpiexec, scratch)
@@ -716,7 +734,9 @@ def main():
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
             sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp, a.window, a.kv_heads,
-                              a.documents == "true")
+                              a.documents == "true", a.kernel)
+        elif a.check == "determinism":
+            determinism(c, a.kernel)
         elif a.check == "pipeline":
             pipeline(c, a.ranks)
         else:

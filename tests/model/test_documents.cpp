@@ -29,7 +29,9 @@ TEST(PackedDocuments, DeviceAndHostAgreeAndIdsCountStarts) {
     EXPECT_EQ(host(s, 0), 0);
     for (index_t p = 0; p < kSeqLen; ++p) {
       ASSERT_EQ(device(s, p), host(s, p)) << "sample " << s << " position " << p;
-      if (p > 0) EXPECT_EQ(host(s, p) - host(s, p - 1), task.document_starts(3, 10 + s, p) ? 1 : 0);
+      if (p > 0) {
+        EXPECT_EQ(host(s, p) - host(s, p - 1), task.document_starts(3, 10 + s, p) ? 1 : 0);
+      }
     }
     documents += static_cast<double>(host(s, kSeqLen - 1) + 1);
   }

@@ -24,8 +24,8 @@ StepConfig step_config(Layout layout, bool causal, index_t window, int P, int U,
   c.layout = layout;
   c.sp = P;
   c.ulysses = U;
-  c.query_block = 4;
-  c.key_block = 3;
+  c.blocking.query_block = 4;
+  c.blocking.key_block = 3;
   return c;
 }
 
@@ -58,7 +58,7 @@ double brute_force_area(const std::vector<index_t>& q, const std::vector<index_t
 
 RingWork brute_force_work(const StepConfig& c, bool tile_level) {
   const int G = c.sp / c.ulysses;
-  const index_t qb = tile_level ? c.query_block : 1, kb = tile_level ? c.key_block : 1;
+  const index_t qb = tile_level ? c.blocking.query_block : 1, kb = tile_level ? c.blocking.key_block : 1;
   RingWork w;
   w.chunk = static_cast<double>(c.layout == Layout::zigzag ? c.model.seq_len / (2 * c.sp) : c.model.seq_len / c.sp);
   w.steps.assign(G, 0.0);
@@ -146,7 +146,7 @@ TEST(AttentionWork, WindowScalesTheWorkDown) {
   const double N = 65536, w = 4096, P = 8;
   for (const Layout layout : {Layout::zigzag, Layout::striped}) {
     StepConfig c = step_config(layout, true, 4096, 8, 1, 65536);
-    c.query_block = c.key_block = 64;
+    c.blocking.query_block = c.blocking.key_block = 64;
     const RingWork counted = counted_ring_work(c, 1, true), causal = ring_work(c, 1, true);
     const double pairs = counted.slowest_total * counted.chunk * counted.chunk;
     const double span = 64 * (layout == Layout::striped ? P : 1);

@@ -1,0 +1,312 @@
+// Chunked attention through GEMMs (chunked_attention.hpp). For each pair of a
+// query chunk (Cq rows) and a key chunk (Ck rows) that the mask does not hide
+// entirely, for every sample and head at once:
+//   forward:  S = scale Q K^T                                   batched GEMM
+//             hide masked keys; m, l, O *= alpha; S -> P        one row kernel
+//             O += P V                                          batched GEMM
+//   backward: S = scale Q K^T, dP = dO V^T                      batched GEMMs
+//             P = exp(S - lse) (masked), dS = scale P (dP - delta)  one row kernel
+//             dV += P^T dO, dK += dS^T Q, dQ += dS K            batched GEMMs
+// The GEMMs are batched over heads as head_batches.hpp describes, so dK and dV
+// sum over a K/V head's group of query heads in a fixed order. Chunk pairs run
+// one after another in a fixed order: no atomics, the same bits on every run.
+#include "kernels/chunked_attention.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "kernels/head_batches.hpp"
+#include "kernels/reduction.hpp"
+
+namespace miniattn::kernels {
+
+namespace {
+
+using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
+
+struct Chunk {
+  index_t first = 0, rows = 0;
+};
+
+Chunk chunk_of(index_t c, index_t chunk, index_t n) { return {c * chunk, std::min(chunk, n - c * chunk)}; }
+
+// Sizes of one accumulate call.
+template <class T>
+struct Shape {
+  index_t batch, heads, kv_heads, group, nq, nk, dh;
+  T scale;
+  template <class Q, class K>
+  Shape(const Q& q, const K& k)
+      : batch(q.extent(0)), heads(q.extent(1)), kv_heads(k.extent(1)), group(heads / kv_heads), nq(q.extent(2)),
+        nk(k.extent(2)), dh(q.extent(3)), scale(T(1) / compat::sqrt(static_cast<T>(dh))) {}
+  index_t entries() const { return batch * kv_heads; }  // one batched GEMM: every (sample, K/V head)
+};
+
+// Which chunk pairs run, decided on the host from copies of the positions (and
+// document ids) by the ranges of positions a chunk holds, as the fused kernel
+// decides for its tiles. Both answers err on the side of computing.
+class ChunkPairs {
+ public:
+  ChunkPairs(const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
+             index_t chunk)
+      : mask_(mask), chunk_(chunk), q_ranges_(ranges(q_pos)), k_ranges_(ranges(k_pos)) {
+    if (mask.documents.extent(1) > 0) documents_ = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mask.documents);
+  }
+  index_t query_chunks() const { return static_cast<index_t>(q_ranges_.size()); }
+  index_t key_chunks() const { return static_cast<index_t>(k_ranges_.size()); }
+
+  // Whether some query of chunk qc may see some key of chunk kc, and whether
+  // some pair may be hidden (then the row kernel tests each pair).
+  bool meet(index_t qc, index_t kc, bool& partly_masked) const {
+    const Range& q = q_ranges_[static_cast<std::size_t>(qc)];
+    const Range& k = k_ranges_[static_cast<std::size_t>(kc)];
+    partly_masked = false;
+    if (!mask_.ranges_meet(q.lo, q.hi, k.lo, k.hi, partly_masked)) return false;
+    if (documents_.extent(1) == 0) return true;
+    // The samples share the GEMMs: the pair runs if any sample's documents
+    // meet, and the rows of a sample whose documents do not are masked.
+    bool any = false, all = true;
+    const auto& d = documents_;
+    for (index_t b = 0; b < static_cast<index_t>(d.extent(0)); ++b) {
+      const bool meets = documents_meet(d(b, q.lo), d(b, q.hi), d(b, k.lo), d(b, k.hi), partly_masked);
+      any = any || meets;
+      all = all && meets;
+    }
+    partly_masked = partly_masked || !all;
+    return any;
+  }
+
+ private:
+  struct Range {
+    index_t lo, hi;
+  };
+  std::vector<Range> ranges(const View1<const index_t>& positions) const {
+    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), positions);
+    const index_t n = static_cast<index_t>(host.extent(0));
+    std::vector<Range> result;
+    for (index_t first = 0; first < n; first += chunk_) {
+      const index_t last = std::min(n, first + chunk_);
+      Range r{host(first), host(first)};
+      for (index_t i = first; i < last; ++i) r = {std::min(r.lo, host(i)), std::max(r.hi, host(i))};
+      result.push_back(r);
+    }
+    return result;
+  }
+
+  AttentionMask mask_;
+  index_t chunk_;
+  std::vector<Range> q_ranges_, k_ranges_;
+  Kokkos::View<const index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> documents_;
+};
+
+// The row kernels run one team per query row of every head over that row of
+// its score block (reduction.hpp's row machinery: SIMD packs and pack_exp on
+// the host, 32 vector lanes on a GPU). Hidden keys of a partly masked pair are
+// tested one by one.
+template <class T>
+using Pack = typename simd::Pack<T>::type;
+
+// Forward: hides masked keys, folds the row's maximum into the running state,
+// rescales the running output row and writes P = exp(S - m) over S.
+template <class T>
+struct ForwardRows {
+  T* scores;
+  Chunk qc, kc;
+  index_t heads;
+  View1<const index_t> q_pos, k_pos;
+  AttentionMask mask;
+  bool partly_masked;
+  View4<T> out_acc;
+  View3<T> row_max, row_sum;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const RowTeam& team) const {
+    using V = Pack<T>;
+    const T neg_inf = -compat::infinity<T>();
+    const index_t row = team.league_rank(), bh = row / qc.rows, b = bh / heads, h = bh % heads;
+    const index_t i = qc.first + row % qc.rows, query = q_pos(i);
+    T* const s = scores + row * kc.rows;
+    if (partly_masked) {
+      team_vector_for<T>(team, kc.rows, [&](const index_t c0, const int width) {
+        for (int w = 0; w < width; ++w)
+          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = neg_inf;
+      });
+    }
+    T block_max = team_vector_max<T>(team, kc.rows, [&](const index_t c0, const int width) {
+      return simd::pack_load_n<V>(s + c0, width);
+    });
+    // Kokkos::Max (the GPU's lanes) starts from the lowest finite value, which a row of hidden keys keeps.
+    if (!(block_max > Kokkos::reduction_identity<T>::max())) block_max = neg_inf;
+    const T m_old = row_max(b, h, i), m_new = block_max > m_old ? block_max : m_old;
+    // A row that has seen no unmasked key keeps m = -inf: subtracting 0, not -inf, avoids NaN.
+    const V base = simd::pack_splat<V>(m_new == neg_inf ? T(0) : m_new);
+    const T sum = team_vector_sum<T>(team, kc.rows, [&](const index_t c0, const int width) {
+      const V p = simd::kernel_exp<T>(V(simd::pack_load_n<V>(s + c0, width) - base));  // exp(-inf) = 0 when hidden
+      simd::pack_store_n(s + c0, p, width);
+      return p;
+    });
+    const T alpha = simd::pack_lane(simd::kernel_exp<T>(V(simd::pack_splat<V>(m_old) - base)), 0);
+    T* const o = &out_acc(b, h, i, 0);
+    team_vector_for<T>(team, out_acc.extent(3), [&](const index_t c0, const int width) {
+      simd::pack_store_n(o + c0, V(simd::pack_load_n<V>(o + c0, width) * simd::pack_splat<V>(alpha)), width);
+    });
+    Kokkos::single(Kokkos::PerTeam(team), [&]() {
+      row_sum(b, h, i) = row_sum(b, h, i) * alpha + sum;
+      row_max(b, h, i) = m_new;
+    });
+  }
+};
+
+// Backward: P = exp(S - lse) over S (0 where masked and in rows that saw no
+// key), and scale dS = scale P (dP - delta) over dP.
+template <class T>
+struct BackwardRows {
+  T *scores, *score_grads;
+  Chunk qc, kc;
+  index_t heads;
+  View1<const index_t> q_pos, k_pos;
+  AttentionMask mask;
+  bool partly_masked;
+  View3<const T> lse, delta;
+  T scale;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const RowTeam& team) const {
+    using V = Pack<T>;
+    const index_t row = team.league_rank(), bh = row / qc.rows, b = bh / heads, h = bh % heads;
+    const index_t i = qc.first + row % qc.rows, query = q_pos(i);
+    const T lse_i = lse(b, h, i);
+    const V shift = simd::pack_splat<V>(lse_i == -compat::infinity<T>() ? compat::infinity<T>() : lse_i);
+    const V delta_i = simd::pack_splat<V>(delta(b, h, i)), vscale = simd::pack_splat<V>(scale);
+    T* const s = scores + row * kc.rows;
+    T* const ds = score_grads + row * kc.rows;
+    team_vector_for<T>(team, kc.rows, [&](const index_t c0, const int width) {
+      simd::pack_store_n(s + c0, simd::kernel_exp<T>(V(simd::pack_load_n<V>(s + c0, width) - shift)), width);
+      if (partly_masked) {  // exp(x - inf) = 0 already in rows that saw no key
+        for (int w = 0; w < width; ++w)
+          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = T(0);
+      }
+      const V p = simd::pack_load_n<V>(s + c0, width), dp = simd::pack_load_n<V>(ds + c0, width);
+      simd::pack_store_n(ds + c0, V(vscale * p * (dp - delta_i)), width);
+    });
+  }
+};
+
+template <class T>
+void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, index_t chunk, bool backward) {
+  const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk, s.nq) * std::min(chunk, s.nk));
+  if (workspace.scores.extent(0) < needed || (backward && workspace.score_grads.extent(0) < needed))
+    throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
+                         " values of a chunk pair's score blocks");
+}
+
+// The rows of chunk pair (qc, kc) of each operand: a query-side tensor's rows
+// of group member g, a key-side tensor's rows, member g's score blocks.
+template <class T>
+struct PairOperands {
+  const Shape<T>& s;
+  Chunk qc, kc;
+  template <class U>
+  MatrixBatch<U> queries(U* x, index_t g) const { return head_rows(x, s.nq, s.dh, s.group, g, qc.first, qc.rows); }
+  template <class U>
+  MatrixBatch<U> keys(U* x) const { return head_rows(x, s.nk, s.dh, index_t(1), index_t(0), kc.first, kc.rows); }
+  MatrixBatch<T> blocks(T* x, index_t g) const { return score_blocks(x, s.group, g, qc.rows, kc.rows); }
+};
+
+template <class T>
+void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                        ForwardRows<T> rows) {
+  const PairOperands<T> at{s, rows.qc, rows.kc};
+  const index_t E = s.entries();
+  for (index_t g = 0; g < s.group; ++g)
+    batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), T(0), at.blocks(rows.scores, g), E);
+  Kokkos::parallel_for("miniattn::chunked_attention_forward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
+  for (index_t g = 0; g < s.group; ++g)
+    batched_gemm<T>('N', 'N', T(1), read_only(at.blocks(rows.scores, g)), at.keys(v.data()), T(1),
+                    at.queries(rows.out_acc.data(), g), E);
+}
+
+// The gradients' GEMMs of one chunk pair, after the row kernel.
+template <class T>
+struct BackwardOperands {
+  View4<const T> q, k, v, dout;
+  View4<T> dq, dk, dv;
+};
+
+template <class T>
+void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, BackwardRows<T> rows) {
+  const PairOperands<T> at{s, rows.qc, rows.kc};
+  const index_t E = s.entries();
+  for (index_t g = 0; g < s.group; ++g) {
+    batched_gemm<T>('N', 'T', s.scale, at.queries(x.q.data(), g), at.keys(x.k.data()), T(0),
+                    at.blocks(rows.scores, g), E);
+    batched_gemm<T>('N', 'T', T(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), T(0),
+                    at.blocks(rows.score_grads, g), E);
+  }
+  Kokkos::parallel_for("miniattn::chunked_attention_backward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
+  for (index_t g = 0; g < s.group; ++g) {
+    const auto p = read_only(at.blocks(rows.scores, g)), ds = read_only(at.blocks(rows.score_grads, g));
+    batched_gemm<T>('T', 'N', T(1), p, at.queries(x.dout.data(), g), T(1), at.keys(x.dv.data()), E);
+    batched_gemm<T>('T', 'N', T(1), ds, at.queries(x.q.data(), g), T(1), at.keys(x.dk.data()), E);
+    batched_gemm<T>('N', 'N', T(1), ds, at.keys(x.k.data()), T(1), at.queries(x.dq.data(), g), E);
+  }
+}
+
+}  // namespace
+
+template <class T>
+void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                const AttentionMask& mask, index_t chunk, const View4<T>& out_acc,
+                                const View3<T>& row_max, const View3<T>& row_sum, const AttentionWorkspace<T>& workspace) {
+  const Shape<T> s(q, k);
+  require_workspace(workspace, s, chunk, false);
+  const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
+  for (index_t qi = 0; qi < pairs.query_chunks(); ++qi)
+    for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
+      bool partly_masked = false;
+      if (!pairs.meet(qi, ki, partly_masked)) continue;
+      const ForwardRows<T> rows{workspace.scores.data(), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
+                                s.heads, q_pos, k_pos, mask, partly_masked, out_acc, row_max, row_sum};
+      forward_chunk_pair<T>(s, q, k, v, rows);
+    }
+}
+
+template <class T>
+void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                 const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
+                                 const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                 const AttentionMask& mask, index_t chunk, const View4<T>& dq, const View4<T>& dk,
+                                 const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+  const Shape<T> s(q, k);
+  require_workspace(workspace, s, chunk, true);
+  const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
+  const BackwardOperands<T> operands{q, k, v, dout, dq, dk, dv};
+  for (index_t ki = 0; ki < pairs.key_chunks(); ++ki)
+    for (index_t qi = 0; qi < pairs.query_chunks(); ++qi) {
+      bool partly_masked = false;
+      if (!pairs.meet(qi, ki, partly_masked)) continue;
+      const BackwardRows<T> rows{workspace.scores.data(), workspace.score_grads.data(), chunk_of(qi, chunk, s.nq),
+                                 chunk_of(ki, chunk, s.nk), s.heads, q_pos, k_pos, mask, partly_masked, lse, delta,
+                                 s.scale};
+      backward_chunk_pair<T>(s, operands, rows);
+    }
+}
+
+#define MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(T)                                                                    \
+  template void chunked_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,  \
+                                              const View1<const index_t>&, const View1<const index_t>&,             \
+                                              const AttentionMask&, index_t, const View4<T>&, const View3<T>&,      \
+                                              const View3<T>&, const AttentionWorkspace<T>&);                       \
+  template void chunked_backward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
+                                               const View4<const T>&, const View3<const T>&, const View3<const T>&, \
+                                               const View1<const index_t>&, const View1<const index_t>&,            \
+                                               const AttentionMask&, index_t, const View4<T>&, const View4<T>&,     \
+                                               const View4<T>&, const AttentionWorkspace<T>&);
+MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(float)
+MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(double)
+#undef MINIATTN_INSTANTIATE_CHUNKED_ATTENTION
+
+}  // namespace miniattn::kernels
