@@ -480,16 +480,22 @@ step_bench() {
   setup_env
   local py n causal
   py=$(find_python) || die "no Python with torch, h5py and numpy"
+  local kernel
   for n in 8192 32768; do
-    say "bench_attention n=$n Dh=64 H=4 fp32 (reference GEMM 8192^3)"
-    "$build/tests/attention/bench_attention" "$n" 64 4 --precision=fp32 --reps=5 --gemm=8192 |
-      tee "$results/bench_attention_n$n.txt"
+    for kernel in gemm fused; do
+      say "bench_attention n=$n Dh=64 H=4 fp32, $kernel kernel (reference GEMM 8192^3)"
+      "$build/tests/attention/bench_attention" "$n" 64 4 --precision=fp32 --reps=5 --gemm=8192 --kernel=$kernel |
+        tee "$results/bench_attention_${kernel}_n$n.txt"
+    done
   done
   for n in 8192 32768; do
     for causal in true false; do
-      say "miniattn bench N=$n causal=$causal"
-      miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=$n --set model.causal=$causal \
-               --set run.result="$results/bench_miniattn_n${n}_$([ $causal = true ] && echo causal || echo noncausal).json"
+      for kernel in gemm fused; do
+        say "miniattn bench N=$n causal=$causal, $kernel kernel"
+        miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=$n --set model.causal=$causal \
+                 --set kernels.attention=$kernel --set run.result="$results/bench_miniattn_${kernel}_n${n}_$(
+                   [ $causal = true ] && echo causal || echo noncausal).json"
+      done
     done
   done
   say "PyTorch on the same GPU: SGEMM, SDPA, one training step of validation/reference_model.py"

@@ -7,4 +7,5 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build.sh"
 build=${MINIATTN_BUILD_DIR:-$root/build}
 cd "$build"
-ctest --output-on-failure "$@"
+# Side by side up to the cores: a test reserves as many as its PROCESSORS (its ranks).
+ctest --output-on-failure -j "$(nproc)" "$@"

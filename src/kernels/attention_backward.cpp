@@ -206,16 +206,19 @@ struct BackwardTilePair {
   }
 };
 
-// x [B, H, n, Dh] -> x_t [B, H, Dh, >= n].
+// x [B, H, n, Dh] -> x_t [B, H, Dh, >= n], parallel over (head, d, key): a GPU
+// spreads the keys over its threads (not one thread per (head, d) walking every
+// key), and the host walks each row of x_t in order.
 template <class T>
 void transpose_rows(const View4<const T>& x, const View4<T>& x_t) {
-  const index_t heads = x.extent(1), n = x.extent(2), dh = x.extent(3);
+  const index_t heads = index_t(x.extent(0)) * x.extent(1), n = x.extent(2), dh = x.extent(3), ld = x_t.extent(3);
+  const T* const from = x.data();
+  T* const to = x_t.data();
+  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      "miniattn::attention_transpose_keys", RowPolicy(0, index_t(x.extent(0)) * heads * dh),
-      KOKKOS_LAMBDA(const index_t row) {
-        const index_t d = row % dh, bh = row / dh;
-        const index_t b = bh / heads, h = bh % heads;
-        for (index_t j = 0; j < n; ++j) x_t(b, h, d, j) = x(b, h, j, d);
+      "miniattn::attention_transpose_keys", Policy({0, 0, 0}, {heads, dh, n}),
+      KOKKOS_LAMBDA(const index_t bh, const index_t d, const index_t j) {
+        to[(bh * dh + d) * ld + j] = from[(bh * n + j) * dh + d];
       });
 }
 
