@@ -88,6 +88,10 @@ struct AttentionBlocking {
   index_t key_block = 0;
   AttentionKernel kernel = AttentionKernel::fused;
   index_t chunk = 0;
+  // The fused backward's schedule (attention_backward.cpp): one launch of
+  // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
+  // product once, a block's tiles in cache). Tests run both on every backend.
+  bool one_launch_backward = !kHostExecution;
   // The query and key rows of the unit of work a mask may skip whole.
   index_t query_tile() const { return kernel == AttentionKernel::gemm ? chunk : query_block; }
   index_t key_tile() const { return kernel == AttentionKernel::gemm ? chunk : key_block; }

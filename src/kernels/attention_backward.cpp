@@ -7,15 +7,21 @@
 //   dq += dS K,  dv += P^T dO,  dk += dS^T Q.
 // With grouped K/V heads (GQA) a team owns one K/V head's key block and loops
 // over the group's query heads, so dk, dv sum over them in scratch.
-// No atomics. Tiles are grouped in blocks of S consecutive tiles (S = 4 on the
-// host, where a block's tiles stay in cache; S = 1 on GPUs, for parallelism),
-// and block pairs run in waves: in wave w the team of key block kb takes
-// query block (kb + w) mod waves. Within a wave no two teams share a query
-// tile (dq rows) or a key tile (dk, dv rows); every row's sum runs in wave
-// order, then tile order inside the block - fixed by the tiling alone, the
-// same bits on any number of threads. A team stages a key tile once per block
-// and keeps its dk, dv in scratch over the block's query tiles. A wave is one
-// kernel launch; waves = max(query blocks, key blocks).
+// No atomics; every row's sum runs in an order fixed by the tiling alone, the
+// same bits on any number of threads. Two schedules
+// (AttentionBlocking::one_launch_backward):
+//  * waves (host): tiles are grouped in blocks of S = 4 consecutive tiles
+//    (a block's tiles stay in cache), and block pairs run in waves: in wave w
+//    the team of key block kb takes query block (kb + w) mod waves. Within a
+//    wave no two teams share a query tile (dq rows) or a key tile (dk, dv
+//    rows); a team stages a key tile once per block and keeps its dk, dv in
+//    scratch over the block's query tiles. A wave is one kernel launch;
+//    waves = max(query blocks, key blocks). Each product runs once.
+//  * one launch (GPU): a team per key tile walks every query tile for its
+//    dk, dv (four products a pair), and a team per query tile walks every key
+//    tile for its dq (three: P and dS again), all in one launch with every
+//    team busy, instead of a launch per wave in which most teams of a causal
+//    mask return at once. Two more products per pair for n-fold fewer launches.
 #include <limits>
 
 #include "kernels/attention_tiles.hpp"
@@ -27,9 +33,14 @@ using namespace attention_detail;
 
 namespace {
 
-constexpr index_t kBlockTiles = kHostExecution ? 4 : 1;  // S above
+constexpr index_t kBlockTiles = 4;  // S above
 
-// One (query block, key block) pair's work in one wave (the functor of a launch).
+// Which gradients a team adds: all three (a wave's block pair), or only its
+// key tile's dk, dv or only its query tile's dq (the one-launch schedule).
+enum class Adds { all, keys, queries };
+
+// The functor of a launch: a wave's block pairs, or the one launch's key-tile
+// and query-tile teams.
 template <class T>
 struct BackwardTilePair {
   using V = typename Pack<T>::type;
@@ -41,8 +52,9 @@ struct BackwardTilePair {
   View4<T> dq, dk, dv;
   View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
   AttentionMask mask;
-  index_t kv_heads, group, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves,
+  index_t batch, kv_heads, group, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves,
       wave;  // group: query heads per K/V head
+  bool one_launch;
   int level;
   T scale;
 
@@ -61,13 +73,27 @@ struct BackwardTilePair {
   std::size_t scratch_bytes() const { return backward_scratch_bytes<T>(qb, kb, dh); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const TeamMember& team) const {
-    const index_t n_kblocks = (n_ktiles + kBlockTiles - 1) / kBlockTiles;
-    const index_t key_block = team.league_rank() % n_kblocks, bkh = team.league_rank() / n_kblocks;
-    const index_t query_block = (key_block + wave) % waves;
-    if (query_block * kBlockTiles >= n_qtiles) return;
+    Pair t = carve(team);
+    const index_t rank = team.league_rank();
+    if (!one_launch) {
+      const index_t n_kblocks = (n_ktiles + kBlockTiles - 1) / kBlockTiles;
+      const index_t key_block = rank % n_kblocks, query_block = (key_block + wave) % waves;
+      if (query_block * kBlockTiles >= n_qtiles) return;
+      const index_t kt = key_block * kBlockTiles, qt = query_block * kBlockTiles;
+      run_pairs(team, t, rank / n_kblocks, kt, kt + kBlockTiles < n_ktiles ? kt + kBlockTiles : n_ktiles, qt,
+                qt + kBlockTiles < n_qtiles ? qt + kBlockTiles : n_qtiles, Adds::all);
+    } else if (rank < batch * kv_heads * n_ktiles) {
+      const index_t kt = rank % n_ktiles;
+      run_pairs(team, t, rank / n_ktiles, kt, kt + 1, 0, n_qtiles, Adds::keys);
+    } else {
+      const index_t qt = (rank - batch * kv_heads * n_ktiles) % n_qtiles;
+      run_pairs(team, t, (rank - batch * kv_heads * n_ktiles) / n_qtiles, 0, n_ktiles, qt, qt + 1, Adds::queries);
+    }
+  }
+
+  // This team's scratch.
+  KOKKOS_INLINE_FUNCTION Pair carve(const TeamMember& team) const {
     Pair t;
-    t.b = bkh / kv_heads;
-    t.kh = bkh % kv_heads;
     t.k_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
     t.v_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
     t.p_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
@@ -75,13 +101,20 @@ struct BackwardTilePair {
     t.dk_acc = ScratchView<T>(team.team_scratch(level), kb * dh_ld).data();
     t.dv_acc = ScratchView<T>(team.team_scratch(level), kb * dh_ld).data();
     t.kpos = ScratchView<index_t>(team.team_scratch(level), kb_ld).data();
-    const index_t kt_end = (key_block + 1) * kBlockTiles < n_ktiles ? (key_block + 1) * kBlockTiles : n_ktiles;
-    const index_t qt_end = (query_block + 1) * kBlockTiles < n_qtiles ? (query_block + 1) * kBlockTiles : n_qtiles;
-    for (index_t kt = key_block * kBlockTiles; kt < kt_end; ++kt) {
+    return t;
+  }
+
+  // The pairs of key tiles [kt0, kt1) and query tiles [qt0, qt1) of (sample,
+  // K/V head) bkh, key tiles outer, adding the gradients `adds` says.
+  KOKKOS_INLINE_FUNCTION void run_pairs(const TeamMember& team, Pair& t, index_t bkh, index_t kt0, index_t kt1,
+                                        index_t qt0, index_t qt1, Adds adds) const {
+    t.b = bkh / kv_heads;
+    t.kh = bkh % kv_heads;
+    for (index_t kt = kt0; kt < kt1; ++kt) {
       t.j0 = kt * kb;
       t.cols = (nk - t.j0) < kb ? (nk - t.j0) : kb;
       bool staged = false;
-      for (index_t qt = query_block * kBlockTiles; qt < qt_end; ++qt) {
+      for (index_t qt = qt0; qt < qt1; ++qt) {
         t.i0 = qt * qb;
         t.rows = (nq - t.i0) < qb ? (nq - t.i0) : qb;
         t.masked = false;
@@ -96,12 +129,12 @@ struct BackwardTilePair {
           team.team_barrier();
           score_gradients(team, t);
           team.team_barrier();
-          add_gradients(team, t);
+          add_gradients(team, t, adds);
         }
       }
       if (!staged) continue;
       team.team_barrier();
-      add_key_gradients(team, t);
+      if (adds != Adds::queries) add_key_gradients(team, t);
       team.team_barrier();  // the next key tile overwrites the scratch
     }
   }
@@ -169,9 +202,9 @@ struct BackwardTilePair {
         });
   }
 
-  // dq += scale dS k (in memory: this team is the only one of its wave on these
-  // rows), dv += P^T dout, dk += scale dS^T q (in scratch).
-  KOKKOS_INLINE_FUNCTION void add_gradients(const TeamMember& team, const Pair& t) const {
+  // dq += scale dS k (in memory: no other team of the launch adds to these
+  // rows), dv += P^T dout, dk += scale dS^T q (in scratch), as `adds` says.
+  KOKKOS_INLINE_FUNCTION void add_gradients(const TeamMember& team, const Pair& t, Adds adds) const {
     const index_t q_ld = q.stride(2), g_ld = dout.stride(2);
     const T* const q_tile = &q(t.b, t.h, t.i0, 0);
     const T* const g_tile = &dout(t.b, t.h, t.i0, 0);
@@ -179,10 +212,12 @@ struct BackwardTilePair {
     T* const dk_tile = t.dk_acc;
     T* const dv_tile = t.dv_acc;
     const index_t dq_ld = dq.stride(2), dk_ld = dh_ld, dv_ld = dh_ld;
-    team_tile_product<T>(team, t.rows, dh, t.cols, t.ds_tile, kb_ld, index_t(1), &k(t.b, t.kh, t.j0, 0),
-                         index_t(k.stride(2)),
-                         [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
-                             const V(&acc)[R][P]) { add_register_tile<T, R, P>(dq_tile, dq_ld, r0, nr, c0, nc, acc); });
+    if (adds != Adds::keys)
+      team_tile_product<T>(team, t.rows, dh, t.cols, t.ds_tile, kb_ld, index_t(1), &k(t.b, t.kh, t.j0, 0),
+                           index_t(k.stride(2)),
+                           [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
+                               const V(&acc)[R][P]) { add_register_tile<T, R, P>(dq_tile, dq_ld, r0, nr, c0, nc, acc); });
+    if (adds == Adds::queries) return;
     team_tile_product<T>(team, t.cols, dh, t.rows, t.p_tile, index_t(1), kb_ld, g_tile, g_ld,
                          [&](const index_t r0, const index_t nr, const index_t c0, const index_t nc,
                              const V(&acc)[R][P]) { add_register_tile<T, R, P>(dv_tile, dv_ld, r0, nr, c0, nc, acc); });
@@ -274,41 +309,27 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
 
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
-  BackwardTilePair<T> pair{q,
-                           k,
-                           v,
-                           dout,
-                           lse,
-                           delta,
-                           q_pos,
-                           k_pos,
-                           dq,
-                           dk,
-                           dv,
-                           workspace.k_t,
-                           workspace.v_t,
-                           mask,
-                           kv_heads,
-                           heads / kv_heads,
-                           nq,
-                           nk,
-                           dh,
-                           0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           0,
-                           T(1) / compat::sqrt(static_cast<T>(dh))};
+  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, mask};
+  pair.batch = batch;
+  pair.kv_heads = kv_heads;
+  pair.group = heads / kv_heads;
+  pair.nq = nq;
+  pair.nk = nk;
+  pair.dh = dh;
+  pair.scale = T(1) / compat::sqrt(static_cast<T>(dh));
   pair.qb = clamp_block(blocking.query_block, nq);
   pair.kb = clamp_block(blocking.key_block, nk);
   pair.kb_ld = round_up(pair.kb, Tiling<T>::W);  // columns of K^T, V^T, P and dS: whole register tiles
   pair.dh_ld = round_up(dh, Tiling<T>::W);        // columns of the dk, dv accumulators
   pair.n_qtiles = ceil_div(nq, pair.qb);
   pair.n_ktiles = ceil_div(nk, pair.kb);
+  pair.one_launch = blocking.one_launch_backward;
+  if (pair.one_launch) {
+    const index_t teams = batch * kv_heads * (pair.n_ktiles + pair.n_qtiles);
+    Kokkos::parallel_for("miniattn::attention_backward_accumulate",
+                         make_team_policy(teams, pair.scratch_bytes(), pair.level), pair);
+    return;
+  }
   const index_t n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
   pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), n_kblocks);
   const TeamPolicy policy = make_team_policy(batch * kv_heads * n_kblocks, pair.scratch_bytes(), pair.level);

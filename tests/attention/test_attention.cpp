@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -274,19 +275,30 @@ Gradients naive_backward(const Problem& p, const MaskCase& mask, const std::vect
 }
 
 // ---------------------------------------------------------------------------
-// The kernel under test: the suites below are parameterised by it, and every
+// The kernel under test: the suites below are parameterised by it (the fused
+// kernel with each backward schedule, and gemm), and every
 // call goes through as_tested(), which keeps a case's fused tiles or turns
 // them into gemm chunks of max(query_block, key_block) rows (at least 7: the
 // cases' sequences of 10 to 64 rows then end in a short chunk, and 1-row
 // chunks would test only the batching).
-AttentionKernel kernel_under_test = AttentionKernel::fused;
+struct KernelUnderTest {
+  AttentionKernel kernel;
+  bool one_launch_backward;
+  const char* name;
+};
+const KernelUnderTest kKernels[] = {{AttentionKernel::fused, false, "fused_waves"},
+                                    {AttentionKernel::fused, true, "fused_one_launch"},
+                                    {AttentionKernel::gemm, false, "gemm"}};
+KernelUnderTest kernel_under_test = kKernels[0];
+void PrintTo(const KernelUnderTest& k, std::ostream* os) { *os << k.name; }
 
 // On a GPU some cases' fused tiles need more team scratch than level 0 holds
 // (fp64, 128 x 100): there the larger side is halved until they fit, so the
 // case still runs with ragged tiles.
 template <class T>
 AttentionBlocking as_tested(AttentionBlocking tiles) {
-  tiles.kernel = kernel_under_test;
+  tiles.kernel = kernel_under_test.kernel;
+  tiles.one_launch_backward = kernel_under_test.one_launch_backward;
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
   for (;;) {
     miniattn::KernelConfig requested;
@@ -303,17 +315,14 @@ AttentionBlocking as_tested(AttentionBlocking tiles) {
   }
 }
 
-class AttentionKernels : public ::testing::TestWithParam<AttentionKernel> {
+class AttentionKernels : public ::testing::TestWithParam<KernelUnderTest> {
  protected:
   void SetUp() override { kernel_under_test = GetParam(); }
 };
-std::string kernel_name(const ::testing::TestParamInfo<AttentionKernel>& info) {
-  return miniattn::to_string(info.param);
-}
-#define MINIATTN_KERNEL_SUITE(suite)          \
-  class suite : public AttentionKernels {};   \
-  INSTANTIATE_TEST_SUITE_P(Kernels, suite,    \
-                           ::testing::Values(AttentionKernel::fused, AttentionKernel::gemm), kernel_name)
+std::string kernel_name(const ::testing::TestParamInfo<KernelUnderTest>& info) { return info.param.name; }
+#define MINIATTN_KERNEL_SUITE(suite)        \
+  class suite : public AttentionKernels {}; \
+  INSTANTIATE_TEST_SUITE_P(Kernels, suite, ::testing::ValuesIn(kKernels), kernel_name)
 MINIATTN_KERNEL_SUITE(AttentionForward);
 MINIATTN_KERNEL_SUITE(AttentionBackward);
 MINIATTN_KERNEL_SUITE(AttentionGroupedHeads);
