@@ -17,8 +17,8 @@
 //     vectors of the target's width (kernels/simd_pack.hpp), R rows (Tiling
 //     below): 2R accumulator registers, 2 for B, 1 broadcast of A - the
 //     classic broadcast + FMA micro-kernel;
-//   GPU: R = W = 1 and a pack is one scalar: a lane owns one output element,
-//     lanes run along B's rows.
+//   GPU: W = 1 and a pack is one scalar: a lane owns R outputs of one column
+//     of C, lanes run along B's rows.
 // Row-wise passes (online softmax) use the same split: one pack of consecutive
 // queries per lane. Phases that read what other threads wrote are separated by
 // team barriers.
@@ -47,9 +47,12 @@ using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
 // Host: 2R accumulator registers + P for B + 1 broadcast fit the SIMD register
 // file: R = 6 for the 16 registers of SSE2/AVX2, R = 8 for AVX-512's 32
 // (measured: R = 4 is 60% slower, R = 12 about 5% slower than 8 there).
+// GPU: a lane owns R = 4 outputs of one column, so each value of B it loads
+// serves 4 multiply-adds (one output per lane took two loads per multiply-add,
+// measured near 12% of the FMA peak on an H100); R = 4 is not yet measured there.
 template <class T>
 struct Tiling {
-  static constexpr int R = kHostExecution ? (kHostVectorBytes == 64 ? 8 : 6) : 1;
+  static constexpr int R = kHostExecution ? (kHostVectorBytes == 64 ? 8 : 6) : 4;
   static constexpr int P = kHostExecution ? 2 : 1;
   static constexpr int lanes = Pack<T>::lanes;
   static constexpr int W = P * lanes;
