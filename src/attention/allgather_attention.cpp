@@ -61,41 +61,44 @@ void AllGatherAttention<T>::gather_keys_values(const View4<const T>& k, const Vi
 
 template <class T>
 void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                    const View4<T>& out, const View3<T>& lse) {
-  const View3<T>& row_max = lse;  // lse doubles as the running maximum until finalize
-  kernels::attention_forward_init<T>(out, row_max, workspace_->row_sum);
+                                    const View4<T>& out, const View3<Acc<T>>& lse) {
+  const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
+  const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
+  kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
   gather_keys_values(k, v, "allgather.forward.kv");
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
-                                               positions_of(rank_), positions_of(g), mask_, blocking_, out, row_max,
+                                               positions_of(rank_), positions_of(g), mask_, blocking_, out_acc, row_max,
                                                workspace_->row_sum, workspace_->kernel);
-  kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
+  kernels::attention_forward_finalize<T>(out_acc, row_max, workspace_->row_sum, lse, out);
 }
 
 // The forward's gathered K/V are not kept (their buffers serve every layer):
 // the backward pass gathers them again, as Llama 3's context parallelism does.
 template <class T>
 void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                     const View4<const T>& out, const View3<const T>& lse,
+                                     const View4<const T>& out, const View3<const Acc<T>>& lse,
                                      const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
                                      const View4<T>& dv) {
   AllGatherWorkspace<T>& w = *workspace_;
   kernels::attention_backward_delta<T>(out, dout, w.delta);
-  Kokkos::deep_copy(dq, T(0));
+  const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, w.kernel);
+  Kokkos::deep_copy(dq_acc, Acc<T>(0));
   gather_keys_values(k, v, "allgather.backward.kv");
   if (size_ == 1) {
-    Kokkos::deep_copy(dk, T(0));
-    Kokkos::deep_copy(dv, T(0));
+    Kokkos::deep_copy(dk, T(0.0f));
+    Kokkos::deep_copy(dv, T(0.0f));
   } else {
-    Kokkos::deep_copy(w.dk_all, T(0));
-    Kokkos::deep_copy(w.dv_all, T(0));
+    Kokkos::deep_copy(w.dk_all, T(0.0f));
+    Kokkos::deep_copy(w.dv_all, T(0.0f));
   }
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
-                                                positions_of(rank_), positions_of(g), mask_, blocking_, dq,
+                                                positions_of(rank_), positions_of(g), mask_, blocking_, dq_acc,
                                                 block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.kernel);
+  kernels::round_accumulator<T>(dq_acc, dq);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.
   comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, "allgather.backward.dkdv");
@@ -104,7 +107,9 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
 
 template struct AllGatherWorkspace<float>;
 template struct AllGatherWorkspace<double>;
+template struct AllGatherWorkspace<bf16>;
 template class AllGatherAttention<float>;
 template class AllGatherAttention<double>;
+template class AllGatherAttention<bf16>;
 
 }  // namespace miniattn

@@ -25,7 +25,7 @@ namespace miniattn {
 // one rank), and row statistics.
 template <class T>
 struct AllGatherWorkspace {
-  View3<T> row_sum, delta;
+  View3<Acc<T>> row_sum, delta;
   View1<T> k_all, v_all, dk_all, dv_all;
   kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for one block
 
@@ -43,9 +43,9 @@ class AllGatherAttention final : public AttentionStrategy<T> {
                      std::shared_ptr<AllGatherWorkspace<T>> workspace);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<T>& lse) override;
+               const View3<Acc<T>>& lse) override;
   void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return "allgather"; }
   std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace

@@ -3,6 +3,8 @@
 // sequence that may be split across ranks (docs/design.md section 3). Inputs and
 // outputs are this rank's local rows in head-major layout [B, H, n, Dh]; a
 // strategy may exchange data with other ranks of its sequence-parallel group.
+// T is the activations' storage (fp32, fp64 or bf16); the log-sum-exp and
+// every accumulation are Acc<T> (fp32 for bf16).
 #include <cstddef>
 #include <string>
 
@@ -18,11 +20,11 @@ class AttentionStrategy {
   // out = softmax(q k^T / sqrt(Dh) + mask) v over the whole (global) sequence;
   // lse receives each local query row's log-sum-exp for the backward pass.
   virtual void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const View4<T>& out, const View3<T>& lse) = 0;
+                       const View4<T>& out, const View3<Acc<T>>& lse) = 0;
 
   // dq, dk, dv (overwritten) from dout, using the forward's out and lse.
   virtual void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                        const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                        const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                         const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) = 0;
 
   virtual std::string name() const = 0;

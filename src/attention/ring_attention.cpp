@@ -48,9 +48,10 @@ View1<const index_t> RingAttention<T>::positions_of(int ring_rank) const {
 
 template <class T>
 void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                               const View4<T>& out, const View3<T>& lse) {
-  const View3<T>& row_max = lse;  // lse doubles as the running maximum until finalize
-  kernels::attention_forward_init<T>(out, row_max, workspace_->row_sum);
+                               const View4<T>& out, const View3<Acc<T>>& lse) {
+  const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
+  const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
+  kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   View4<const T> k_current = k, v_current = v;
   for (int step = 0; step < steps_; ++step) {
@@ -65,22 +66,24 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
     const int source = (rank_ - step + size_) % size_;
     if (sees_[static_cast<std::size_t>(source)])
       kernels::attention_forward_accumulate<T>(q, k_current, v_current, positions_of(rank_), positions_of(source),
-                                               mask_, blocking_, out, row_max, workspace_->row_sum, workspace_->kernel);
+                                               mask_, blocking_, out_acc, row_max, workspace_->row_sum,
+                                               workspace_->kernel);
     comm_.wait(pending);
     if (step + 1 < steps_) {
       k_current = workspace_->k[slot];
       v_current = workspace_->v[slot];
     }
   }
-  kernels::attention_forward_finalize<T>(out, row_max, workspace_->row_sum, lse);
+  kernels::attention_forward_finalize<T>(out_acc, row_max, workspace_->row_sum, lse, out);
 }
 
 template <class T>
 void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, workspace_->delta);
-  Kokkos::deep_copy(dq, T(0));
+  const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, workspace_->kernel);
+  Kokkos::deep_copy(dq_acc, Acc<T>(0));
   const RingBackwardBuffers<T> buffers{workspace_->k, workspace_->v, workspace_->dk, workspace_->dv};
   ring_backward_pass<T>(comm_, ring_, rank_, size_, steps_, k, v, dk, dv, buffers, "ring.backward",
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
@@ -88,13 +91,16 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                           if (!sees_[static_cast<std::size_t>(source)]) return;
                           kernels::attention_backward_accumulate<T>(
                               q, k_block, v_block, dout, lse, workspace_->delta, positions_of(rank_),
-                              positions_of(source), mask_, blocking_, dq, dk_block, dv_block, workspace_->kernel);
+                              positions_of(source), mask_, blocking_, dq_acc, dk_block, dv_block, workspace_->kernel);
                         });
+  kernels::round_accumulator<T>(dq_acc, dq);
 }
 
 template struct RingWorkspace<float>;
 template struct RingWorkspace<double>;
+template struct RingWorkspace<bf16>;
 template class RingAttention<float>;
 template class RingAttention<double>;
+template class RingAttention<bf16>;
 
 }  // namespace miniattn

@@ -29,7 +29,7 @@ namespace miniattn {
 // query heads), so a ring sends only those.
 template <class T>
 struct RingWorkspace {
-  View3<T> row_sum, delta;
+  View3<Acc<T>> row_sum, delta;
   View4<T> k[2], v[2], dk[2], dv[2];
   kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for blocks of `rows` rows
 
@@ -49,9 +49,9 @@ class RingAttention final : public AttentionStrategy<T> {
                 std::shared_ptr<RingWorkspace<T>> workspace, std::string name);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<T>& lse) override;
+               const View3<Acc<T>>& lse) override;
   void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return name_; }
   std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace

@@ -37,8 +37,8 @@ void ring_backward_pass(Comm& comm, MPI_Comm ring, int rank, int size, int steps
   const bool travels = steps > 1;
   View4<const T> k_current = k, v_current = v;
   View4<T> dk_current = travels ? buffers.dk[1] : dk, dv_current = travels ? buffers.dv[1] : dv;
-  Kokkos::deep_copy(dk_current, T(0));
-  Kokkos::deep_copy(dv_current, T(0));
+  Kokkos::deep_copy(dk_current, T(0.0f));
+  Kokkos::deep_copy(dv_current, T(0.0f));
   for (int step = 0; step < steps; ++step) {
     const int slot = step % 2;
     PendingExchange kv_pending, grad_pending;

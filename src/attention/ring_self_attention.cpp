@@ -14,7 +14,11 @@ RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<c
   MPI_Comm_size(ring, &size_);
   const index_t n = static_cast<index_t>(ring_positions.extent(1));
   probabilities_ = kernels::View5<T>("rsa.probabilities", size_, batch, heads, n, n);
-  delta_ = View3<T>("rsa.delta", batch, heads, n);
+  delta_ = View3<Acc<T>>("rsa.delta", batch, heads, n);
+  if (!std::is_same<T, Acc<T>>::value) {
+    out_acc_ = View4<Acc<T>>("rsa.out_acc", batch, heads, n, head_dim);
+    dq_acc_ = View4<Acc<T>>("rsa.dq_acc", batch, heads, n, head_dim);
+  }
   score_grads_ = View4<T>("rsa.score_grads", batch, heads, kernels::dense_backward_rows(n), n);
   for (int i = 0; i < 2; ++i) {
     buffer_[i] = View4<T>("rsa.buffer", batch, kv_heads, n, head_dim);
@@ -36,7 +40,7 @@ View4<T> RingSelfAttention<T>::probabilities_of(int ring_rank) const {
 
 template <class T>
 void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<T>& out, const View3<T>& lse) {
+                                   const View4<T>& out, const View3<Acc<T>>& lse) {
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   // Pass 1: K around the ring; score block of every source rank.
   View4<const T> current = k;
@@ -52,7 +56,8 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
   }
   kernels::softmax_over_blocks<T>(probabilities_, lse);
   // Pass 2: V around the ring; out = sum over blocks of P_block V_block.
-  Kokkos::deep_copy(out, T(0));
+  const View4<Acc<T>> out_acc = kernels::accumulator_of(out, out_acc_);
+  Kokkos::deep_copy(out_acc, Acc<T>(0));
   current = v;
   for (int step = 0; step < size_; ++step) {
     PendingExchange pending;
@@ -60,30 +65,35 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
       comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.v",
                        pending);
     const int source = (rank_ - step + size_) % size_;
-    kernels::apply_probabilities<T>(probabilities_of(source), current, out);
+    kernels::apply_probabilities<T>(probabilities_of(source), current, out_acc);
     comm_.wait(pending);
     current = buffer_[step % 2];
   }
+  kernels::round_accumulator<T>(out_acc, out);  // rounds to T when they differ
 }
 
 template <class T>
 void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                    const View4<const T>& out, const View3<const T>&, const View4<const T>& dout,
-                                    const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+                                    const View4<const T>& out, const View3<const Acc<T>>&,
+                                    const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
+                                    const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, delta_);
-  Kokkos::deep_copy(dq, T(0));
+  const View4<Acc<T>> dq_acc = kernels::accumulator_of(dq, dq_acc_);
+  Kokkos::deep_copy(dq_acc, Acc<T>(0));
   const RingBackwardBuffers<T> buffers{buffer_, second_buffer_, dk_buffer_, dv_buffer_};
   ring_backward_pass<T>(comm_, ring_, rank_, size_, size_, k, v, dk, dv, buffers, "rsa.backward",
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           kernels::dense_block_backward<T>(probabilities_of(source), q, k_block, v_block, dout, delta_,
-                                                           score_grads_, dq, dk_block, dv_block);
+                                                           score_grads_, dq_acc, dk_block, dv_block);
                         });
+  kernels::round_accumulator<T>(dq_acc, dq);
 }
 
 template <class T>
 std::size_t RingSelfAttention<T>::allocated_bytes() const {
-  std::size_t bytes = view_bytes(probabilities_) + view_bytes(delta_) + view_bytes(score_grads_);
+  std::size_t bytes = view_bytes(probabilities_) + view_bytes(delta_) + view_bytes(score_grads_) +
+                      view_bytes(out_acc_) + view_bytes(dq_acc_);
   for (int i = 0; i < 2; ++i)
     bytes += view_bytes(buffer_[i]) + view_bytes(second_buffer_[i]) + view_bytes(dk_buffer_[i]) +
              view_bytes(dv_buffer_[i]);
@@ -92,5 +102,6 @@ std::size_t RingSelfAttention<T>::allocated_bytes() const {
 
 template class RingSelfAttention<float>;
 template class RingSelfAttention<double>;
+template class RingSelfAttention<bf16>;
 
 }  // namespace miniattn

@@ -24,9 +24,9 @@ class RingSelfAttention final : public AttentionStrategy<T> {
                     index_t head_dim);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<T>& lse) override;
+               const View3<Acc<T>>& lse) override;
   void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return "rsa"; }
   std::size_t allocated_bytes() const override;
@@ -41,7 +41,8 @@ class RingSelfAttention final : public AttentionStrategy<T> {
   View2<const index_t> ring_positions_;
   kernels::AttentionMask mask_;
   kernels::View5<T> probabilities_;  // [P, B, H, n, n]: scores, then probabilities, kept for backward
-  View3<T> delta_;
+  View3<Acc<T>> delta_;
+  View4<Acc<T>> out_acc_, dq_acc_;  // bf16: the output and dq accumulated in fp32 (empty otherwise)
   View4<T> score_grads_;  // [B, H, dense_backward_rows(n), n]: the backward's dP, then dS
   View4<T> buffer_[2], second_buffer_[2], dk_buffer_[2], dv_buffer_[2];
 };

@@ -1,5 +1,6 @@
 #include "attention/ulysses_attention.hpp"
 
+#include <type_traits>
 #include <utility>
 
 #include "core/config.hpp"
@@ -14,10 +15,19 @@ int comm_size(MPI_Comm comm) {
 }
 
 // A [B, H, n] row-statistics view seen as [B, H, n, 1], so that it travels
-// through the same all-to-all as the tensors.
+// through the all-to-all as a tensor does.
 template <class T>
 View4<T> as_4d(const View3<T>& x) {
   return View4<T>(x.data(), x.extent(0), x.extent(1), x.extent(2), 1);
+}
+
+// An exchange buffer's memory as [U, B, heads, n, columns]: sized for Hl heads
+// of Dh columns, a tensor of fewer heads (K/V under GQA) or columns (lse) uses
+// its first part.
+template <class U, class Memory>
+kernels::View5<U> buffer(const Memory& memory, index_t heads, index_t columns) {
+  return kernels::View5<U>(reinterpret_cast<U*>(memory.data()), memory.extent(0), memory.extent(1), heads,
+                           memory.extent(3), columns);
 }
 }  // namespace
 
@@ -34,68 +44,70 @@ UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_
   k_heads_ = View4<T>("ulysses.k", batch, KVl, rows, head_dim);
   v_heads_ = View4<T>("ulysses.v", batch, KVl, rows, head_dim);
   out_heads_ = View4<T>("ulysses.out", batch, Hl, rows, head_dim);
-  lse_heads_ = View3<T>("ulysses.lse", batch, Hl, rows);
+  lse_heads_ = View3<Acc<T>>("ulysses.lse", batch, Hl, rows);
+  if (std::is_same<T, Acc<T>>::value) {
+    lse_send_ = buffer<Acc<T>>(send_, Hl, 1);
+    lse_receive_ = buffer<Acc<T>>(receive_, Hl, 1);
+  } else {
+    lse_send_ = kernels::View5<Acc<T>>("ulysses.lse_send", U, batch, Hl, local_rows, 1);
+    lse_receive_ = kernels::View5<Acc<T>>("ulysses.lse_receive", U, batch, Hl, local_rows, 1);
+  }
   dout_heads_ = View4<T>("ulysses.dout", batch, Hl, rows, head_dim);
   dq_heads_ = View4<T>("ulysses.dq", batch, Hl, rows, head_dim);
   dk_heads_ = View4<T>("ulysses.dk", batch, KVl, rows, head_dim);
   dv_heads_ = View4<T>("ulysses.dv", batch, KVl, rows, head_dim);
 }
 
-// The exchange buffers as [U, B, heads, n, columns]: sized for Hl heads of Dh
-// columns, a tensor of fewer heads (K/V under GQA) or columns (lse) uses their
-// first part.
-template <class T>
-kernels::View5<T> UlyssesAttention<T>::buffer(const kernels::View5<T>& memory, index_t heads, index_t columns) const {
-  return kernels::View5<T>(memory.data(), memory.extent(0), memory.extent(1), heads, memory.extent(3), columns);
-}
-
 template <class T>
 void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const View4<T>& head_split,
                                    const std::string& label) {
-  const kernels::View5<T> send = buffer(send_, head_split.extent(1), head_split.extent(3));
-  const kernels::View5<T> receive = buffer(receive_, head_split.extent(1), head_split.extent(3));
+  const kernels::View5<T> send = buffer<T>(send_, head_split.extent(1), head_split.extent(3));
+  const kernels::View5<T> receive = buffer<T>(receive_, head_split.extent(1), head_split.extent(3));
   kernels::pack_heads<T>(sequence_split, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
   kernels::unpack_rows<T>(receive, head_split);
 }
 
 template <class T>
-void UlyssesAttention<T>::to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split,
+template <class U>
+void UlyssesAttention<T>::to_sequence(const View4<const U>& head_split, const View4<U>& sequence_split,
+                                      const kernels::View5<U>& send_memory, const kernels::View5<U>& receive_memory,
                                       const std::string& label) {
-  const kernels::View5<T> send = buffer(send_, head_split.extent(1), head_split.extent(3));
-  const kernels::View5<T> receive = buffer(receive_, head_split.extent(1), head_split.extent(3));
-  kernels::pack_rows<T>(head_split, send);
+  const kernels::View5<U> send = buffer<U>(send_memory, head_split.extent(1), head_split.extent(3));
+  const kernels::View5<U> receive = buffer<U>(receive_memory, head_split.extent(1), head_split.extent(3));
+  kernels::pack_rows<U>(head_split, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
-  kernels::unpack_heads<T>(receive, sequence_split);
+  kernels::unpack_heads<U>(receive, sequence_split);
 }
 
 template <class T>
 void UlyssesAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View4<T>& out, const View3<T>& lse) {
+                                  const View4<T>& out, const View3<Acc<T>>& lse) {
   to_heads(q, q_heads_, "ulysses.forward.qkv");
   to_heads(k, k_heads_, "ulysses.forward.qkv");
   to_heads(v, v_heads_, "ulysses.forward.qkv");
   inner_->forward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_);
-  to_sequence(out_heads_, out, "ulysses.forward.out");
-  to_sequence(as_4d(lse_heads_), as_4d(lse), "ulysses.forward.lse");
+  to_sequence<T>(out_heads_, out, send_, receive_, "ulysses.forward.out");
+  to_sequence<Acc<T>>(as_4d(lse_heads_), as_4d(lse), lse_send_, lse_receive_, "ulysses.forward.lse");
 }
 
 template <class T>
 void UlyssesAttention<T>::backward(const View4<const T>&, const View4<const T>&, const View4<const T>&,
-                                   const View4<const T>&, const View3<const T>&, const View4<const T>& dout,
+                                   const View4<const T>&, const View3<const Acc<T>>&, const View4<const T>& dout,
                                    const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   // q, k, v, out and lse of the forward pass are still here, head-split.
   to_heads(dout, dout_heads_, "ulysses.backward.dout");
   inner_->backward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_, dout_heads_, dq_heads_, dk_heads_,
                    dv_heads_);
-  to_sequence(dq_heads_, dq, "ulysses.backward.dqkv");
-  to_sequence(dk_heads_, dk, "ulysses.backward.dqkv");
-  to_sequence(dv_heads_, dv, "ulysses.backward.dqkv");
+  to_sequence<T>(dq_heads_, dq, send_, receive_, "ulysses.backward.dqkv");
+  to_sequence<T>(dk_heads_, dk, send_, receive_, "ulysses.backward.dqkv");
+  to_sequence<T>(dv_heads_, dv, send_, receive_, "ulysses.backward.dqkv");
 }
 
 template <class T>
 std::size_t UlyssesAttention<T>::allocated_bytes() const {
   std::size_t bytes = inner_->allocated_bytes() + view_bytes(send_) + view_bytes(receive_) + view_bytes(lse_heads_);
+  if (!std::is_same<T, Acc<T>>::value) bytes += view_bytes(lse_send_) + view_bytes(lse_receive_);
   for (const View4<T>* v : {&q_heads_, &k_heads_, &v_heads_, &out_heads_, &dout_heads_, &dq_heads_, &dk_heads_,
                             &dv_heads_})
     bytes += view_bytes(*v);
@@ -104,5 +116,6 @@ std::size_t UlyssesAttention<T>::allocated_bytes() const {
 
 template class UlyssesAttention<float>;
 template class UlyssesAttention<double>;
+template class UlyssesAttention<bf16>;
 
 }  // namespace miniattn

@@ -25,25 +25,29 @@ class UlyssesAttention final : public AttentionStrategy<T> {
                    index_t heads, index_t kv_heads, index_t local_rows, index_t head_dim, std::string name);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<T>& lse) override;
+               const View3<Acc<T>>& lse) override;
   void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                const View4<const T>& out, const View3<const T>& lse, const View4<const T>& dout,
+                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
   std::string name() const override { return name_; }
   std::size_t allocated_bytes() const override;
 
  private:
-  kernels::View5<T> buffer(const kernels::View5<T>& memory, index_t heads, index_t columns) const;
   void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, const std::string& label);
-  void to_sequence(const View4<const T>& head_split, const View4<T>& sequence_split, const std::string& label);
+  // Through the exchange buffers send, receive ([U, B, H/U, n, columns] of U).
+  template <class U>
+  void to_sequence(const View4<const U>& head_split, const View4<U>& sequence_split, const kernels::View5<U>& send,
+                   const kernels::View5<U>& receive, const std::string& label);
 
   Comm& comm_;
   MPI_Comm ulysses_;
   std::unique_ptr<AttentionStrategy<T>> inner_;
   std::string name_;
   kernels::View5<T> send_, receive_;                   // [U, B, H/U, n, Dh]
+  kernels::View5<Acc<T>> lse_send_, lse_receive_;     // [U, B, H/U, n, 1]: send_'s and receive_'s memory
+                                                      // when T is Acc<T>, else fp32 buffers of their own
   View4<T> q_heads_, k_heads_, v_heads_, out_heads_;  // saved for backward
-  View3<T> lse_heads_;
+  View3<Acc<T>> lse_heads_;
   View4<T> dout_heads_, dq_heads_, dk_heads_, dv_heads_;
 };
 

@@ -136,6 +136,14 @@ void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE
+// bf16 activations travel; gradients (all-reduced) are fp32.
+template void Comm::post_shift<bf16>(const bf16*, bf16*, std::size_t, int, int, MPI_Comm, const std::string&,
+                                     PendingExchange&);
+template void Comm::post_send<bf16>(const bf16*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);
+template void Comm::post_recv<bf16>(bf16*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);
+template void Comm::alltoall<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
+template void Comm::allgather<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
+template void Comm::reduce_scatter_sum<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
 
 std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world, GpuAwareMpi gpu_aware_mpi) {
   if (backend == CommBackend::mpi) return std::make_unique<MpiComm>(mpi_needs_host_staging(gpu_aware_mpi, world));

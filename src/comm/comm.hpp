@@ -27,7 +27,9 @@ struct ExchangeStats {
   double seconds = 0.0;
 };
 
-enum class ScalarType { f32, f64 };
+// What travels: fp32, fp64, or bf16 (activations of bf16 runs; moved as 16-bit
+// words, summed by widening to fp32 and rounding once).
+enum class ScalarType { f32, f64, bf16 };
 
 template <class T>
 constexpr ScalarType scalar_type_of();
@@ -35,7 +37,11 @@ template <>
 constexpr ScalarType scalar_type_of<float>() { return ScalarType::f32; }
 template <>
 constexpr ScalarType scalar_type_of<double>() { return ScalarType::f64; }
-constexpr std::size_t bytes_of(ScalarType type) { return type == ScalarType::f32 ? sizeof(float) : sizeof(double); }
+template <>
+constexpr ScalarType scalar_type_of<bf16>() { return ScalarType::bf16; }
+constexpr std::size_t bytes_of(ScalarType type) {
+  return type == ScalarType::f32 ? sizeof(float) : type == ScalarType::f64 ? sizeof(double) : sizeof(bf16);
+}
 
 // A transfer staged through host memory (MPI that cannot take device
 // memory): the host copies live until the wait, which copies `recv` to

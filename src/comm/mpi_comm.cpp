@@ -17,7 +17,29 @@ namespace miniattn {
 
 namespace {
 
-MPI_Datatype mpi_type(ScalarType type) { return type == ScalarType::f32 ? MPI_FLOAT : MPI_DOUBLE; }
+MPI_Datatype mpi_type(ScalarType type) {
+  return type == ScalarType::f32 ? MPI_FLOAT : type == ScalarType::f64 ? MPI_DOUBLE : MPI_UINT16_T;
+}
+
+// MPI has no bf16 sum: each element widened to fp32, added, rounded once.
+void sum_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  const bf16* a = static_cast<const bf16*>(in);
+  bf16* b = static_cast<bf16*>(inout);
+  for (int i = 0; i < *count; ++i) b[i] = bf16(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+MPI_Op mpi_sum(ScalarType type) {
+  if (type != ScalarType::bf16) return MPI_SUM;
+  static const MPI_Op op = [] {
+    MPI_Op created;
+    MPI_Op_create(&sum_bf16, 1, &created);
+    return created;
+  }();
+  return op;
+}
+
+// A bf16 sum runs on the host (its MPI_Op reads host memory): device data is staged for it.
+bool stage_sum(bool staged, ScalarType type) { return staged || (type == ScalarType::bf16 && !kHostExecution); }
 
 int mpi_count(std::size_t count) {
   if (count > static_cast<std::size_t>(std::numeric_limits<int>::max()))
@@ -157,9 +179,10 @@ void MpiComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t 
   compat::fence("miniattn::MpiComm::reduce_scatter_sum");
   const int count = mpi_count(count_per_rank);
   const std::size_t block_bytes = count_per_rank * bytes_of(type);
-  out_of_place(staged_, send, group_size(group) * block_bytes, recv, block_bytes, [&](const void* from, void* to) {
-    MPI_Reduce_scatter_block(from, to, count, mpi_type(type), MPI_SUM, group);
-  });
+  out_of_place(stage_sum(staged_, type), send, group_size(group) * block_bytes, recv, block_bytes,
+               [&](const void* from, void* to) {
+                 MPI_Reduce_scatter_block(from, to, count, mpi_type(type), mpi_sum(type), group);
+               });
 }
 
 }  // namespace miniattn

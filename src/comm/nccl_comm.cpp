@@ -47,7 +47,9 @@ void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr
   throw RuntimeFailure(message);
 }
 
-ncclDataType_t nccl_type(ScalarType type) { return type == ScalarType::f32 ? ncclFloat32 : ncclFloat64; }
+ncclDataType_t nccl_type(ScalarType type) {
+  return type == ScalarType::f32 ? ncclFloat32 : type == ScalarType::f64 ? ncclFloat64 : ncclBfloat16;
+}
 
 // A blocking collective: fence Kokkos (the data comes from its kernels),
 // `enqueue(stream)` on the Kokkos stream and wait for it, so the result is

@@ -4,6 +4,8 @@
 // vendor BLAS and HDF5 hyperslabs map onto memory directly.
 #include <Kokkos_Core.hpp>
 
+#include "core/bf16.hpp"
+
 #include <cstdint>
 #include <type_traits>
 

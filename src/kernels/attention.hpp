@@ -139,63 +139,91 @@ struct AttentionShape {
 // [B, KV, Dh, transposed_keys_row(keys)] each, written once per call so that no
 // tile pair transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
-// (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never O(N^2).
+// (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never
+// O(N^2). When T computes in a wider type (bf16), also the running output and
+// the dq accumulator in Acc<T>, [B, H, queries, Dh] each, and a call's dk and
+// dv in Acc<T>, [B, KV, keys, Dh] each, added to the caller's dk, dv (which
+// travel as T) with one rounding per call (fp32 and fp64 accumulate in the
+// caller's out, dq, dk and dv).
 // Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
 // put a tile's rows in the same cache sets.
 inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
 template <class T>
 struct AttentionWorkspace {
-  View4<T> k_t, v_t;             // fused
-  View1<T> scores, score_grads;  // gemm
+  View4<T> k_t, v_t;                  // fused
+  View1<T> scores, score_grads;       // gemm
+  View4<Acc<T>> out_acc, dq_acc;      // bf16
+  View4<Acc<T>> dk_acc, dv_acc;       // bf16, gemm
   AttentionWorkspace() = default;
   AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking);
   std::size_t bytes() const;
 };
-// What AttentionWorkspace allocates for `shape`, with values of `scalar_bytes` (the memory plan).
+// What AttentionWorkspace<T> allocates for `shape` (the memory plan), T
+// described by its size and its compute type's (equal unless T is bf16).
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
-                                      std::size_t scalar_bytes);
+                                      std::size_t value_bytes, std::size_t acc_bytes);
 
-
-// out_acc = 0, row_max = -inf, row_sum = 0.
+// own itself when T computes in T, else `separate`, an Acc<T> View of own's
+// shape (checked): where a tensor of T is accumulated.
 template <class T>
-void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, const View3<T>& row_sum);
+View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate);
+
+// The running output and the dq accumulator of a call: out / dq themselves
+// when T computes in T, else the workspace's Acc<T> copies (of out's / dq's shape).
+template <class T>
+View4<Acc<T>> output_accumulator(const View4<T>& out, const AttentionWorkspace<T>& workspace);
+template <class T>
+View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWorkspace<T>& workspace);
+
+// out_acc = 0, row_max = -inf, row_sum = 0 (A: the accumulators' type, Acc<T>).
+template <class A>
+void attention_forward_init(const View4<A>& out_acc, const View3<A>& row_max, const View3<A>& row_sum);
 
 // Folds keys/values k, v (any number of rows) into the running state.
-// out_acc holds the unnormalised weighted sum of values, rescaled to row_max.
+// out_acc holds the unnormalised weighted sum of values, rescaled to row_max;
+// it and the statistics are Acc<T> (fp32 for bf16 inputs).
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                  const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
-                                  const View3<T>& row_max, const View3<T>& row_sum,
-                                  const AttentionWorkspace<T>& workspace);
+                                  const AttentionMask& mask, const AttentionBlocking& blocking,
+                                  const View4<Acc<T>>& out_acc, const View3<Acc<T>>& row_max,
+                                  const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace);
 
-// out = out_acc / row_sum (in place), lse = row_max + log(row_sum).
+// out = out_acc / row_sum (out may be out_acc itself), lse = row_max + log(row_sum).
 // A row that saw no unmasked key gets out = 0 and lse = -inf.
 template <class T>
-void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_max, const View3<const T>& row_sum,
-                                const View3<T>& lse);
+void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<const Acc<T>>& row_max,
+                                const View3<const Acc<T>>& row_sum, const View3<Acc<T>>& lse, const View4<T>& out);
 
 // Whole attention on local data: init + one accumulate + finalize.
 // row_sum is workspace [B, H, n]; lse receives the log-sum-exp (also used as row_max workspace).
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                        const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                       const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
-                       const View3<T>& row_sum, const AttentionWorkspace<T>& workspace);
+                       const AttentionBlocking& blocking, const View4<T>& out, const View3<Acc<T>>& lse,
+                       const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace);
 
 // delta[b,h,i] = sum_d dout[b,h,i,d] * out[b,h,i,d]
 template <class T>
-void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta);
+void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<Acc<T>>& delta);
 
 // Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
-// No atomics: every sum runs in an order fixed by the tiling alone.
+// dq accumulates in Acc<T> (query_gradient_accumulator); dk, dv in T (they
+// travel a ring as T). No atomics: every sum runs in an order fixed by the
+// tiling alone.
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
-                                   const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace);
+                                   const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                   const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
+                                   const View1<const index_t>& k_pos, const AttentionMask& mask,
+                                   const AttentionBlocking& blocking, const View4<Acc<T>>& dq, const View4<T>& dk,
+                                   const View4<T>& dv, const AttentionWorkspace<T>& workspace);
+
+// x = acc rounded to T (nothing to do when they are the same View): an
+// output or dq accumulated in Acc<T> handed on as T.
+template <class T>
+void round_accumulator(const View4<const Acc<T>>& acc, const View4<T>& x);
 
 }  // namespace miniattn::kernels

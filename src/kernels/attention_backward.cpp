@@ -23,6 +23,7 @@
 //    team busy, instead of a launch per wave in which most teams of a causal
 //    mask return at once. Two more products per pair for n-fold fewer launches.
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention_tiles.hpp"
 #include "kernels/chunked_attention.hpp"
@@ -260,7 +261,8 @@ void transpose_rows(const View4<const T>& x, const View4<T>& x_t) {
 }  // namespace
 
 template <class T>
-void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<T>& delta) {
+void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<Acc<T>>& delta) {
+  using A = Acc<T>;
   const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
   require(same_extents4(dout, batch, heads, n, dh), "dout must have out's shape");
   require(same_extents3(delta, batch, heads, n), "delta must be [B, H, n]");
@@ -271,42 +273,27 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
         const index_t b = bh / heads, h = bh % heads;
         const T* const o_row = &out(b, h, i, 0);
         const T* const g_row = &dout(b, h, i, 0);
-        T sum = T(0);
-        for (index_t d = 0; d < dh; ++d) sum += o_row[d] * g_row[d];
+        A sum = A(0);
+        for (index_t d = 0; d < dh; ++d) sum += widen(o_row[d]) * widen(g_row[d]);
         delta(b, h, i) = sum;
       });
 }
 
+namespace {
+
+// The fused kernel (fp32 and fp64).
 template <class T>
-void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                   const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                   const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
-                                   const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                               const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
+                               const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                               const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
+                               const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
-          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
-  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
-  require(same_extents4(dout, batch, heads, nq, dh) && same_extents4(dq, batch, heads, nq, dh),
-          "dout and dq must have q's shape");
-  require(same_extents4(dk, batch, kv_heads, nk, dh) && same_extents4(dv, batch, kv_heads, nk, dh),
-          "dk and dv must have k's shape");
-  require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
-          "lse and delta must be [B, H, n_q]");
-  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
-          "q_pos / k_pos must have one entry per query / key row");
-  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask,
-                                   clamp_block(blocking.chunk, std::max(nq, nk)), dq, dk, dv, workspace);
-    return;
-  }
   require(same_extents3(workspace.k_t, batch, kv_heads, dh) && same_extents3(workspace.v_t, batch, kv_heads, dh) &&
               static_cast<index_t>(workspace.k_t.extent(3)) >= nk &&
               static_cast<index_t>(workspace.v_t.extent(3)) >= nk,
           "the workspace must hold K^T and V^T of at least [B, KV, Dh, n_k]");
-
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
   BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, mask};
@@ -337,15 +324,61 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
     Kokkos::parallel_for("miniattn::attention_backward_accumulate", policy, pair);
 }
 
-#define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                    \
-  template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<T>&);           \
-  template void attention_backward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
-                                                 const View4<const T>&, const View3<const T>&, const View3<const T>&, \
-                                                 const View1<const index_t>&, const View1<const index_t>&,            \
-                                                 const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
-                                                 const View4<T>&, const View4<T>&, const AttentionWorkspace<T>&);
+}  // namespace
+
+template <class T>
+void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                   const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                   const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
+                                   const View1<const index_t>& k_pos, const AttentionMask& mask,
+                                   const AttentionBlocking& blocking, const View4<Acc<T>>& dq, const View4<T>& dk,
+                                   const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
+          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
+  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
+  require(same_extents4(dout, batch, heads, nq, dh) && same_extents4(dq, batch, heads, nq, dh),
+          "dout and dq must have q's shape");
+  require(same_extents4(dk, batch, kv_heads, nk, dh) && same_extents4(dv, batch, kv_heads, nk, dh),
+          "dk and dv must have k's shape");
+  require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
+          "lse and delta must be [B, H, n_q]");
+  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
+          "q_pos / k_pos must have one entry per query / key row");
+  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+  if (blocking.kernel == AttentionKernel::gemm) {
+    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask,
+                                   clamp_block(blocking.chunk, std::max(nq, nk)), dq, dk, dv, workspace);
+  } else if constexpr (std::is_same<T, Acc<T>>::value) {
+    fused_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask, blocking, dq, dk, dv, workspace);
+  } else {
+    require(false, "the fused kernel has no bf16 version (choose_attention_tiles picks gemm)");
+  }
+}
+
+template <class T>
+void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
+  if (static_cast<const void*>(dq_acc.data()) == static_cast<const void*>(dq.data())) return;
+  require(dq_acc.span() == dq.span(), "dq_acc must have dq's shape");
+  const Acc<T>* const from = dq_acc.data();
+  T* const to = dq.data();
+  Kokkos::parallel_for(
+      "miniattn::round_accumulator", RowPolicy(0, static_cast<index_t>(dq.span())),
+      KOKKOS_LAMBDA(const index_t e) { to[e] = narrow<T>(from[e]); });
+}
+
+#define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                     \
+  template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<Acc<T>>&);       \
+  template void attention_backward_accumulate<T>(                                                                      \
+      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                      \
+      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const View1<const index_t>&, const View1<const index_t>&, \
+      const AttentionMask&, const AttentionBlocking&, const View4<Acc<T>>&, const View4<T>&, const View4<T>&,          \
+      const AttentionWorkspace<T>&);                                                                                   \
+  template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(double)
+MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(bf16)
 #undef MINIATTN_INSTANTIATE_ATTENTION_BACKWARD
 
 }  // namespace miniattn::kernels

@@ -1,5 +1,7 @@
 // The attention tiles of a run, chosen per execution space (attention.hpp).
 #include <algorithm>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -35,6 +37,17 @@ AttentionBlocking largest_fitting_tile(const KernelConfig& requested, index_t dh
   return best;
 }
 
+// bf16 runs through the gemm kernel on every backend (the fused kernel stages
+// fp32 and fp64 tiles only): auto picks it, and fused is refused.
+template <class T>
+AttentionKernel resolved_kernel(AttentionKernel requested, const TeamScratchLimits& limits) {
+  constexpr bool wide_only = !std::is_same<T, Acc<T>>::value;
+  if (wide_only && requested == AttentionKernel::fused)
+    throw InputError("kernels.attention: the fused kernel has no bf16 version; use gemm (or auto, which picks it)");
+  if (requested != AttentionKernel::automatic) return requested;
+  return wide_only || limits.level1_is_global ? AttentionKernel::gemm : AttentionKernel::fused;
+}
+
 }  // namespace
 
 TeamScratchLimits TeamScratchLimits::of_backend() { return {level0_scratch_bytes(), !kHostExecution}; }
@@ -42,13 +55,12 @@ TeamScratchLimits TeamScratchLimits::of_backend() { return {level0_scratch_bytes
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits) {
+  using Tile = Acc<T>;  // what the fused kernel's tiles hold
   AttentionTiles tiles;
-  tiles.blocking.kernel = requested.attention != AttentionKernel::automatic ? requested.attention
-                          : limits.level1_is_global                        ? AttentionKernel::gemm
-                                                                           : AttentionKernel::fused;
+  tiles.blocking.kernel = resolved_kernel<T>(requested.attention, limits);
   tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
   if (limits.level1_is_global) {
-    const AttentionBlocking fitting = largest_fitting_tile<T>(requested, head_dim, limits.level0_bytes);
+    const AttentionBlocking fitting = largest_fitting_tile<Tile>(requested, head_dim, limits.level0_bytes);
     tiles.blocking.query_block = fitting.query_block;
     tiles.blocking.key_block = fitting.key_block;
   } else {
@@ -56,8 +68,8 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
     tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : kHostTileRows;
   }
   const index_t qb = tiles.blocking.query_block, kb = tiles.blocking.key_block;
-  tiles.forward_scratch_bytes = forward_scratch_bytes<T>(qb, kb, head_dim);
-  tiles.backward_scratch_bytes = backward_scratch_bytes<T>(qb, kb, head_dim);
+  tiles.forward_scratch_bytes = forward_scratch_bytes<Tile>(qb, kb, head_dim);
+  tiles.backward_scratch_bytes = backward_scratch_bytes<Tile>(qb, kb, head_dim);
   tiles.level0_bytes = limits.level0_bytes;
   const std::size_t needed = std::max(tiles.forward_scratch_bytes, tiles.backward_scratch_bytes);
   if (tiles.blocking.kernel == AttentionKernel::fused && limits.level1_is_global && needed > limits.level0_bytes) {
@@ -75,12 +87,18 @@ namespace {
 // Elements of each part of the workspace: the one count both the allocation
 // and the memory plan use.
 struct WorkspaceElements {
-  index_t transposed = 0;  // each of K^T, V^T
-  index_t chunk_pair = 0;  // each of the score and score-gradient blocks
+  index_t transposed = 0;   // each of K^T, V^T
+  index_t chunk_pair = 0;   // each of the score and score-gradient blocks
+  index_t accumulator = 0;      // each of out_acc, dq_acc (inputs narrower than their compute type)
+  index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm)
 };
 
-WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking) {
+WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking,
+                                     bool separate_accumulators) {
   WorkspaceElements e;
+  if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
+  if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
+    e.key_accumulator = s.batch * s.kv_heads * s.keys * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused) {
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
   } else {
@@ -93,7 +111,15 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
 
 template <class T>
 AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking) {
-  const WorkspaceElements e = workspace_elements(shape, blocking);
+  const WorkspaceElements e = workspace_elements(shape, blocking, !std::is_same<T, Acc<T>>::value);
+  if (e.accumulator > 0) {
+    out_acc = View4<Acc<T>>("attention.out_acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
+    dq_acc = View4<Acc<T>>("attention.dq_acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
+  }
+  if (e.key_accumulator > 0) {
+    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, shape.keys, shape.head_dim);
+    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, shape.keys, shape.head_dim);
+  }
   if (e.transposed > 0) {
     const index_t row = transposed_keys_row(shape.keys);
     k_t = View4<T>("attention.k_transposed", shape.batch, shape.kv_heads, shape.head_dim, row);
@@ -107,18 +133,51 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
 
 template <class T>
 std::size_t AttentionWorkspace<T>::bytes() const {
-  return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T);
+  return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T) +
+         (out_acc.span() + dq_acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
 }
 
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
-                                      std::size_t scalar_bytes) {
-  const WorkspaceElements e = workspace_elements(shape, blocking);
-  return 2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) * scalar_bytes;
+                                      std::size_t value_bytes, std::size_t acc_bytes) {
+  const WorkspaceElements e = workspace_elements(shape, blocking, value_bytes != acc_bytes);
+  return 2 * (static_cast<std::size_t>(e.transposed + e.chunk_pair) * value_bytes +
+              static_cast<std::size_t>(e.accumulator + e.key_accumulator) * acc_bytes);
 }
 
-template struct AttentionWorkspace<float>;
-template struct AttentionWorkspace<double>;
+template <class T>
+View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate) {
+  if constexpr (std::is_same<T, Acc<T>>::value) {
+    (void)separate;
+    return own;
+  } else {
+    for (int i = 0; i < 4; ++i)
+      if (separate.extent(i) != own.extent(i))
+        throw RuntimeFailure("attention: an accumulator does not have its tensor's shape");
+    return separate;
+  }
+}
+
+template <class T>
+View4<Acc<T>> output_accumulator(const View4<T>& out, const AttentionWorkspace<T>& workspace) {
+  return accumulator_of<T>(out, workspace.out_acc);
+}
+
+template <class T>
+View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWorkspace<T>& workspace) {
+  return accumulator_of<T>(dq, workspace.dq_acc);
+}
+
+#define MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(T)                                                 \
+  template struct AttentionWorkspace<T>;                                                           \
+  template View4<Acc<T>> accumulator_of<T>(const View4<T>&, const View4<Acc<T>>&);                 \
+  template View4<Acc<T>> output_accumulator<T>(const View4<T>&, const AttentionWorkspace<T>&);     \
+  template View4<Acc<T>> query_gradient_accumulator<T>(const View4<T>&, const AttentionWorkspace<T>&);
+MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(float)
+MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(double)
+MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(bf16)
+#undef MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE
 template AttentionTiles choose_attention_tiles<float>(const KernelConfig&, index_t, const TeamScratchLimits&);
 template AttentionTiles choose_attention_tiles<double>(const KernelConfig&, index_t, const TeamScratchLimits&);
+template AttentionTiles choose_attention_tiles<bf16>(const KernelConfig&, index_t, const TeamScratchLimits&);
 
 }  // namespace miniattn::kernels

@@ -15,6 +15,7 @@
 // units when the target has them and the compiler may contract a * b + c
 // (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
 #include <limits>
+#include <type_traits>
 
 #include "kernels/attention_tiles.hpp"
 #include "kernels/chunked_attention.hpp"
@@ -225,36 +226,23 @@ struct ForwardQueryTile {
 
 }  // namespace
 
-template <class T>
-void attention_forward_init(const View4<T>& out_acc, const View3<T>& row_max, const View3<T>& row_sum) {
-  Kokkos::deep_copy(out_acc, T(0));
-  Kokkos::deep_copy(row_max, -compat::infinity<T>());
-  Kokkos::deep_copy(row_sum, T(0));
+template <class A>
+void attention_forward_init(const View4<A>& out_acc, const View3<A>& row_max, const View3<A>& row_sum) {
+  Kokkos::deep_copy(out_acc, A(0));
+  Kokkos::deep_copy(row_max, -compat::infinity<A>());
+  Kokkos::deep_copy(row_sum, A(0));
 }
 
+namespace {
+
+// The fused kernel (fp32 and fp64: it stages tiles of its input type).
 template <class T>
-void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                  const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
-                                  const View3<T>& row_max, const View3<T>& row_sum,
-                                  const AttentionWorkspace<T>& workspace) {
+void fused_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                              const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                              const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
+                              const View3<T>& row_max, const View3<T>& row_sum) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
-          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
-  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
-  require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
-  require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
-          "row_max and row_sum must be [B, H, n_q]");
-  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
-          "q_pos / k_pos must have one entry per query / key row");
-  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,
-                                  row_max, row_sum, workspace);
-    return;
-  }
-
   constexpr int W = Tiling<T>::W;
   ForwardQueryTile<T> tile{
       q,  k,  v,  q_pos, k_pos, out_acc, row_max, row_sum, mask, heads, heads / kv_heads,
@@ -269,57 +257,87 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   Kokkos::parallel_for("miniattn::attention_forward_accumulate", policy, tile);
 }
 
+}  // namespace
+
 template <class T>
-void attention_forward_finalize(const View4<T>& out, const View3<const T>& row_max, const View3<const T>& row_sum,
-                                const View3<T>& lse) {
+void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                  const AttentionMask& mask, const AttentionBlocking& blocking,
+                                  const View4<Acc<T>>& out_acc, const View3<Acc<T>>& row_max,
+                                  const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
+  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
+          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
+  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
+  require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
+  require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
+          "row_max and row_sum must be [B, H, n_q]");
+  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
+          "q_pos / k_pos must have one entry per query / key row");
+  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
+  if (blocking.kernel == AttentionKernel::gemm) {
+    chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,
+                                  row_max, row_sum, workspace);
+  } else if constexpr (std::is_same<T, Acc<T>>::value) {
+    fused_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out_acc, row_max, row_sum);
+  } else {
+    require(false, "the fused kernel has no bf16 version (choose_attention_tiles picks gemm)");
+  }
+}
+
+template <class T>
+void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<const Acc<T>>& row_max,
+                                const View3<const Acc<T>>& row_sum, const View3<Acc<T>>& lse, const View4<T>& out) {
+  using A = Acc<T>;
   const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
+  require(same_extents4(out_acc, batch, heads, n, dh), "out_acc must have out's shape");
   require(same_extents3(row_max, batch, heads, n) && same_extents3(row_sum, batch, heads, n) &&
               same_extents3(lse, batch, heads, n),
           "row_max, row_sum and lse must be [B, H, n] with out's B, H, n");
-  const T neg_inf = -compat::infinity<T>();
+  const A neg_inf = -compat::infinity<A>();
   Kokkos::parallel_for(
       "miniattn::attention_forward_finalize", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
         const index_t i = row % n;
         const index_t bh = row / n;
         const index_t b = bh / heads, h = bh % heads;
-        const T m = row_max(b, h, i);  // read before lse is written: lse may alias row_max
-        const T l = row_sum(b, h, i);
-        T* const o_row = &out(b, h, i, 0);
-        if (m == neg_inf || !(l > T(0))) {
-          for (index_t d = 0; d < dh; ++d) o_row[d] = T(0);
-          lse(b, h, i) = neg_inf;
-        } else {
-          const T inv = T(1) / l;
-          for (index_t d = 0; d < dh; ++d) o_row[d] *= inv;
-          lse(b, h, i) = m + compat::log(l);
-        }
+        const A m = row_max(b, h, i);  // read before lse is written: lse may alias row_max
+        const A l = row_sum(b, h, i);
+        const bool seen = !(m == neg_inf || !(l > A(0)));
+        const A inv = seen ? A(1) / l : A(0);  // a row that saw no key: 0
+        for (index_t d = 0; d < dh; ++d) out(b, h, i, d) = narrow<T>(out_acc(b, h, i, d) * inv);
+        lse(b, h, i) = seen ? m + compat::log(l) : neg_inf;
       });
 }
 
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                        const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                       const AttentionBlocking& blocking, const View4<T>& out, const View3<T>& lse,
-                       const View3<T>& row_sum, const AttentionWorkspace<T>& workspace) {
-  attention_forward_init<T>(out, lse, row_sum);
-  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out, lse, row_sum, workspace);
-  attention_forward_finalize<T>(out, lse, row_sum, lse);
+                       const AttentionBlocking& blocking, const View4<T>& out, const View3<Acc<T>>& lse,
+                       const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
+  const View4<Acc<T>> out_acc = output_accumulator(out, workspace);
+  attention_forward_init<Acc<T>>(out_acc, lse, row_sum);
+  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out_acc, lse, row_sum, workspace);
+  attention_forward_finalize<T>(out_acc, lse, row_sum, lse, out);
 }
 
-#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                    \
-  template void attention_forward_init<T>(const View4<T>&, const View3<T>&, const View3<T>&);                        \
-  template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
-                                                const View1<const index_t>&, const View1<const index_t>&,            \
-                                                const AttentionMask&, const AttentionBlocking&, const View4<T>&,     \
-                                                const View3<T>&, const View3<T>&, const AttentionWorkspace<T>&);     \
-  template void attention_forward_finalize<T>(const View4<T>&, const View3<const T>&, const View3<const T>&,         \
-                                              const View3<T>&);                                                      \
-  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,            \
-                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&, \
-                                     const AttentionBlocking&, const View4<T>&, const View3<T>&, const View3<T>&,   \
-                                     const AttentionWorkspace<T>&);
+#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                     \
+  template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,  \
+                                                const View1<const index_t>&, const View1<const index_t>&,             \
+                                                const AttentionMask&, const AttentionBlocking&, const View4<Acc<T>>&, \
+                                                const View3<Acc<T>>&, const View3<Acc<T>>&,                           \
+                                                const AttentionWorkspace<T>&);                                        \
+  template void attention_forward_finalize<T>(const View4<const Acc<T>>&, const View3<const Acc<T>>&,                \
+                                              const View3<const Acc<T>>&, const View3<Acc<T>>&, const View4<T>&);     \
+  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,             \
+                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,  \
+                                     const AttentionBlocking&, const View4<T>&, const View3<Acc<T>>&,                 \
+                                     const View3<Acc<T>>&, const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)
+MINIATTN_INSTANTIATE_ATTENTION_FORWARD(bf16)
 #undef MINIATTN_INSTANTIATE_ATTENTION_FORWARD
+template void attention_forward_init<float>(const View4<float>&, const View3<float>&, const View3<float>&);
+template void attention_forward_init<double>(const View4<double>&, const View3<double>&, const View3<double>&);
 
 }  // namespace miniattn::kernels

@@ -1,7 +1,11 @@
 #include "kernels/batched_gemm.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/gemm.hpp"
 
@@ -13,13 +17,15 @@ namespace miniattn::kernels {
 
 namespace {
 
+bool transposed(char trans) { return trans == 'T' || trans == 't'; }
+
 template <class T>
 index_t op_rows(char trans, const MatrixBatch<T>& x) {
-  return trans == 'T' || trans == 't' ? x.cols : x.rows;
+  return transposed(trans) ? x.cols : x.rows;
 }
 template <class T>
 index_t op_cols(char trans, const MatrixBatch<T>& x) {
-  return trans == 'T' || trans == 't' ? x.rows : x.cols;
+  return transposed(trans) ? x.rows : x.cols;
 }
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -32,54 +38,133 @@ cublasHandle_t cublas_handle() {
     Kokkos::push_finalize_hook([h] { cublasDestroy(h); });
     return h;
   }();
+  cublasSetStream(handle, ExecSpace().cuda_stream());
   return handle;
 }
 
-cublasOperation_t cublas_op(char trans) { return trans == 'T' || trans == 't' ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasOperation_t cublas_op(char trans) { return transposed(trans) ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-cublasStatus_t strided_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                               const float* alpha, const float* a, int lda, long long sa, const float* b, int ldb,
-                               long long sb, const float* beta, float* c, int ldc, long long sc, int count) {
-  return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count);
+template <class T>
+constexpr cudaDataType_t cuda_type() {
+  if constexpr (std::is_same<T, bf16>::value) return CUDA_R_16BF;
+  else if constexpr (std::is_same<T, float>::value) return CUDA_R_32F;
+  else return CUDA_R_64F;
 }
-cublasStatus_t strided_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                               const double* alpha, const double* a, int lda, long long sa, const double* b, int ldb,
-                               long long sb, const double* beta, double* c, int ldc, long long sc, int count) {
-  return cublasDgemmStridedBatched(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count);
+
+void check(cublasStatus_t status) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("batched_gemm: cuBLAS strided-batched gemm failed (status " +
+                             std::to_string(static_cast<int>(status)) + ")");
 }
 
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
 // row-major matrix read column-major is its transpose: so B goes first, each
 // with its own op, and the leading dimensions are the stored column counts.
-template <class T>
-void run_batch(char ta, char tb, T alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b, T beta,
-               const MatrixBatch<T>& c, index_t count) {
+template <class T, class C>
+void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
+               Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
+  const int m = static_cast<int>(c.rows), n = static_cast<int>(c.cols), k = static_cast<int>(op_cols(ta, a));
+  const int lda = static_cast<int>(a.cols), ldb = static_cast<int>(b.cols), ldc = static_cast<int>(c.cols);
   cublasHandle_t h = cublas_handle();
-  cublasSetStream(h, ExecSpace().cuda_stream());
-  const cublasStatus_t status =
-      strided_batched(h, cublas_op(tb), cublas_op(ta), static_cast<int>(c.cols), static_cast<int>(c.rows),
-                      static_cast<int>(op_cols(ta, a)), &alpha, b.data, static_cast<int>(b.cols), b.stride, a.data,
-                      static_cast<int>(a.cols), a.stride, &beta, c.data, static_cast<int>(c.cols), c.stride,
-                      static_cast<int>(count));
-  if (status != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("batched_gemm: cublas strided-batched gemm failed (status " +
-                             std::to_string(static_cast<int>(status)) + ")");
+  if constexpr (std::is_same<T, float>::value && std::is_same<C, float>::value) {
+    check(cublasSgemmStridedBatched(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, ldb, b.stride, a.data,
+                                    lda, a.stride, &beta, c.data, ldc, c.stride, static_cast<int>(count)));
+  } else if constexpr (std::is_same<T, double>::value && std::is_same<C, double>::value) {
+    check(cublasDgemmStridedBatched(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, ldb, b.stride, a.data,
+                                    lda, a.stride, &beta, c.data, ldc, c.stride, static_cast<int>(count)));
+  } else {  // bf16 in, fp32 compute on the tensor cores
+    check(cublasGemmStridedBatchedEx(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, cuda_type<T>(), ldb,
+                                     b.stride, a.data, cuda_type<T>(), lda, a.stride, &beta, c.data, cuda_type<C>(),
+                                     ldc, c.stride, static_cast<int>(count), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
 }
 #else
+// Host bf16: rows of 256 at a time widened to fp32 (a few hundred KiB), then
+// the fp32 BLAS; C accumulated in fp32 and rounded once.
+constexpr index_t kWidenedRows = 256;
+
+using HostFloats = std::vector<float>;
+
+// The rows*cols values at `from`, widened into `to` (resized), as a matrix.
 template <class T>
-void run_batch(char ta, char tb, T alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b, T beta,
-               const MatrixBatch<T>& c, index_t count) {
-  for (index_t i = 0; i < count; ++i)
-    gemm<T>(ta, tb, alpha, View2<const T>(a.data + i * a.stride, a.rows, a.cols),
-            View2<const T>(b.data + i * b.stride, b.rows, b.cols), beta, View2<T>(c.data + i * c.stride, c.rows, c.cols));
+View2<const float> widened(const T* from, index_t rows, index_t cols, HostFloats& to) {
+  to.resize(static_cast<std::size_t>(rows * cols));
+  float* const out = to.data();
+  Kokkos::parallel_for(
+      "miniattn::batched_gemm_widen", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * cols),
+      KOKKOS_LAMBDA(const index_t i) { out[i] = static_cast<float>(widen(from[i])); });
+  return View2<const float>(out, rows, cols);
+}
+
+template <class C>
+void narrow_into(const HostFloats& from, C* to) {
+  const float* const in = from.data();
+  Kokkos::parallel_for(
+      "miniattn::batched_gemm_narrow",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, static_cast<index_t>(from.size())),
+      KOKKOS_LAMBDA(const index_t i) { to[i] = C(in[i]); });
+}
+
+// C [m, n] (one matrix) as fp32: C itself, or a widened copy (zeros when beta is 0).
+template <class C>
+View2<float> fp32_output(C* c, index_t m, index_t n, float beta, HostFloats& copy) {
+  if constexpr (std::is_same<C, float>::value) {
+    return View2<float>(c, m, n);
+  } else {
+    if (beta != 0.0f) return View2<float>(const_cast<float*>(widened(c, m, n, copy).data()), m, n);
+    copy.assign(static_cast<std::size_t>(m * n), 0.0f);
+    return View2<float>(copy.data(), m, n);
+  }
+}
+
+template <class T, class C>
+void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float beta, C* c, index_t m, index_t n,
+                  index_t k, const MatrixBatch<const T>& bs) {
+  static_assert(kHostExecution, "bf16 GEMMs off CUDA widen into host memory: host backends only");
+  HostFloats wa, wb, wc;
+  if (!transposed(ta)) {  // row blocks of A and C against all of B
+    const View2<const float> bf = widened(b, bs.rows, bs.cols, wb);
+    for (index_t i0 = 0; i0 < m; i0 += kWidenedRows) {
+      const index_t rows = std::min(kWidenedRows, m - i0);
+      const View2<float> cf = fp32_output(c + i0 * n, rows, n, beta, wc);
+      gemm<float>(ta, tb, alpha, widened(a + i0 * k, rows, k, wa), bf, beta, cf);
+      if constexpr (!std::is_same<C, float>::value) narrow_into(wc, c + i0 * n);
+    }
+    return;
+  }
+  if (transposed(tb)) throw std::invalid_argument("batched_gemm: bf16 with op(A) = A^T needs op(B) = B");
+  const View2<float> cf = fp32_output(c, m, n, beta, wc);  // blocks of the inner dimension: rows of A and B
+  if (k == 0) gemm<float>(ta, tb, alpha, View2<const float>(nullptr, 0, m), View2<const float>(nullptr, 0, n), beta, cf);
+  for (index_t t0 = 0; t0 < k; t0 += kWidenedRows) {
+    const index_t rows = std::min(kWidenedRows, k - t0);
+    gemm<float>(ta, tb, alpha, widened(a + t0 * m, rows, m, wa), widened(b + t0 * n, rows, n, wb),
+                t0 == 0 ? beta : 1.0f, cf);
+  }
+  if constexpr (!std::is_same<C, float>::value) narrow_into(wc, c);
+}
+
+template <class T, class C>
+void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
+               Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
+  for (index_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same<T, bf16>::value) {
+      bf16_product<T, C>(ta, tb, alpha, a.data + i * a.stride, b.data + i * b.stride, beta, c.data + i * c.stride,
+                         c.rows, c.cols, op_cols(ta, a), b);
+    } else {
+      gemm<T>(ta, tb, alpha, View2<const T>(a.data + i * a.stride, a.rows, a.cols),
+              View2<const T>(b.data + i * b.stride, b.rows, b.cols), beta,
+              View2<T>(c.data + i * c.stride, c.rows, c.cols));
+    }
+  }
 }
 #endif
 
 }  // namespace
 
-template <class T>
-void batched_gemm(char trans_a, char trans_b, T alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
-                  T beta, const MatrixBatch<T>& c, index_t count) {
+template <class T, class C>
+void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<const T>& a,
+                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   const index_t depth = op_cols(trans_a, a);
   if (depth != op_rows(trans_b, b) || op_rows(trans_a, a) != c.rows || op_cols(trans_b, b) != c.cols) {
     std::ostringstream os;
@@ -89,12 +174,16 @@ void batched_gemm(char trans_a, char trans_b, T alpha, const MatrixBatch<const T
     throw std::invalid_argument(os.str());
   }
   if (count == 0 || c.rows == 0 || c.cols == 0) return;
-  run_batch<T>(trans_a, trans_b, alpha, a, b, beta, c, count);
+  run_batch<T, C>(trans_a, trans_b, alpha, a, b, beta, c, count);
 }
 
-template void batched_gemm<float>(char, char, float, const MatrixBatch<const float>&, const MatrixBatch<const float>&,
-                                  float, const MatrixBatch<float>&, index_t);
-template void batched_gemm<double>(char, char, double, const MatrixBatch<const double>&,
-                                   const MatrixBatch<const double>&, double, const MatrixBatch<double>&, index_t);
+#define MINIATTN_INSTANTIATE_BATCHED_GEMM(T, C)                                                                 \
+  template void batched_gemm<T, C>(char, char, Acc<T>, const MatrixBatch<const T>&, const MatrixBatch<const T>&, \
+                                   Acc<T>, const MatrixBatch<C>&, index_t);
+MINIATTN_INSTANTIATE_BATCHED_GEMM(float, float)
+MINIATTN_INSTANTIATE_BATCHED_GEMM(double, double)
+MINIATTN_INSTANTIATE_BATCHED_GEMM(bf16, bf16)
+MINIATTN_INSTANTIATE_BATCHED_GEMM(bf16, float)
+#undef MINIATTN_INSTANTIATE_BATCHED_GEMM
 
 }  // namespace miniattn::kernels

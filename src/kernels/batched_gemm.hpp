@@ -4,11 +4,17 @@
 // (row-major, contiguous). Chunked attention (chunked_attention.cpp) runs one
 // such batch over every (sample, K/V head) pair of a chunk pair.
 //
-// With CUDA: one cublas<S|D>gemmStridedBatched call on the execution space's
-// stream (KokkosBlas::gemm has no batched cuBLAS path). Elsewhere: a loop of
-// kernels::gemm (KokkosBlas, reaching OpenBLAS or rocBLAS). Both run the
-// entries' products independently, so they agree to rounding; each is
-// deterministic for a given library, device and shape (no atomics).
+// A and B hold T (fp32, fp64 or bf16); C holds T or Acc<T> (bf16 products
+// into fp32 gradients or accumulators); products accumulate in Acc<T>.
+//   fp32 / fp64, CUDA: one cublas<S|D>gemmStridedBatched call on the execution
+//     space's stream (KokkosBlas::gemm has no batched cuBLAS path).
+//   fp32 / fp64 elsewhere: a loop of kernels::gemm (KokkosBlas: OpenBLAS, rocBLAS).
+//   bf16, CUDA: cublasGemmStridedBatchedEx, bf16 in, CUBLAS_COMPUTE_32F
+//     (tensor cores), C in bf16 or fp32.
+//   bf16 elsewhere: blocks of 256 rows widened to fp32 and multiplied by the
+//     fp32 BLAS, C rounded back when it is bf16 (OpenBLAS as Debian builds it
+//     has no bf16 GEMM). The same products to rounding.
+// Each is deterministic for a given library, device and shape (no atomics).
 #include "core/types.hpp"
 
 namespace miniattn::kernels {
@@ -20,9 +26,10 @@ struct MatrixBatch {
   index_t stride = 0;          // elements from one matrix to the next
 };
 
-// trans_a / trans_b: 'N' or 'T'. Shapes are checked as kernels::gemm checks them.
-template <class T>
-void batched_gemm(char trans_a, char trans_b, T alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
-                  T beta, const MatrixBatch<T>& c, index_t count);
+// trans_a / trans_b: 'N' or 'T' (bf16 with trans_a 'T': trans_b 'N' only).
+// Shapes are checked as kernels::gemm checks them.
+template <class T, class C>
+void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<const T>& a,
+                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count);
 
 }  // namespace miniattn::kernels

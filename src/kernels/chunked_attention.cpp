@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.hpp"
@@ -38,11 +39,11 @@ Chunk chunk_of(index_t c, index_t chunk, index_t n) { return {c * chunk, std::mi
 template <class T>
 struct Shape {
   index_t batch, heads, kv_heads, group, nq, nk, dh;
-  T scale;
+  Acc<T> scale;
   template <class Q, class K>
   Shape(const Q& q, const K& k)
       : batch(q.extent(0)), heads(q.extent(1)), kv_heads(k.extent(1)), group(heads / kv_heads), nq(q.extent(2)),
-        nk(k.extent(2)), dh(q.extent(3)), scale(T(1) / compat::sqrt(static_cast<T>(dh))) {}
+        nk(k.extent(2)), dh(q.extent(3)), scale(Acc<T>(1) / compat::sqrt(static_cast<Acc<T>>(dh))) {}
   index_t entries() const { return batch * kv_heads; }  // one batched GEMM: every (sample, K/V head)
 };
 
@@ -105,10 +106,11 @@ class ChunkPairs {
 
 // The row kernels run one team per query row of every head over that row of
 // its score block (reduction.hpp's row machinery: SIMD packs and pack_exp on
-// the host, 32 vector lanes on a GPU). Hidden keys of a partly masked pair are
-// tested one by one.
+// the host, 32 vector lanes on a GPU), in Acc<T>: scores and probabilities are
+// stored as T (bf16 for bf16 runs), the statistics and the output as Acc<T>.
+// Hidden keys of a partly masked pair are tested one by one.
 template <class T>
-using Pack = typename simd::Pack<T>::type;
+using Pack = typename simd::Pack<Acc<T>>::type;
 
 // Forward: hides masked keys, folds the row's maximum into the running state,
 // rescales the running output row and writes P = exp(S - m) over S.
@@ -120,37 +122,38 @@ struct ForwardRows {
   View1<const index_t> q_pos, k_pos;
   AttentionMask mask;
   bool partly_masked;
-  View4<T> out_acc;
-  View3<T> row_max, row_sum;
+  View4<Acc<T>> out_acc;
+  View3<Acc<T>> row_max, row_sum;
 
   KOKKOS_INLINE_FUNCTION void operator()(const RowTeam& team) const {
+    using A = Acc<T>;
     using V = Pack<T>;
-    const T neg_inf = -compat::infinity<T>();
+    const A neg_inf = -compat::infinity<A>();
     const index_t row = team.league_rank(), bh = row / qc.rows, b = bh / heads, h = bh % heads;
     const index_t i = qc.first + row % qc.rows, query = q_pos(i);
     T* const s = scores + row * kc.rows;
     if (partly_masked) {
-      team_vector_for<T>(team, kc.rows, [&](const index_t c0, const int width) {
+      team_vector_for<A>(team, kc.rows, [&](const index_t c0, const int width) {
         for (int w = 0; w < width; ++w)
-          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = neg_inf;
+          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = narrow<T>(neg_inf);
       });
     }
-    T block_max = team_vector_max<T>(team, kc.rows, [&](const index_t c0, const int width) {
-      return simd::pack_load_n<V>(s + c0, width);
+    A block_max = team_vector_max<A>(team, kc.rows, [&](const index_t c0, const int width) {
+      return simd::load_n(s + c0, width);
     });
     // Kokkos::Max (the GPU's lanes) starts from the lowest finite value, which a row of hidden keys keeps.
-    if (!(block_max > Kokkos::reduction_identity<T>::max())) block_max = neg_inf;
-    const T m_old = row_max(b, h, i), m_new = block_max > m_old ? block_max : m_old;
+    if (!(block_max > Kokkos::reduction_identity<A>::max())) block_max = neg_inf;
+    const A m_old = row_max(b, h, i), m_new = block_max > m_old ? block_max : m_old;
     // A row that has seen no unmasked key keeps m = -inf: subtracting 0, not -inf, avoids NaN.
-    const V base = simd::pack_splat<V>(m_new == neg_inf ? T(0) : m_new);
-    const T sum = team_vector_sum<T>(team, kc.rows, [&](const index_t c0, const int width) {
-      const V p = simd::kernel_exp<T>(V(simd::pack_load_n<V>(s + c0, width) - base));  // exp(-inf) = 0 when hidden
-      simd::pack_store_n(s + c0, p, width);
-      return p;
+    const V base = simd::pack_splat<V>(m_new == neg_inf ? A(0) : m_new);
+    // The row sum adds the probabilities as stored (rounded to T), as P V multiplies them.
+    const A sum = team_vector_sum<A>(team, kc.rows, [&](const index_t c0, const int width) {
+      simd::store_n(s + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - base)), width);  // exp(-inf) = 0
+      return simd::load_n(s + c0, width);
     });
-    const T alpha = simd::pack_lane(simd::kernel_exp<T>(V(simd::pack_splat<V>(m_old) - base)), 0);
-    T* const o = &out_acc(b, h, i, 0);
-    team_vector_for<T>(team, out_acc.extent(3), [&](const index_t c0, const int width) {
+    const A alpha = simd::pack_lane(simd::kernel_exp<A>(V(simd::pack_splat<V>(m_old) - base)), 0);
+    A* const o = &out_acc(b, h, i, 0);
+    team_vector_for<A>(team, out_acc.extent(3), [&](const index_t c0, const int width) {
       simd::pack_store_n(o + c0, V(simd::pack_load_n<V>(o + c0, width) * simd::pack_splat<V>(alpha)), width);
     });
     Kokkos::single(Kokkos::PerTeam(team), [&]() {
@@ -170,26 +173,27 @@ struct BackwardRows {
   View1<const index_t> q_pos, k_pos;
   AttentionMask mask;
   bool partly_masked;
-  View3<const T> lse, delta;
-  T scale;
+  View3<const Acc<T>> lse, delta;
+  Acc<T> scale;
 
   KOKKOS_INLINE_FUNCTION void operator()(const RowTeam& team) const {
+    using A = Acc<T>;
     using V = Pack<T>;
     const index_t row = team.league_rank(), bh = row / qc.rows, b = bh / heads, h = bh % heads;
     const index_t i = qc.first + row % qc.rows, query = q_pos(i);
-    const T lse_i = lse(b, h, i);
-    const V shift = simd::pack_splat<V>(lse_i == -compat::infinity<T>() ? compat::infinity<T>() : lse_i);
+    const A lse_i = lse(b, h, i);
+    const V shift = simd::pack_splat<V>(lse_i == -compat::infinity<A>() ? compat::infinity<A>() : lse_i);
     const V delta_i = simd::pack_splat<V>(delta(b, h, i)), vscale = simd::pack_splat<V>(scale);
     T* const s = scores + row * kc.rows;
     T* const ds = score_grads + row * kc.rows;
-    team_vector_for<T>(team, kc.rows, [&](const index_t c0, const int width) {
-      simd::pack_store_n(s + c0, simd::kernel_exp<T>(V(simd::pack_load_n<V>(s + c0, width) - shift)), width);
+    team_vector_for<A>(team, kc.rows, [&](const index_t c0, const int width) {
+      simd::store_n(s + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - shift)), width);
       if (partly_masked) {  // exp(x - inf) = 0 already in rows that saw no key
         for (int w = 0; w < width; ++w)
-          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = T(0);
+          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = narrow<T>(A(0));
       }
-      const V p = simd::pack_load_n<V>(s + c0, width), dp = simd::pack_load_n<V>(ds + c0, width);
-      simd::pack_store_n(ds + c0, V(vscale * p * (dp - delta_i)), width);
+      const V p = simd::load_n(s + c0, width), dp = simd::load_n(ds + c0, width);
+      simd::store_n(ds + c0, V(vscale * p * (dp - delta_i)), width);
     });
   }
 };
@@ -200,6 +204,8 @@ void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s
   if (workspace.scores.extent(0) < needed || (backward && workspace.score_grads.extent(0) < needed))
     throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
                          " values of a chunk pair's score blocks");
+  if (backward && !std::is_same<T, Acc<T>>::value && static_cast<index_t>(workspace.dk_acc.extent(2)) < s.nk)
+    throw RuntimeFailure("attention (gemm): the workspace's dk/dv accumulators hold fewer than the call's keys");
 }
 
 // The rows of chunk pair (qc, kc) of each operand: a query-side tensor's rows
@@ -221,18 +227,63 @@ void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<
   const PairOperands<T> at{s, rows.qc, rows.kc};
   const index_t E = s.entries();
   for (index_t g = 0; g < s.group; ++g)
-    batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), T(0), at.blocks(rows.scores, g), E);
+    batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), Acc<T>(0),
+                    at.blocks(rows.scores, g), E);
   Kokkos::parallel_for("miniattn::chunked_attention_forward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
   for (index_t g = 0; g < s.group; ++g)
-    batched_gemm<T>('N', 'N', T(1), read_only(at.blocks(rows.scores, g)), at.keys(v.data()), T(1),
+    batched_gemm<T>('N', 'N', Acc<T>(1), read_only(at.blocks(rows.scores, g)), at.keys(v.data()), Acc<T>(1),
                     at.queries(rows.out_acc.data(), g), E);
 }
 
 // The gradients' GEMMs of one chunk pair, after the row kernel.
+// dk, dv: the caller's (fp32, fp64) or the workspace's Acc<T> copies (bf16).
 template <class T>
 struct BackwardOperands {
   View4<const T> q, k, v, dout;
-  View4<T> dq, dk, dv;
+  View4<Acc<T>> dq, dk, dv;
+};
+
+// The keys' gradients of one call: accumulated in the caller's dk, dv when T
+// computes in T; else in the workspace's Acc<T> copies, added to dk, dv with
+// one rounding when the call ends.
+template <class T>
+struct KeyGradients {
+  View4<T> dk, dv;
+  View4<Acc<T>> dk_acc, dv_acc;
+  KeyGradients(const View4<T>& k_grads, const View4<T>& v_grads, const AttentionWorkspace<T>& workspace)
+      : dk(k_grads), dv(v_grads), dk_acc(accumulator_of(k_grads, workspace.dk_acc, dk.extent(2))),
+        dv_acc(accumulator_of(v_grads, workspace.dv_acc, dv.extent(2))) {
+    if (!std::is_same<T, Acc<T>>::value) {
+      Kokkos::deep_copy(dk_acc, Acc<T>(0));
+      Kokkos::deep_copy(dv_acc, Acc<T>(0));
+    }
+  }
+  void finish() const {
+    if constexpr (!std::is_same<T, Acc<T>>::value) {
+      add_rounded(dk_acc, dk);
+      add_rounded(dv_acc, dv);
+    }
+  }
+
+ private:
+  // The workspace's accumulators hold up to `keys` rows: their first `rows`.
+  static View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate, index_t rows) {
+    if constexpr (std::is_same<T, Acc<T>>::value) {
+      (void)separate;
+      (void)rows;
+      return own;
+    } else {
+      return View4<Acc<T>>(separate.data(), own.extent(0), own.extent(1), rows, own.extent(3));
+    }
+  }
+  static void add_rounded(const View4<Acc<T>>& from, const View4<T>& to) {
+    const Acc<T>* const a = from.data();
+    T* const x = to.data();
+    Kokkos::parallel_for(
+        "miniattn::chunked_attention_key_gradients",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, static_cast<index_t>(to.span())),
+        KOKKOS_LAMBDA(const index_t e) { x[e] = narrow<T>(widen(x[e]) + a[e]); });
+  }
 };
 
 template <class T>
@@ -240,17 +291,17 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
   const PairOperands<T> at{s, rows.qc, rows.kc};
   const index_t E = s.entries();
   for (index_t g = 0; g < s.group; ++g) {
-    batched_gemm<T>('N', 'T', s.scale, at.queries(x.q.data(), g), at.keys(x.k.data()), T(0),
+    batched_gemm<T>('N', 'T', s.scale, at.queries(x.q.data(), g), at.keys(x.k.data()), Acc<T>(0),
                     at.blocks(rows.scores, g), E);
-    batched_gemm<T>('N', 'T', T(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), T(0),
+    batched_gemm<T>('N', 'T', Acc<T>(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), Acc<T>(0),
                     at.blocks(rows.score_grads, g), E);
   }
   Kokkos::parallel_for("miniattn::chunked_attention_backward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
   for (index_t g = 0; g < s.group; ++g) {
     const auto p = read_only(at.blocks(rows.scores, g)), ds = read_only(at.blocks(rows.score_grads, g));
-    batched_gemm<T>('T', 'N', T(1), p, at.queries(x.dout.data(), g), T(1), at.keys(x.dv.data()), E);
-    batched_gemm<T>('T', 'N', T(1), ds, at.queries(x.q.data(), g), T(1), at.keys(x.dk.data()), E);
-    batched_gemm<T>('N', 'N', T(1), ds, at.keys(x.k.data()), T(1), at.queries(x.dq.data(), g), E);
+    batched_gemm<T>('T', 'N', Acc<T>(1), p, at.queries(x.dout.data(), g), Acc<T>(1), at.keys(x.dv.data()), E);
+    batched_gemm<T>('T', 'N', Acc<T>(1), ds, at.queries(x.q.data(), g), Acc<T>(1), at.keys(x.dk.data()), E);
+    batched_gemm<T>('N', 'N', Acc<T>(1), ds, at.keys(x.k.data()), Acc<T>(1), at.queries(x.dq.data(), g), E);
   }
 }
 
@@ -259,8 +310,9 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
 template <class T>
 void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                 const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                const AttentionMask& mask, index_t chunk, const View4<T>& out_acc,
-                                const View3<T>& row_max, const View3<T>& row_sum, const AttentionWorkspace<T>& workspace) {
+                                const AttentionMask& mask, index_t chunk, const View4<Acc<T>>& out_acc,
+                                const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
+                                const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
   require_workspace(workspace, s, chunk, false);
   const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
@@ -276,14 +328,16 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
 
 template <class T>
 void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                 const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                 const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                 const AttentionMask& mask, index_t chunk, const View4<T>& dq, const View4<T>& dk,
-                                 const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+                                 const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                 const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
+                                 const View1<const index_t>& k_pos, const AttentionMask& mask, index_t chunk,
+                                 const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
+                                 const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
   require_workspace(workspace, s, chunk, true);
   const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
-  const BackwardOperands<T> operands{q, k, v, dout, dq, dk, dv};
+  const KeyGradients<T> key_gradients(dk, dv, workspace);
+  const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients.dk_acc, key_gradients.dv_acc};
   for (index_t ki = 0; ki < pairs.key_chunks(); ++ki)
     for (index_t qi = 0; qi < pairs.query_chunks(); ++qi) {
       bool partly_masked = false;
@@ -293,20 +347,22 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
                                  s.scale};
       backward_chunk_pair<T>(s, operands, rows);
     }
+  key_gradients.finish();
 }
 
-#define MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(T)                                                                    \
-  template void chunked_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,  \
-                                              const View1<const index_t>&, const View1<const index_t>&,             \
-                                              const AttentionMask&, index_t, const View4<T>&, const View3<T>&,      \
-                                              const View3<T>&, const AttentionWorkspace<T>&);                       \
-  template void chunked_backward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
-                                               const View4<const T>&, const View3<const T>&, const View3<const T>&, \
-                                               const View1<const index_t>&, const View1<const index_t>&,            \
-                                               const AttentionMask&, index_t, const View4<T>&, const View4<T>&,     \
-                                               const View4<T>&, const AttentionWorkspace<T>&);
+#define MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(T)                                                                \
+  template void chunked_forward_accumulate<T>(                                                                   \
+      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View1<const index_t>&,          \
+      const View1<const index_t>&, const AttentionMask&, index_t, const View4<Acc<T>>&, const View3<Acc<T>>&,   \
+      const View3<Acc<T>>&, const AttentionWorkspace<T>&);                                                       \
+  template void chunked_backward_accumulate<T>(                                                                  \
+      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,               \
+      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const View1<const index_t>&,                      \
+      const View1<const index_t>&, const AttentionMask&, index_t, const View4<Acc<T>>&, const View4<T>&,         \
+      const View4<T>&, const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(float)
 MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(double)
+MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(bf16)
 #undef MINIATTN_INSTANTIATE_CHUNKED_ATTENTION
 
 }  // namespace miniattn::kernels

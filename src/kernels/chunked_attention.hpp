@@ -10,14 +10,16 @@ namespace miniattn::kernels {
 template <class T>
 void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                 const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                const AttentionMask& mask, index_t chunk, const View4<T>& out_acc,
-                                const View3<T>& row_max, const View3<T>& row_sum, const AttentionWorkspace<T>& workspace);
+                                const AttentionMask& mask, index_t chunk, const View4<Acc<T>>& out_acc,
+                                const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
+                                const AttentionWorkspace<T>& workspace);
 
 template <class T>
 void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                 const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                                 const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                 const AttentionMask& mask, index_t chunk, const View4<T>& dq, const View4<T>& dk,
-                                 const View4<T>& dv, const AttentionWorkspace<T>& workspace);
+                                 const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                 const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
+                                 const View1<const index_t>& k_pos, const AttentionMask& mask, index_t chunk,
+                                 const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
+                                 const AttentionWorkspace<T>& workspace);
 
 }  // namespace miniattn::kernels

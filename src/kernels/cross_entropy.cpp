@@ -31,8 +31,8 @@ void check_shapes(const char* where, index_t rows, index_t vocab, const View1<co
 
 // lse = m + log(sum_j exp(l_j - m)), m = max_j l_j. One team per row.
 template <class T>
-void cross_entropy_forward(const View2<const T>& logits, const View1<const index_t>& targets, const View1<T>& lse,
-                           const View1<double>& loss) {
+void cross_entropy_forward(const View2<const T>& logits, const View1<const index_t>& targets,
+                           const View1<Acc<T>>& lse, const View1<double>& loss) {
   const index_t rows = static_cast<index_t>(logits.extent(0));
   const index_t vocab = static_cast<index_t>(logits.extent(1));
   check_shapes("cross_entropy_forward", rows, vocab, targets, static_cast<index_t>(lse.extent(0)));
@@ -40,7 +40,8 @@ void cross_entropy_forward(const View2<const T>& logits, const View1<const index
     throw std::invalid_argument("kernels::cross_entropy_forward: loss must be [rows]");
   if (rows == 0) return;
 
-  using V = typename Pack<T>::type;
+  using A = Acc<T>;
+  using V = typename Pack<A>::type;
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   index_t bad_targets = 0;
   Kokkos::parallel_reduce(
@@ -48,17 +49,17 @@ void cross_entropy_forward(const View2<const T>& logits, const View1<const index
       KOKKOS_LAMBDA(const Member& team, index_t& bad) {
         const index_t r = team.league_rank();
         const T* const row = &logits(r, 0);
-        const T m = team_vector_max<T>(team, vocab, [&](index_t c0, int w) { return pack_load_n<V>(row + c0, w); });
+        const A m = team_vector_max<A>(team, vocab, [&](index_t c0, int w) { return load_n(row + c0, w); });
         const V vm = pack_splat<V>(m);
-        const T sum = team_vector_sum<T>(team, vocab, [&](index_t c0, int w) {
-          return kernel_exp<T>(V(pack_load_n<V>(row + c0, w) - vm));
+        const A sum = team_vector_sum<A>(team, vocab, [&](index_t c0, int w) {
+          return kernel_exp<A>(V(load_n(row + c0, w) - vm));
         });
         Kokkos::single(Kokkos::PerTeam(team), [&]() {
-          const T row_lse = m + compat::log(sum);
+          const A row_lse = m + compat::log(sum);
           const index_t t = targets(r);
           const bool valid = t >= 0 && t < vocab;
           lse(r) = row_lse;
-          loss(r) = valid ? static_cast<double>(row_lse) - static_cast<double>(row[t]) : 0.0;
+          loss(r) = valid ? static_cast<double>(row_lse) - static_cast<double>(widen(row[t])) : 0.0;
           bad += valid ? 0 : 1;
         });
       },
@@ -72,36 +73,38 @@ void cross_entropy_forward(const View2<const T>& logits, const View1<const index
 // Every element reads only itself and its row's lse, so dlogits may alias logits.
 template <class T>
 void cross_entropy_backward(const View2<const T>& logits, const View1<const index_t>& targets,
-                            const View1<const T>& lse, T scale, const View2<T>& dlogits) {
+                            const View1<const Acc<T>>& lse, Acc<T> scale, const View2<T>& dlogits) {
   const index_t rows = static_cast<index_t>(logits.extent(0));
   const index_t vocab = static_cast<index_t>(logits.extent(1));
   check_shapes("cross_entropy_backward", rows, vocab, targets, static_cast<index_t>(lse.extent(0)));
   if (dlogits.extent(0) != logits.extent(0) || dlogits.extent(1) != logits.extent(1)) {
     throw std::invalid_argument("kernels::cross_entropy_backward: dlogits must have the shape of logits");
   }
-  using V = typename Pack<T>::type;
-  row_packs<T>("miniattn::cross_entropy_backward", rows, vocab,
+  using A = Acc<T>;
+  using V = typename Pack<A>::type;
+  row_packs<A>("miniattn::cross_entropy_backward", rows, vocab,
                KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                 const V p = kernel_exp<T>(V(pack_load_n<V>(&logits(r, c0), width) - pack_splat<V>(lse(r))));
+                 const V p = kernel_exp<A>(V(load_n(&logits(r, c0), width) - pack_splat<V>(lse(r))));
                  V g = pack_splat<V>(scale) * p;
                  const index_t t = targets(r) - c0;  // the target's lane in this pack, if it is here
                  if (t >= 0 && t < width) {
-                   T lanes[Pack<T>::lanes];
+                   A lanes[Pack<A>::lanes];
                    pack_store(lanes, g);
                    lanes[t] -= scale;
                    g = pack_load<V>(lanes);
                  }
-                 pack_store_n(&dlogits(r, c0), g, width);
+                 store_n(&dlogits(r, c0), g, width);
                });
 }
 
-template void cross_entropy_forward<float>(const View2<const float>&, const View1<const index_t>&,
-                                           const View1<float>&, const View1<double>&);
-template void cross_entropy_forward<double>(const View2<const double>&, const View1<const index_t>&,
-                                            const View1<double>&, const View1<double>&);
-template void cross_entropy_backward<float>(const View2<const float>&, const View1<const index_t>&,
-                                            const View1<const float>&, float, const View2<float>&);
-template void cross_entropy_backward<double>(const View2<const double>&, const View1<const index_t>&,
-                                             const View1<const double>&, double, const View2<double>&);
+#define MINIATTN_INSTANTIATE_CROSS_ENTROPY(T)                                                                \
+  template void cross_entropy_forward<T>(const View2<const T>&, const View1<const index_t>&,                \
+                                         const View1<Acc<T>>&, const View1<double>&);                       \
+  template void cross_entropy_backward<T>(const View2<const T>&, const View1<const index_t>&,               \
+                                          const View1<const Acc<T>>&, Acc<T>, const View2<T>&);
+MINIATTN_INSTANTIATE_CROSS_ENTROPY(float)
+MINIATTN_INSTANTIATE_CROSS_ENTROPY(double)
+MINIATTN_INSTANTIATE_CROSS_ENTROPY(bf16)
+#undef MINIATTN_INSTANTIATE_CROSS_ENTROPY
 
 }  // namespace miniattn::kernels

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
@@ -35,12 +36,12 @@ void score_block(const View4<const T>& q, const View4<const T>& k, const View1<c
                  const View1<const index_t>& k_pos, const AttentionMask& mask, const View4<T>& scores) {
   const index_t B = q.extent(0), H = q.extent(1), n = q.extent(2), nk = k.extent(2), entries = B * k.extent(1);
   const BlockOperands at = block_operands(q, k);
-  const T scale = T(1) / compat::sqrt(static_cast<T>(at.dh));
+  const Acc<T> scale = Acc<T>(1) / compat::sqrt(static_cast<Acc<T>>(at.dh));
   for (index_t g = 0; g < at.group; ++g)
-    batched_gemm<T>('N', 'T', scale, at.queries(q.data(), g), at.keys(k.data()), T(0), at.blocks(scores.data(), g),
-                    entries);
+    batched_gemm<T>('N', 'T', scale, at.queries(q.data(), g), at.keys(k.data()), Acc<T>(0),
+                    at.blocks(scores.data(), g), entries);
   if (!mask.hides_any()) return;
-  const T minus_inf = -compat::infinity<T>();
+  const T minus_inf = narrow<T>(-compat::infinity<Acc<T>>());
   Kokkos::parallel_for(
       "miniattn::score_block_mask", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
@@ -49,35 +50,44 @@ void score_block(const View4<const T>& q, const View4<const T>& k, const View1<c
       });
 }
 
+// In Acc<T>; the probabilities are stored as T.
 template <class T>
-void softmax_over_blocks(const View5<T>& scores, const View3<T>& lse) {
+void softmax_over_blocks(const View5<T>& scores, const View3<Acc<T>>& lse) {
+  using A = Acc<T>;
   const index_t G = scores.extent(0), B = scores.extent(1), H = scores.extent(2), n = scores.extent(3),
                 nk = scores.extent(4);
-  const T minus_inf = -compat::infinity<T>();
+  const A minus_inf = -compat::infinity<A>();
   Kokkos::parallel_for(
       "miniattn::softmax_over_blocks", Range(0, B * H * n), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % n, h = (r / n) % H, b = r / (n * H);
-        T row_max = minus_inf;
+        const auto score = [&](index_t g, index_t j) { return widen(scores(g, b, h, i, j)); };
+        A row_max = minus_inf;
         for (index_t g = 0; g < G; ++g)
-          for (index_t j = 0; j < nk; ++j) row_max = scores(g, b, h, i, j) > row_max ? scores(g, b, h, i, j) : row_max;
-        T sum = 0;
+          for (index_t j = 0; j < nk; ++j) row_max = score(g, j) > row_max ? score(g, j) : row_max;
+        const auto probability = [&](index_t g, index_t j) {
+          return score(g, j) == minus_inf ? A(0) : compat::exp(score(g, j) - row_max);
+        };
+        // Unnormalised probabilities kept in place where T holds them exactly, else computed again.
+        constexpr bool exact = std::is_same<T, A>::value;
+        A sum = 0;
         for (index_t g = 0; g < G; ++g)
           for (index_t j = 0; j < nk; ++j) {
-            const T p = scores(g, b, h, i, j) == minus_inf ? T(0) : compat::exp(scores(g, b, h, i, j) - row_max);
-            scores(g, b, h, i, j) = p;
+            const A p = probability(g, j);
+            if (exact) scores(g, b, h, i, j) = narrow<T>(p);
             sum += p;
           }
         for (index_t g = 0; g < G; ++g)
-          for (index_t j = 0; j < nk; ++j) scores(g, b, h, i, j) /= sum;
+          for (index_t j = 0; j < nk; ++j)
+            scores(g, b, h, i, j) = narrow<T>((exact ? score(g, j) : probability(g, j)) / sum);
         lse(b, h, i) = row_max + compat::log(sum);
       });
 }
 
 template <class T>
-void apply_probabilities(const View4<const T>& probabilities, const View4<const T>& v, const View4<T>& out) {
+void apply_probabilities(const View4<const T>& probabilities, const View4<const T>& v, const View4<Acc<T>>& out) {
   const BlockOperands at = block_operands(out, v);
   for (index_t g = 0; g < at.group; ++g)
-    batched_gemm<T>('N', 'N', T(1), at.blocks(probabilities.data(), g), at.keys(v.data()), T(1),
+    batched_gemm<T>('N', 'N', Acc<T>(1), at.blocks(probabilities.data(), g), at.keys(v.data()), Acc<T>(1),
                     at.queries(out.data(), g), out.extent(0) * v.extent(1));
 }
 
@@ -90,26 +100,29 @@ namespace {
 template <class T>
 void dense_rows_backward(const BlockOperands& at, index_t first, index_t rows, const View4<const T>& probabilities,
                          const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                         const View4<const T>& dout, const View3<const T>& delta, T* score_grads, const View4<T>& dq,
-                         const View4<T>& dk, const View4<T>& dv) {
+                         const View4<const T>& dout, const View3<const Acc<T>>& delta, T* score_grads,
+                         const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv) {
+  using A = Acc<T>;
   const index_t entries = q.extent(0) * k.extent(1), H = q.extent(1), n = at.n, nk = at.nk, G = at.group;
   const auto part = [&](auto* x, index_t g) { return head_rows(x, n, at.dh, G, g, first, rows); };
   const auto probability_rows = [&](index_t g) { return head_rows(probabilities.data(), n, nk, G, g, first, rows); };
   const auto grad_rows = [&](auto* x, index_t g) { return score_blocks(x, G, g, rows, nk); };
   for (index_t g = 0; g < G; ++g)
-    batched_gemm<T>('N', 'T', T(1), part(dout.data(), g), at.keys(v.data()), T(0), grad_rows(score_grads, g), entries);
-  const T scale = T(1) / compat::sqrt(static_cast<T>(at.dh));
+    batched_gemm<T>('N', 'T', A(1), part(dout.data(), g), at.keys(v.data()), A(0), grad_rows(score_grads, g),
+                    entries);
+  const A scale = A(1) / compat::sqrt(static_cast<A>(at.dh));
   Kokkos::parallel_for(
       "miniattn::dense_block_score_gradients", Range(0, q.extent(0) * H * rows), KOKKOS_LAMBDA(const index_t r) {
         const index_t i = r % rows, bh = r / rows, b = bh / H, h = bh % H;
         T* const ds = score_grads + r * nk;
-        for (index_t j = 0; j < nk; ++j) ds[j] = probabilities(b, h, first + i, j) * (ds[j] - delta(b, h, first + i)) * scale;
+        for (index_t j = 0; j < nk; ++j)
+          ds[j] = narrow<T>(widen(probabilities(b, h, first + i, j)) * (widen(ds[j]) - delta(b, h, first + i)) * scale);
       });
   for (index_t g = 0; g < G; ++g) {
     const auto ds = grad_rows(static_cast<const T*>(score_grads), g);
-    batched_gemm<T>('T', 'N', T(1), probability_rows(g), part(dout.data(), g), T(1), at.keys(dv.data()), entries);
-    batched_gemm<T>('T', 'N', T(1), ds, part(q.data(), g), T(1), at.keys(dk.data()), entries);
-    batched_gemm<T>('N', 'N', T(1), ds, at.keys(k.data()), T(1), part(dq.data(), g), entries);
+    batched_gemm<T>('T', 'N', A(1), probability_rows(g), part(dout.data(), g), A(1), at.keys(dv.data()), entries);
+    batched_gemm<T>('T', 'N', A(1), ds, part(q.data(), g), A(1), at.keys(dk.data()), entries);
+    batched_gemm<T>('N', 'N', A(1), ds, at.keys(k.data()), A(1), part(dq.data(), g), entries);
   }
 }
 
@@ -117,8 +130,9 @@ void dense_rows_backward(const BlockOperands& at, index_t first, index_t rows, c
 
 template <class T>
 void dense_block_backward(const View4<const T>& probabilities, const View4<const T>& q, const View4<const T>& k,
-                          const View4<const T>& v, const View4<const T>& dout, const View3<const T>& delta,
-                          const View4<T>& score_grads, const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+                          const View4<const T>& v, const View4<const T>& dout, const View3<const Acc<T>>& delta,
+                          const View4<T>& score_grads, const View4<Acc<T>>& dq, const View4<T>& dk,
+                          const View4<T>& dv) {
   const BlockOperands at = block_operands(q, k);
   const index_t chunk = score_grads.extent(2);
   if (chunk < 1 || score_grads.extent(3) != k.extent(2) || score_grads.extent(1) != q.extent(1))
@@ -128,16 +142,17 @@ void dense_block_backward(const View4<const T>& probabilities, const View4<const
                            score_grads.data(), dq, dk, dv);
 }
 
-#define MINIATTN_INSTANTIATE(T)                                                                              \
-  template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,    \
-                               const View1<const index_t>&, const AttentionMask&, const View4<T>&);          \
-  template void softmax_over_blocks<T>(const View5<T>&, const View3<T>&);                                    \
-  template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<T>&);       \
-  template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
-                                        const View4<const T>&, const View4<const T>&, const View3<const T>&, \
-                                        const View4<T>&, const View4<T>&, const View4<T>&, const View4<T>&);
+#define MINIATTN_INSTANTIATE(T)                                                                                 \
+  template void score_block<T>(const View4<const T>&, const View4<const T>&, const View1<const index_t>&,       \
+                               const View1<const index_t>&, const AttentionMask&, const View4<T>&);             \
+  template void softmax_over_blocks<T>(const View5<T>&, const View3<Acc<T>>&);                                  \
+  template void apply_probabilities<T>(const View4<const T>&, const View4<const T>&, const View4<Acc<T>>&);     \
+  template void dense_block_backward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,    \
+                                        const View4<const T>&, const View4<const T>&, const View3<const Acc<T>>&, \
+                                        const View4<T>&, const View4<Acc<T>>&, const View4<T>&, const View4<T>&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
+MINIATTN_INSTANTIATE(bf16)
 #undef MINIATTN_INSTANTIATE
 
 }  // namespace miniattn::kernels

@@ -19,7 +19,7 @@ void add_inplace(const View2<T>& y, const View2<const T>& x) {
       KOKKOS_LAMBDA(const index_t i) {
         const index_t r = i / cols;
         const index_t c = i - r * cols;
-        y(r, c) += x(r, c);
+        y(r, c) = narrow<T>(widen(y(r, c)) + widen(x(r, c)));  // bf16: one rounding
       });
 }
 
@@ -28,7 +28,7 @@ index_t count_nonfinite(const Kokkos::View<const T*, Kokkos::LayoutRight, MemSpa
   index_t count = 0;
   Kokkos::parallel_reduce(
       "miniattn::count_nonfinite", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, x.extent(0)),
-      KOKKOS_LAMBDA(const index_t i, index_t& acc) { acc += compat::isfinite(x(i)) ? 0 : 1; }, count);
+      KOKKOS_LAMBDA(const index_t i, index_t& acc) { acc += compat::isfinite(widen(x(i))) ? 0 : 1; }, count);
   return count;
 }
 
@@ -37,11 +37,13 @@ index_t count_nonfinite(const View2<const T>& x) {
   return count_nonfinite<T>(Kokkos::View<const T*, Kokkos::LayoutRight, MemSpace>(x.data(), x.span()));
 }
 
-template index_t count_nonfinite<float>(const Kokkos::View<const float*, Kokkos::LayoutRight, MemSpace>&);
-template index_t count_nonfinite<double>(const Kokkos::View<const double*, Kokkos::LayoutRight, MemSpace>&);
-template index_t count_nonfinite<float>(const View2<const float>&);
-template index_t count_nonfinite<double>(const View2<const double>&);
-template void add_inplace<float>(const View2<float>&, const View2<const float>&);
-template void add_inplace<double>(const View2<double>&, const View2<const double>&);
+#define MINIATTN_INSTANTIATE_ELEMENTWISE(T)                                                         \
+  template index_t count_nonfinite<T>(const Kokkos::View<const T*, Kokkos::LayoutRight, MemSpace>&); \
+  template index_t count_nonfinite<T>(const View2<const T>&);                                        \
+  template void add_inplace<T>(const View2<T>&, const View2<const T>&);
+MINIATTN_INSTANTIATE_ELEMENTWISE(float)
+MINIATTN_INSTANTIATE_ELEMENTWISE(double)
+MINIATTN_INSTANTIATE_ELEMENTWISE(bf16)
+#undef MINIATTN_INSTANTIATE_ELEMENTWISE
 
 }  // namespace miniattn::kernels

@@ -3,6 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/simd_pack.hpp"
@@ -60,13 +61,13 @@ void embedding_forward(const View1<const index_t>& tokens, const View1<const ind
                                  static_cast<index_t>(wpe_local.extent(1)), first_row);
   if (rows == 0 || d == 0) return;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
-  using V = typename simd::Pack<T>::type;
-  simd::row_packs<T>("miniattn::embedding_forward", rows, d,
-                     KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                       const V sum = simd::pack_load_n<V>(&wte(tokens(r), c0), width) +
-                                     simd::pack_load_n<V>(&wpe_local(wpe_row((first_row + r) % n), c0), width);
-                       simd::pack_store_n(&x(r, c0), sum, width);
-                     });
+  using V = typename simd::Pack<Acc<T>>::type;
+  simd::row_packs<Acc<T>>("miniattn::embedding_forward", rows, d,
+                          KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
+                            const V sum = simd::load_n(&wte(tokens(r), c0), width) +
+                                          simd::load_n(&wpe_local(wpe_row((first_row + r) % n), c0), width);
+                            simd::store_n(&x(r, c0), sum, width);
+                          });
 }
 
 TokenRows::TokenRows(index_t vocab, index_t row_count)
@@ -102,7 +103,7 @@ void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped)
 
 template <class T>
 void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
-                        const View2<T>& dwte, const View2<T>& dwpe_local, index_t first_row) {
+                        const View2<Param<T>>& dwte, const View2<Param<T>>& dwpe_local, index_t first_row) {
   const index_t rows = static_cast<index_t>(dx.extent(0));
   const index_t d = static_cast<index_t>(dx.extent(1));
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
@@ -113,37 +114,39 @@ void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, c
     throw std::invalid_argument("kernels::embedding_backward: dx [R, D], token_rows (vocab + 1 offsets, R rows), "
                                 "dwte [vocab, D] and dwpe_local [., D] disagree, or first_row < 0");
   if (rows == 0 || d == 0) return;
-  using V = typename simd::Pack<T>::type;
+  // Sums in Acc<T> (fp32 for bf16), added into the Param<T> gradients.
+  using A = Acc<T>;
+  using V = typename simd::Pack<A>::type;
+  static_assert(std::is_same<A, Param<T>>::value, "gradients are summed in their own type");
   const View1<const index_t> offsets = token_rows.offsets, grouped = token_rows.rows;
-  simd::row_packs<T>("miniattn::embedding_backward_wte", vocab, d,
+  simd::row_packs<A>("miniattn::embedding_backward_wte", vocab, d,
                      KOKKOS_LAMBDA(const index_t v, const index_t c0, const int width) {
                        const index_t begin = offsets(v), end = offsets(v + 1);
                        if (begin == end) return;
-                       V sum = simd::pack_load_n<V>(&dx(grouped(begin), c0), width);
-                       for (index_t i = begin + 1; i < end; ++i) sum += simd::pack_load_n<V>(&dx(grouped(i), c0), width);
-                       simd::pack_store_n(&dwte(v, c0), V(simd::pack_load_n<V>(&dwte(v, c0), width) + sum), width);
+                       V sum = simd::load_n(&dx(grouped(begin), c0), width);
+                       for (index_t i = begin + 1; i < end; ++i) sum += simd::load_n(&dx(grouped(i), c0), width);
+                       simd::store_n(&dwte(v, c0), V(simd::load_n(&dwte(v, c0), width) + sum), width);
                      });
-  simd::row_packs<T>("miniattn::embedding_backward_wpe", n, d,
+  simd::row_packs<A>("miniattn::embedding_backward_wpe", n, d,
                      KOKKOS_LAMBDA(const index_t i, const index_t c0, const int width) {
                        // The held rows of position i, r = g - first_row with g = s * n + i.
                        index_t r = ((i - first_row) % n + n) % n;
                        if (r >= rows) return;
-                       V sum = simd::pack_load_n<V>(&dx(r, c0), width);
-                       for (r += n; r < rows; r += n) sum += simd::pack_load_n<V>(&dx(r, c0), width);
-                       T* const target = &dwpe_local(wpe_row(i), c0);
-                       simd::pack_store_n(target, V(simd::pack_load_n<V>(target, width) + sum), width);
+                       V sum = simd::load_n(&dx(r, c0), width);
+                       for (r += n; r < rows; r += n) sum += simd::load_n(&dx(r, c0), width);
+                       A* const target = &dwpe_local(wpe_row(i), c0);
+                       simd::store_n(target, V(simd::load_n(target, width) + sum), width);
                      });
 }
 
-template void embedding_forward<float>(const View1<const index_t>&, const View1<const index_t>&,
-                                       const View2<const float>&, const View2<const float>&, const View2<float>&,
-                                       index_t);
-template void embedding_forward<double>(const View1<const index_t>&, const View1<const index_t>&,
-                                        const View2<const double>&, const View2<const double>&,
-                                        const View2<double>&, index_t);
-template void embedding_backward<float>(const View2<const float>&, const TokenRows&, const View1<const index_t>&,
-                                        const View2<float>&, const View2<float>&, index_t);
-template void embedding_backward<double>(const View2<const double>&, const TokenRows&, const View1<const index_t>&,
-                                         const View2<double>&, const View2<double>&, index_t);
+#define MINIATTN_INSTANTIATE_EMBEDDING(T)                                                                       \
+  template void embedding_forward<T>(const View1<const index_t>&, const View1<const index_t>&,                  \
+                                     const View2<const T>&, const View2<const T>&, const View2<T>&, index_t);  \
+  template void embedding_backward<T>(const View2<const T>&, const TokenRows&, const View1<const index_t>&,    \
+                                      const View2<Param<T>>&, const View2<Param<T>>&, index_t);
+MINIATTN_INSTANTIATE_EMBEDDING(float)
+MINIATTN_INSTANTIATE_EMBEDDING(double)
+MINIATTN_INSTANTIATE_EMBEDDING(bf16)
+#undef MINIATTN_INSTANTIATE_EMBEDDING
 
 }  // namespace miniattn::kernels

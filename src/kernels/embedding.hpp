@@ -38,8 +38,9 @@ void group_rows_by_token(const View1<const index_t>& tokens, TokenRows& grouped)
 // dwpe_local[wpe_row[i]] += sum over samples s of dx[s * n + i - first_row] (in
 // sample order, over the rows held). wpe_row must not repeat a row (each local
 // position has its own).
+// T: the activations' storage; the gradients are Param<T> (fp32 for bf16).
 template <class T>
 void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, const View1<const index_t>& wpe_row,
-                        const View2<T>& dwte, const View2<T>& dwpe_local, index_t first_row = 0);
+                        const View2<Param<T>>& dwte, const View2<Param<T>>& dwpe_local, index_t first_row = 0);
 
 }  // namespace miniattn::kernels

@@ -35,13 +35,14 @@ struct GeluConstants {
 template <class T>
 void gelu_forward(const View2<const T>& x, const View2<T>& y) {
   require_same_shape(x.extent(0) == y.extent(0) && x.extent(1) == y.extent(1), "gelu_forward");
-  using V = typename Pack<T>::type;
-  const GeluConstants<T> k;
-  row_packs<T>("miniattn::gelu_forward", x.extent(0), x.extent(1),
+  using A = Acc<T>;
+  using V = typename Pack<A>::type;
+  const GeluConstants<A> k;
+  row_packs<A>("miniattn::gelu_forward", x.extent(0), x.extent(1),
                KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                 const V v = pack_load_n<V>(&x(r, c0), width);
+                 const V v = load_n(&x(r, c0), width);
                  const V two_u = pack_splat<V>(k.two_k0) * (v + pack_splat<V>(k.k1) * v * v * v);
-                 pack_store_n(&y(r, c0), V(v * pack_sigmoid<T>(two_u)), width);
+                 store_n(&y(r, c0), V(v * pack_sigmoid<A>(two_u)), width);
                });
 }
 
@@ -51,23 +52,27 @@ void gelu_backward(const View2<const T>& x, const View2<const T>& dy, const View
   require_same_shape(x.extent(0) == dy.extent(0) && x.extent(1) == dy.extent(1) && x.extent(0) == dx.extent(0) &&
                          x.extent(1) == dx.extent(1),
                      "gelu_backward");
-  using V = typename Pack<T>::type;
-  const GeluConstants<T> k;
-  row_packs<T>("miniattn::gelu_backward", x.extent(0), x.extent(1),
+  using A = Acc<T>;
+  using V = typename Pack<A>::type;
+  const GeluConstants<A> k;
+  row_packs<A>("miniattn::gelu_backward", x.extent(0), x.extent(1),
                KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                 const V v = pack_load_n<V>(&x(r, c0), width);
+                 const V v = load_n(&x(r, c0), width);
                  const V v2 = v * v;
-                 const V two_k0 = pack_splat<V>(k.two_k0), one = pack_splat<V>(T(1));
-                 const V s = pack_sigmoid<T>(two_k0 * (v + pack_splat<V>(k.k1) * v2 * v));
+                 const V two_k0 = pack_splat<V>(k.two_k0), one = pack_splat<V>(A(1));
+                 const V s = pack_sigmoid<A>(two_k0 * (v + pack_splat<V>(k.k1) * v2 * v));
                  const V dgelu = s + v * s * (one - s) * two_k0 * (one + pack_splat<V>(k.k3) * v2);
                  // dy is read before dx is written: dx may alias dy.
-                 pack_store_n(&dx(r, c0), V(dgelu * pack_load_n<V>(&dy(r, c0), width)), width);
+                 store_n(&dx(r, c0), V(dgelu * load_n(&dy(r, c0), width)), width);
                });
 }
 
-template void gelu_forward<float>(const View2<const float>&, const View2<float>&);
-template void gelu_forward<double>(const View2<const double>&, const View2<double>&);
-template void gelu_backward<float>(const View2<const float>&, const View2<const float>&, const View2<float>&);
-template void gelu_backward<double>(const View2<const double>&, const View2<const double>&, const View2<double>&);
+#define MINIATTN_INSTANTIATE_GELU(T)                                      \
+  template void gelu_forward<T>(const View2<const T>&, const View2<T>&); \
+  template void gelu_backward<T>(const View2<const T>&, const View2<const T>&, const View2<T>&);
+MINIATTN_INSTANTIATE_GELU(float)
+MINIATTN_INSTANTIATE_GELU(double)
+MINIATTN_INSTANTIATE_GELU(bf16)
+#undef MINIATTN_INSTANTIATE_GELU
 
 }  // namespace miniattn::kernels

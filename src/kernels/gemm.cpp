@@ -1,10 +1,13 @@
 #include "kernels/gemm.hpp"
 
+#include "kernels/batched_gemm.hpp"
+
 #include <KokkosBlas3_gemm.hpp>
 
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace miniattn::kernels {
 
@@ -20,11 +23,10 @@ char normalised_trans(char trans, const char* which) {
   throw std::invalid_argument(os.str());
 }
 
-}  // namespace
-
+// The fp32 / fp64 product through KokkosBlas.
 template <class T>
-void gemm(char trans_a, char trans_b, T alpha, const View2<const T>& a, const View2<const T>& b, T beta,
-          const View2<T>& c) {
+void blas_gemm(char trans_a, char trans_b, T alpha, const View2<const T>& a, const View2<const T>& b, T beta,
+               const View2<T>& c) {
   const char ta = normalised_trans(trans_a, "trans_a");
   const char tb = normalised_trans(trans_b, "trans_b");
 
@@ -62,9 +64,30 @@ void gemm(char trans_a, char trans_b, T alpha, const View2<const T>& a, const Vi
   KokkosBlas::gemm(ta_str, tb_str, alpha, a, b, beta, c);
 }
 
-template void gemm<float>(char, char, float, const View2<const float>&, const View2<const float>&, float,
-                          const View2<float>&);
-template void gemm<double>(char, char, double, const View2<const double>&, const View2<const double>&, double,
-                           const View2<double>&);
+}  // namespace
+
+template <class T, class C>
+void gemm(char trans_a, char trans_b, Acc<T> alpha, const View2<const T>& a, const View2<const T>& b, Acc<T> beta,
+          const View2<C>& c) {
+  if constexpr (std::is_same<T, bf16>::value) {
+    const auto batch = [](auto* data, const auto& v) {
+      return MatrixBatch<std::remove_pointer_t<decltype(data)>>{data, index_t(v.extent(0)), index_t(v.extent(1)), 0};
+    };
+    batched_gemm<T, C>(trans_a, trans_b, alpha, batch(a.data(), a), batch(b.data(), b), beta, batch(c.data(), c), 1);
+    return;
+  } else {
+    static_assert(std::is_same<T, C>::value, "fp32 and fp64 products write their own type");
+    blas_gemm<T>(trans_a, trans_b, alpha, a, b, beta, c);
+  }
+}
+
+template void gemm<float, float>(char, char, float, const View2<const float>&, const View2<const float>&, float,
+                                 const View2<float>&);
+template void gemm<double, double>(char, char, double, const View2<const double>&, const View2<const double>&,
+                                   double, const View2<double>&);
+template void gemm<bf16, bf16>(char, char, float, const View2<const bf16>&, const View2<const bf16>&, float,
+                               const View2<bf16>&);
+template void gemm<bf16, float>(char, char, float, const View2<const bf16>&, const View2<const bf16>&, float,
+                                const View2<float>&);
 
 }  // namespace miniattn::kernels

@@ -56,20 +56,13 @@ void for_each_head_row_pack(const char* label, const V4& heads, const F& f) {
   const index_t nh = static_cast<index_t>(heads.extent(1));
   const index_t n = static_cast<index_t>(heads.extent(2));
   const index_t dh = static_cast<index_t>(heads.extent(3));
-  simd::row_packs<T>(label, static_cast<index_t>(heads.extent(0)) * nh * n, dh,
+  simd::row_packs<Acc<T>>(label, static_cast<index_t>(heads.extent(0)) * nh * n, dh,
                      KOKKOS_LAMBDA(const index_t r, const index_t e0, const int width) {
                        const index_t i = r % n;
                        const index_t bh = r / n;
                        const index_t h = bh % nh, b = bh / nh;
                        f(b, h, i, e0, width, b * n + i, h * dh + e0);
                      });
-}
-
-// *dst = *src for one pack of `width` elements.
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
-  using V = typename simd::Pack<T>::type;
-  simd::pack_store_n(dst, simd::pack_load_n<V>(src, width), width);
 }
 
 }  // namespace
@@ -82,13 +75,13 @@ void split_qkv_heads(const View2<const T>& qkv, const View4<T>& q, const View4<T
   for_each_head_row_pack<T>(
       "miniattn::split_qkv_heads.q", q,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&q(b, h, i, e), &qkv(row, col), width);
+        simd::copy_n(&q(b, h, i, e), &qkv(row, col), width);
       });
   for_each_head_row_pack<T>(
       "miniattn::split_qkv_heads.kv", k,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&k(b, h, i, e), &qkv(row, k_col + col), width);
-        copy_pack(&v(b, h, i, e), &qkv(row, v_col + col), width);
+        simd::copy_n(&k(b, h, i, e), &qkv(row, k_col + col), width);
+        simd::copy_n(&v(b, h, i, e), &qkv(row, v_col + col), width);
       });
 }
 
@@ -101,13 +94,13 @@ void merge_qkv_heads(const View4<const T>& dq, const View4<const T>& dk, const V
   for_each_head_row_pack<T>(
       "miniattn::merge_qkv_heads.q", dq,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&dqkv(row, col), &dq(b, h, i, e), width);
+        simd::copy_n(&dqkv(row, col), &dq(b, h, i, e), width);
       });
   for_each_head_row_pack<T>(
       "miniattn::merge_qkv_heads.kv", dk,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&dqkv(row, k_col + col), &dk(b, h, i, e), width);
-        copy_pack(&dqkv(row, v_col + col), &dv(b, h, i, e), width);
+        simd::copy_n(&dqkv(row, k_col + col), &dk(b, h, i, e), width);
+        simd::copy_n(&dqkv(row, v_col + col), &dv(b, h, i, e), width);
       });
 }
 
@@ -117,7 +110,7 @@ void split_heads(const View2<const T>& x, const View4<T>& xh) {
   for_each_head_row_pack<T>(
       "miniattn::split_heads", xh,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&xh(b, h, i, e), &x(row, col), width);
+        simd::copy_n(&xh(b, h, i, e), &x(row, col), width);
       });
 }
 
@@ -127,21 +120,19 @@ void merge_heads(const View4<const T>& xh, const View2<T>& x) {
   for_each_head_row_pack<T>(
       "miniattn::merge_heads", xh,
       KOKKOS_LAMBDA(index_t b, index_t h, index_t i, index_t e, int width, index_t row, index_t col) {
-        copy_pack(&x(row, col), &xh(b, h, i, e), width);
+        simd::copy_n(&x(row, col), &xh(b, h, i, e), width);
       });
 }
 
-template void split_qkv_heads<float>(const View2<const float>&, const View4<float>&, const View4<float>&,
-                                     const View4<float>&);
-template void split_qkv_heads<double>(const View2<const double>&, const View4<double>&, const View4<double>&,
-                                      const View4<double>&);
-template void merge_qkv_heads<float>(const View4<const float>&, const View4<const float>&, const View4<const float>&,
-                                     const View2<float>&);
-template void merge_qkv_heads<double>(const View4<const double>&, const View4<const double>&,
-                                      const View4<const double>&, const View2<double>&);
-template void split_heads<float>(const View2<const float>&, const View4<float>&);
-template void split_heads<double>(const View2<const double>&, const View4<double>&);
-template void merge_heads<float>(const View4<const float>&, const View2<float>&);
-template void merge_heads<double>(const View4<const double>&, const View2<double>&);
+#define MINIATTN_INSTANTIATE_HEAD_LAYOUT(T)                                                                    \
+  template void split_qkv_heads<T>(const View2<const T>&, const View4<T>&, const View4<T>&, const View4<T>&); \
+  template void merge_qkv_heads<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,      \
+                                   const View2<T>&);                                                          \
+  template void split_heads<T>(const View2<const T>&, const View4<T>&);                                      \
+  template void merge_heads<T>(const View4<const T>&, const View2<T>&);
+MINIATTN_INSTANTIATE_HEAD_LAYOUT(float)
+MINIATTN_INSTANTIATE_HEAD_LAYOUT(double)
+MINIATTN_INSTANTIATE_HEAD_LAYOUT(bf16)
+#undef MINIATTN_INSTANTIATE_HEAD_LAYOUT
 
 }  // namespace miniattn::kernels

@@ -31,18 +31,17 @@ void linear_forward(const View2<const T>& x, const View2<const T>& w, const View
   require_shape(!has_bias || b.extent(0) == w.extent(0), "linear_forward", "b must be [out] or empty");
 
   if (has_bias) {
-    using V = typename simd::Pack<T>::type;
-    simd::row_packs<T>("miniattn::linear_forward_bias", y.extent(0), y.extent(1),
-                       KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                         simd::pack_store_n(&y(r, c0), simd::pack_load_n<V>(&b(c0), width), width);
-                       });
+    simd::row_packs<Acc<T>>("miniattn::linear_forward_bias", y.extent(0), y.extent(1),
+                            KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
+                              simd::store_n(&y(r, c0), simd::load_n(&b(c0), width), width);
+                            });
   }
-  gemm<T>('N', 'T', T(1), x, w, has_bias ? T(1) : T(0), y);
+  gemm<T>('N', 'T', Acc<T>(1), x, w, has_bias ? Acc<T>(1) : Acc<T>(0), y);
 }
 
 template <class T>
 void linear_backward(const View2<const T>& dy, const View2<const T>& x, const View2<const T>& w, const View2<T>& dx,
-                     const View2<T>& dw, const View1<T>& db, const View2<T>& partials) {
+                     const View2<Param<T>>& dw, const View1<Param<T>>& db, const View2<Acc<T>>& partials) {
   const index_t rows = static_cast<index_t>(dy.extent(0));
   const index_t out = static_cast<index_t>(dy.extent(1));
   require_shape(static_cast<index_t>(x.extent(0)) == rows, "linear_backward", "dy and x disagree on rows");
@@ -56,29 +55,27 @@ void linear_backward(const View2<const T>& dy, const View2<const T>& x, const Vi
                 "db must be [out] or empty");
 
   // dx = dy W   ([rows, out] x [out, in])
-  if (dx.extent(0) != 0) gemm<T>('N', 'N', T(1), dy, w, T(0), dx);
-  // dw += dy^T x   ([out, rows] x [rows, in])
-  gemm<T>('T', 'N', T(1), dy, x, T(1), dw);
+  if (dx.extent(0) != 0) gemm<T>('N', 'N', Acc<T>(1), dy, w, Acc<T>(0), dx);
+  // dw += dy^T x   ([out, rows] x [rows, in]), accumulated in Param<T>
+  gemm<T, Param<T>>('T', 'N', Acc<T>(1), dy, x, Acc<T>(1), dw);
 
   if (db.extent(0) != 0) {
-    using V = typename simd::Pack<T>::type;
-    add_column_sums<T>(
+    add_column_sums<Acc<T>>(
         "miniattn::linear_backward_bias", rows, out, partials,
-        KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-          return simd::pack_load_n<V>(&dy(r, c0), width);
-        },
+        KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) { return simd::load_n(&dy(r, c0), width); },
         db);
   }
 }
 
-template void linear_forward<float>(const View2<const float>&, const View2<const float>&, const View1<const float>&,
-                                    const View2<float>&);
-template void linear_forward<double>(const View2<const double>&, const View2<const double>&,
-                                     const View1<const double>&, const View2<double>&);
-template void linear_backward<float>(const View2<const float>&, const View2<const float>&, const View2<const float>&,
-                                     const View2<float>&, const View2<float>&, const View1<float>&, const View2<float>&);
-template void linear_backward<double>(const View2<const double>&, const View2<const double>&,
-                                      const View2<const double>&, const View2<double>&, const View2<double>&,
-                                      const View1<double>&, const View2<double>&);
+#define MINIATTN_INSTANTIATE_LINEAR(T)                                                                          \
+  template void linear_forward<T>(const View2<const T>&, const View2<const T>&, const View1<const T>&,          \
+                                  const View2<T>&);                                                             \
+  template void linear_backward<T>(const View2<const T>&, const View2<const T>&, const View2<const T>&,         \
+                                   const View2<T>&, const View2<Param<T>>&, const View1<Param<T>>&,             \
+                                   const View2<Acc<T>>&);
+MINIATTN_INSTANTIATE_LINEAR(float)
+MINIATTN_INSTANTIATE_LINEAR(double)
+MINIATTN_INSTANTIATE_LINEAR(bf16)
+#undef MINIATTN_INSTANTIATE_LINEAR
 
 }  // namespace miniattn::kernels

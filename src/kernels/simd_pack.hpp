@@ -248,6 +248,37 @@ KOKKOS_FORCEINLINE_FUNCTION void pack_store_n(T* p, const V& v, int width) {
   for (int i = 0; i < width; ++i) p[i] = padded[i];
 }
 
+// Values stored as T (fp32, fp64 or bf16) as packs of their compute type
+// Acc<T>, and back, rounded to T (bf16 widens exactly and rounds to nearest
+// even; fp32 and fp64 load and store as they are).
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<Acc<T>>::type load_n(const T* p, int width) {
+  using V = typename Pack<Acc<T>>::type;
+  if constexpr (std::is_same<T, Acc<T>>::value) {
+    return pack_load_n<V>(p, width);
+  } else {
+    Acc<T> wide[Pack<Acc<T>>::lanes] = {};
+    for (int i = 0; i < width; ++i) wide[i] = widen(p[i]);
+    return pack_load<V>(wide);
+  }
+}
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void store_n(T* p, const typename Pack<Acc<T>>::type& v, int width) {
+  if constexpr (std::is_same<T, Acc<T>>::value) {
+    pack_store_n(p, v, width);
+  } else {
+    Acc<T> wide[Pack<Acc<T>>::lanes];
+    pack_store(wide, v);
+    for (int i = 0; i < width; ++i) p[i] = narrow<T>(wide[i]);
+  }
+}
+
+// *dst = *src for `width` values of one pack (bf16 through fp32 and back: exact).
+template <class T>
+KOKKOS_FORCEINLINE_FUNCTION void copy_n(T* dst, const T* src, int width) {
+  store_n(dst, load_n(src, width), width);
+}
+
 // Sum of the lanes, always in lane order (the same bits on every run).
 template <class V>
 KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_sum(const V& v) {

@@ -14,7 +14,7 @@ namespace {
 template <class T, class Buffer, class F>
 void for_each_block_row_pack(const char* label, const Buffer& buffer, const F& f) {
   const index_t B = buffer.extent(1), Hl = buffer.extent(2), n = buffer.extent(3);
-  simd::row_packs<T>(label, buffer.extent(0) * B * Hl * n, buffer.extent(4),
+  simd::row_packs<Acc<T>>(label, buffer.extent(0) * B * Hl * n, buffer.extent(4),
                      KOKKOS_LAMBDA(const index_t row, const index_t d0, const int width) {
                        index_t r = row;
                        const index_t i = r % n;
@@ -25,12 +25,6 @@ void for_each_block_row_pack(const char* label, const Buffer& buffer, const F& f
                      });
 }
 
-template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void copy_pack(T* dst, const T* src, int width) {
-  using V = typename simd::Pack<T>::type;
-  simd::pack_store_n(dst, simd::pack_load_n<V>(src, width), width);
-}
-
 }  // namespace
 
 template <class T>
@@ -39,15 +33,15 @@ void pack_heads(const View4<const T>& x, const View5<T>& buffer) {
   const index_t replicas = buffer.extent(0) * Hl / x.extent(1);
   for_each_block_row_pack<T>(
       "miniattn::pack_heads", buffer, KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
-        copy_pack(&buffer(j, b, h, i, d), &x(b, (j * Hl + h) / replicas, i, d), width);
+        simd::copy_n(&buffer(j, b, h, i, d), &x(b, (j * Hl + h) / replicas, i, d), width);
       });
 }
 
 // With replicas, the buffer's first replica of each head (in head order) sums
-// all of them, in replica order.
+// all of them, in replica order (in Acc<T>: one rounding for bf16).
 template <class T>
 void unpack_heads(const View5<const T>& buffer, const View4<T>& x) {
-  using V = typename simd::Pack<T>::type;
+  using V = typename simd::Pack<Acc<T>>::type;
   const index_t Hl = buffer.extent(2);
   const index_t replicas = buffer.extent(0) * Hl / x.extent(1);
   for_each_block_row_pack<T>(
@@ -55,12 +49,12 @@ void unpack_heads(const View5<const T>& buffer, const View4<T>& x) {
       KOKKOS_LAMBDA(index_t j, index_t b, index_t h, index_t i, index_t d, int width) {
         const index_t head = j * Hl + h;
         if (head % replicas != 0) return;
-        V sum = simd::pack_load_n<V>(&buffer(j, b, h, i, d), width);
+        V sum = simd::load_n(&buffer(j, b, h, i, d), width);
         for (index_t t = 1; t < replicas; ++t) {
           const index_t jt = (head + t) / Hl, ht = (head + t) % Hl;
-          sum += simd::pack_load_n<V>(&buffer(jt, b, ht, i, d), width);
+          sum += simd::load_n(&buffer(jt, b, ht, i, d), width);
         }
-        simd::pack_store_n(&x(b, head / replicas, i, d), sum, width);
+        simd::store_n(&x(b, head / replicas, i, d), sum, width);
       });
 }
 
@@ -69,7 +63,7 @@ void pack_rows(const View4<const T>& y, const View5<T>& buffer) {
   const index_t n = buffer.extent(3);
   for_each_block_row_pack<T>("miniattn::pack_rows", buffer,
                              KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
-                               copy_pack(&buffer(s, b, h, i, d), &y(b, h, s * n + i, d), width);
+                               simd::copy_n(&buffer(s, b, h, i, d), &y(b, h, s * n + i, d), width);
                              });
 }
 
@@ -78,7 +72,7 @@ void unpack_rows(const View5<const T>& buffer, const View4<T>& y) {
   const index_t n = buffer.extent(3);
   for_each_block_row_pack<T>("miniattn::unpack_rows", buffer,
                                    KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
-                                     copy_pack(&y(b, h, s * n + i, d), &buffer(s, b, h, i, d), width);
+                                     simd::copy_n(&y(b, h, s * n + i, d), &buffer(s, b, h, i, d), width);
                                    });
 }
 
@@ -89,6 +83,7 @@ void unpack_rows(const View5<const T>& buffer, const View4<T>& y) {
   template void unpack_rows<T>(const View5<const T>&, const View4<T>&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
+MINIATTN_INSTANTIATE(bf16)
 #undef MINIATTN_INSTANTIATE
 
 }  // namespace miniattn::kernels

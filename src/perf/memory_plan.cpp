@@ -85,7 +85,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
   const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
     const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
-    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s);
+    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, s);
   };
   if (in.strategy == Strategy::rsa) {
     const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));

@@ -105,7 +105,7 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
       const AttentionShape shape{2, 6, 3, 16, 100, 37};
       AttentionBlocking blocking{96, 96, kernel, chunk};
       const AttentionWorkspace<float> workspace(shape, blocking);
-      EXPECT_EQ(workspace.bytes(), attention_workspace_bytes(shape, blocking, sizeof(float)))
+      EXPECT_EQ(workspace.bytes(), attention_workspace_bytes(shape, blocking, sizeof(float), sizeof(float)))
           << miniattn::to_string(kernel) << " chunk " << chunk;
       EXPECT_GT(workspace.bytes(), 0u);
     }
