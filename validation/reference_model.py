@@ -82,8 +82,8 @@ def load_config(h5file):
         raise KeyError("missing attribute(s) on '/': " + ", ".join(missing))
     values = {k: int(_attr_value(attrs[k])) for k in CONFIG_INT_ATTRS}
     precision = str(_attr_value(attrs["precision"])).strip().lower()
-    if precision not in ("fp32", "fp64"):
-        raise ValueError(f"attribute 'precision' must be fp32 or fp64, got {precision!r}")
+    if precision not in ("fp32", "fp64", "bf16"):
+        raise ValueError(f"attribute 'precision' must be fp32, fp64 or bf16, got {precision!r}")
     # Snapshots written before model.window existed have no 'window' attribute: full attention.
     window = int(_attr_value(attrs["window"])) if "window" in attrs else 0
     # Likewise model.kv_heads: one K/V head per query head.

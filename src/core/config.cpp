@@ -699,6 +699,10 @@ void check_training(const Config& c) {
     reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
                                           number_text(c.run.memory_per_rank_gib));
 
+  if (c.run.mode == RunMode::calibrate && c.model.precision == Precision::bf16)
+    reject("model.precision", "run.mode calibrate measures fp32 or fp64 kernels; bf16 runs are predicted from them");
+  if (c.model.precision == Precision::bf16 && c.kernels.attention == AttentionKernel::fused)
+    reject("kernels.attention", "the fused kernel has no bf16 version; use gemm (or auto, which picks it for bf16)");
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));

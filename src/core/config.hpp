@@ -11,7 +11,7 @@ namespace miniattn {
 
 // The deck's enumerations: parsed once into these, compared as these; their
 // deck words come from enum_names<E>() (declaration order), in one place.
-enum class Precision { fp32, fp64 };
+enum class Precision { fp32, fp64, bf16 };
 enum class Strategy { local, rsa, ring, ulysses, hybrid, allgather };
 enum class Layout { contiguous, zigzag, striped };
 enum class CommBackend { mpi, nccl };
@@ -45,6 +45,15 @@ template <class E>
 const char* to_string(E value) {
   return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
 }
+
+// Bytes of each kind of value a run of `precision` stores (docs/design.md,
+// "Precision"): activations and everything exchanged between layers (value),
+// statistics and accumulators (acc), parameters, their gradients and the
+// optimizer state (param). fp32 {4, 4, 4}, fp64 {8, 8, 8}, bf16 {2, 4, 4}.
+struct ElementSizes {
+  std::size_t value = 8, acc = 8, param = 8;
+};
+ElementSizes element_sizes(Precision precision);
 
 struct ModelConfig {
   std::int64_t vocab = 256;

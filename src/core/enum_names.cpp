@@ -5,7 +5,7 @@ namespace miniattn {
 
 template <>
 const std::vector<std::string>& enum_names<Precision>() {
-  static const std::vector<std::string> names = {"fp32", "fp64"};
+  static const std::vector<std::string> names = {"fp32", "fp64", "bf16"};
   return names;
 }
 template <>

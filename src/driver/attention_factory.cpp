@@ -88,5 +88,9 @@ template AttentionLayers<double> make_attention_layers<double>(const Config&, co
                                                                const View2<const index_t>&,
                                                                const kernels::AttentionBlocking&, index_t, index_t,
                                                                index_t);
+template AttentionLayers<bf16> make_attention_layers<bf16>(const Config&, const ProcessGrid&, Comm&,
+                                                           const View2<const index_t>&,
+                                                           const kernels::AttentionBlocking&, index_t, index_t,
+                                                           index_t);
 
 }  // namespace miniattn

@@ -57,7 +57,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("forward");
-        pass.loss_sum += model.forward(s.params, slot, inputs, targets);
+        pass.loss_sum += model.forward(s.weights, slot, inputs, targets);
       }
       pass.busy_seconds += wall_seconds() - t0;
       const View2<T> output = model.stage_output(slot);
@@ -70,7 +70,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("backward");
-        model.backward(s.params, s.grads, slot, inputs, targets, static_cast<T>(1.0 / tokens));
+        model.backward(s.weights, s.grads, slot, inputs, targets, static_cast<Acc<T>>(1.0 / tokens));
       }
       pass.busy_seconds += wall_seconds() - t0;
       if (previous != MPI_PROC_NULL) {
@@ -90,5 +90,6 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
 
 template PipelinePass run_pipeline<float>(TrainingState<float>&, index_t);
 template PipelinePass run_pipeline<double>(TrainingState<double>&, index_t);
+template PipelinePass run_pipeline<bf16>(TrainingState<bf16>&, index_t);
 
 }  // namespace miniattn

@@ -27,9 +27,9 @@ StepConfig deck_step_config(const Config& c) {
   s.documents = c.data.documents;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
   // Tiles given as 0 are the ones this build would choose.
-  s.blocking = c.model.precision == Precision::fp32
-                   ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
-                   : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
+  s.blocking = c.model.precision == Precision::fp32   ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
+               : c.model.precision == Precision::bf16 ? kernels::choose_attention_tiles<bf16>(c.kernels, c.model.head_dim()).blocking
+                                                      : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
   return s;
 }
 

@@ -44,11 +44,13 @@ RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const
   const int ring_step_count = ring_steps(c.model, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   double best = 0.0;
   for (int repeat = 0; repeat < 3; ++repeat) {
-    const double t = scalar_bytes == sizeof(float)
-                         ? time_ring_pattern<float>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
-                                                    ring_step_count, c.model.layers, block_elements)
-                         : time_ring_pattern<double>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
-                                                     ring_step_count, c.model.layers, block_elements);
+    const auto time_as = [&](auto zero) {
+      return time_ring_pattern<decltype(zero)>(*comm, grid.ring_comm, grid.ring_rank, grid.ring_size,
+                                               ring_step_count, c.model.layers, block_elements);
+    };
+    const double t = scalar_bytes == sizeof(float)  ? time_as(float())
+                     : scalar_bytes == sizeof(bf16) ? time_as(bf16())
+                                                    : time_as(double());
     best = repeat == 0 ? t : std::min(best, t);
   }
   // The slowest rank sets the pace of a ring.

@@ -88,11 +88,17 @@ int run_miniattn(const Config& config, MPI_Comm world) {
     require_writable_directory("io.checkpoint", config.io.checkpoint);
   });
 
-  const bool fp32 = config.model.precision == Precision::fp32;
+  const Precision precision = config.model.precision;
   nlohmann::json result;
-  if (mode == RunMode::predict) result = run_predict(config, world);
-  else if (mode == RunMode::calibrate) result = fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
-  else result = fp32 ? run_training<float>(config, world) : run_training<double>(config, world);
+  if (mode == RunMode::predict) {
+    result = run_predict(config, world);
+  } else if (mode == RunMode::calibrate) {  // fp32 or fp64 (validate_config)
+    result = precision == Precision::fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
+  } else {
+    result = precision == Precision::fp32   ? run_training<float>(config, world)
+             : precision == Precision::bf16 ? run_training<bf16>(config, world)
+                                            : run_training<double>(config, world);
+  }
   int rank = 0;
   MPI_Comm_rank(world, &rank);
   if (rank == 0) {

@@ -49,7 +49,6 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   in.pp = s.grid.pp_size;
   in.stage = s.grid.pp_rank;
   in.ulysses = s.grid.ulysses_size;
-  in.scalar_bytes = sizeof(T);
   in.replicated_parameters = s.layout.replicated_size();
   in.tensor_parallel_parameters = s.layout.replicated_size() - s.layout.tensor_parallel_begin();
   in.local_wpe_parameters = s.layout.sharded_size();
@@ -105,7 +104,7 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
   const ModelConfig& m = s.config.model;
   const double ranks = s.grid.world_size;
   const double gemm_rate = measure_gemm_flops<T>();
-  const CorePeak peak = core_peak(sizeof(T));
+  const CorePeak peak = core_peak(sizeof(Acc<T>));  // bf16 computes in fp32
   auto rate_of = [&](double seconds, double flops) {
     const double rate = seconds > 0 ? flops / ranks / seconds : 0.0;
     nlohmann::json j{{"seconds", seconds}, {"gflops_per_rank", rate * 1e-9}, {"fraction_of_gemm", rate / gemm_rate}};
@@ -257,5 +256,6 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
 template nlohmann::json training_report<float>(TrainingState<float>&, const MemoryCheck&, const StepRecord&, MPI_Comm);
 template nlohmann::json training_report<double>(TrainingState<double>&, const MemoryCheck&, const StepRecord&,
                                                 MPI_Comm);
+template nlohmann::json training_report<bf16>(TrainingState<bf16>&, const MemoryCheck&, const StepRecord&, MPI_Comm);
 
 }  // namespace miniattn

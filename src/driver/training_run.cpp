@@ -29,13 +29,13 @@ std::string format_seconds(double s) {
 
 // The index, in model order, of the first parameter whose gradient holds a
 // NaN or Inf on this rank; -1 when none does.
-template <class T>
-long first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuffers<T>& grads) {
+template <class P>
+long first_nonfinite_gradient(const ParameterLayout& layout, const ParameterBuffers<P>& grads) {
   const auto& params = layout.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const ParameterInfo& p = params[i];
     const auto g = Kokkos::subview(grads.buffer_of(p), Kokkos::make_pair(p.offset, p.offset + p.local_size));
-    if (kernels::count_nonfinite<T>(g) > 0) return static_cast<long>(i);
+    if (kernels::count_nonfinite<P>(g) > 0) return static_cast<long>(i);
   }
   return -1;
 }
@@ -102,7 +102,7 @@ void sum_gradients(TrainingState<T>& s) {
   if (s.layout.holds_embedding()) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, "gradients.wpe");
   if (grid.tied_embedding_comm != MPI_COMM_NULL) {
     const index_t wte = s.layout.wte(), size = s.config.model.vocab * s.config.model.d_model;
-    s.comm->allreduce_sum(View1<T>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
+    s.comm->allreduce_sum(View1<Param<T>>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
                           grid.tied_embedding_comm, "gradients.tied_embedding");
   }
 }
@@ -116,13 +116,14 @@ double gradient_sum_of_squares(TrainingState<T>& s) {
   const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
   const index_t whole_size = static_cast<index_t>(whole.extent(0));
   const auto counted = Kokkos::subview(whole, Kokkos::make_pair(s.layout.tied_copy_size(), whole_size));
-  double shards_sq = s.gradient_sum.template sum_of_squares<T>(shards);
+  double shards_sq = s.gradient_sum.template sum_of_squares<Param<T>>(shards);
   if (grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, grid.tp_comm, "grad_norm");
   double wpe_sq = 0.0;
   if (s.layout.holds_embedding())
-    wpe_sq = s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<T>(s.grads.sharded), grid.sp_comm,
+    wpe_sq = s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<Param<T>>(s.grads.sharded), grid.sp_comm,
                                    "grad_norm");
-  const double stage_sq = s.gradient_sum.template sum_of_squares<T>(View1<T>(counted)) + shards_sq + wpe_sq;
+  const double stage_sq =
+      s.gradient_sum.template sum_of_squares<Param<T>>(View1<Param<T>>(counted)) + shards_sq + wpe_sq;
   return grid.pp_size > 1 ? s.comm->allreduce_sum(stage_sq, grid.pp_comm, "grad_norm") : stage_sq;
 }
 
@@ -134,7 +135,7 @@ double loss_and_gradients(TrainingState<T>& s, index_t step, StepRecord& record)
   {
     auto t = s.timer.measure("data");
     s.task.fill(step, s.share.first_sample, s.share.local_batch, s.positions, s.inputs, s.targets);
-    s.grads.fill(T(0));
+    s.grads.fill(Param<T>(0));
   }
   const PipelinePass pass = run_pipeline(s, step);
   record.idle_fractions.push_back(pass.span_seconds > 0 ? 1.0 - pass.busy_seconds / pass.span_seconds : 0.0);
@@ -153,6 +154,7 @@ double clip_and_update(TrainingState<T>& s, index_t step) {
   // with the same deck takes the same steps.
   const double clip = s.config.train.grad_clip;
   s.optimizer.step(s.params, s.grads, clip > 0 ? std::min(1.0, clip / (norm + 1e-6)) : 1.0);
+  s.refresh_weights();
   return norm;
 }
 
@@ -179,8 +181,8 @@ void write_snapshot(TrainingState<T>& s, double loss, index_t step) {
   if (s.config.data.documents)
     content.document_ids = s.task.full_documents(step, s.share.first_sample, s.share.local_batch);
   write_or_fail("io.snapshot", [&] {
-    io::write_snapshot<T>(s.config.io.snapshot, s.config, s.layout, s.grid, s.share.positions, s.params, s.grads,
-                          content);
+    io::write_snapshot<Param<T>>(s.config.io.snapshot, s.config, s.layout, s.grid, s.share.positions, s.params,
+                                 s.grads, content);
   });
 }
 
@@ -189,8 +191,8 @@ void write_checkpoint(TrainingState<T>& s, index_t steps_done) {
   auto t = s.timer.measure("checkpoint");
   const io::CheckpointState state{steps_done, s.optimizer.steps_taken(), s.config.train.seed};
   write_or_fail("io.checkpoint", [&] {
-    io::write_checkpoint<T>(s.config.io.checkpoint, s.config, s.layout, s.grid, s.share.positions, s.params,
-                            s.first_moment(), s.second_moment(), state);
+    io::write_checkpoint<Param<T>>(s.config.io.checkpoint, s.config, s.layout, s.grid, s.share.positions, s.params,
+                                   s.first_moment(), s.second_moment(), state);
   });
 }
 
@@ -242,7 +244,11 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);
   const InjectedFault fault = injected_fault(grid.world_rank);
   const kernels::AttentionTiles tiles = agreed_attention_tiles<T>(c, grid);
-  const MemoryCheck memory = check_memory(c, grid, layout, sizeof(T), tiles.blocking, fault);
+  const ElementSizes sizes = element_sizes(c.model.precision);
+  if (sizes.value != sizeof(T) || sizes.acc != sizeof(Acc<T>) || sizes.param != sizeof(Param<T>))
+    throw RuntimeFailure("run_training: model.precision " + std::string(to_string(c.model.precision)) +
+                         " does not match the types it was dispatched to");
+  const MemoryCheck memory = check_memory(c, grid, layout, tiles.blocking, fault);
 
   TrainingState<T> state(c, grid, share, layout, tiles);
   record.first_step = load_or_initialize(state);
@@ -259,5 +265,6 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
 
 template nlohmann::json run_training<float>(const Config&, MPI_Comm);
 template nlohmann::json run_training<double>(const Config&, MPI_Comm);
+template nlohmann::json run_training<bf16>(const Config&, MPI_Comm);
 
 }  // namespace miniattn

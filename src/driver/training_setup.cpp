@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
@@ -39,6 +41,18 @@ View1<index_t> to_device(const std::vector<index_t>& values, const std::string& 
   for (std::size_t i = 0; i < values.size(); ++i) host(i) = values[i];
   Kokkos::deep_copy(view, host);
   return view;
+}
+
+// The weights the model computes with: the parameters' own buffers, or (when
+// T is narrower than the parameters, bf16) a copy of their layout in T.
+template <class T>
+ParameterBuffers<T> compute_weights(const ParameterBuffers<Param<T>>& params, const ParameterLayout& layout) {
+  if constexpr (std::is_same<T, Param<T>>::value) {
+    (void)layout;
+    return params;
+  } else {
+    return ParameterBuffers<T>(layout, "weights");
+  }
 }
 
 AgreedMemory agreed_available_memory(std::size_t local, MPI_Comm world) {
@@ -95,7 +109,8 @@ index_t restart(TrainingState<T>& s) {
   const Config& c = s.config;
   io::CheckpointState state;
   try {
-    state = io::read_checkpoint<T>(c.io.restart, c, s.layout, s.grid, s.share.positions, s.params, s.first_moment(),
+    state = io::read_checkpoint<Param<T>>(c.io.restart, c, s.layout, s.grid, s.share.positions, s.params,
+                                          s.first_moment(),
                                    s.second_moment());
   } catch (const InputError& e) {
     throw InputError(std::string("io.restart: ") + e.what());
@@ -158,7 +173,7 @@ InjectedFault injected_fault(int world_rank) {
 }
 
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
-                         std::size_t scalar_bytes, const kernels::AttentionBlocking& blocking,
+                         const kernels::AttentionBlocking& blocking,
                          const InjectedFault& fault) {
   MemoryPlanInput in;
   in.model = c.model;
@@ -171,7 +186,6 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.stage = grid.pp_rank;
   in.micro_batches = c.train.micro_batches;
   in.ulysses = grid.ulysses_size;
-  in.scalar_bytes = scalar_bytes;
   in.replicated_parameters = layout.replicated_size();
   in.documents = c.data.documents;
   in.blocking = blocking;
@@ -190,7 +204,8 @@ template <class T>
 TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l,
                                 const kernels::AttentionTiles& tiles)
     : config(c), grid(g), share(sh), layout(l), positions(to_device(sh.positions, "positions")), params(l, "params"),
-      grads(l, "grads"), optimizer(c.train, l), gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
+      grads(l, "grads"), weights(compute_weights<T>(params, l)), optimizer(c.train, l),
+      gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
       attention_tiles(tiles),
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
@@ -206,13 +221,27 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
 }
 
 template <class T>
-const ParameterBuffers<T>* TrainingState<T>::first_moment() const {
+const ParameterBuffers<Param<T>>* TrainingState<T>::first_moment() const {
   return optimizer.has_moments() ? &optimizer.first_moment() : nullptr;
 }
 
 template <class T>
-const ParameterBuffers<T>* TrainingState<T>::second_moment() const {
+const ParameterBuffers<Param<T>>* TrainingState<T>::second_moment() const {
   return optimizer.has_moments() ? &optimizer.second_moment() : nullptr;
+}
+
+template <class T>
+void TrainingState<T>::refresh_weights() const {
+  if constexpr (!std::is_same<T, Param<T>>::value) {
+    for (const auto& [from, to] : {std::make_pair(params.replicated, weights.replicated),
+                                   std::make_pair(params.sharded, weights.sharded)}) {
+      const View1<const Param<T>> master = from;
+      const View1<T> copy = to;
+      Kokkos::parallel_for(
+          "miniattn::refresh_weights", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, copy.extent(0)),
+          KOKKOS_LAMBDA(const index_t i) { copy(i) = T(master(i)); });
+    }
+  }
 }
 
 template <class T>
@@ -220,32 +249,44 @@ std::size_t TrainingState<T>::allocated_bytes() const {
   const std::size_t parameter_copies = optimizer.has_moments() ? 4 : 2;
   std::size_t index_elements = inputs.span() + targets.span() + positions.span() + attention_positions.span();
   for (const View2<index_t>& ids : attention.documents) index_elements += ids.span();
-  return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(T) +
+  const std::size_t weight_copy =
+      std::is_same<T, Param<T>>::value ? 0 : (weights.replicated.span() + weights.sharded.span()) * sizeof(T);
+  return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(Param<T>) + weight_copy +
          model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
          index_elements * sizeof(index_t) + pipeline_send.span() * sizeof(T);
 }
 
 template <class T>
-index_t load_or_initialize(TrainingState<T>& s) {
+index_t read_or_initialize_parameters(TrainingState<T>& s) {
   const Config& c = s.config;
   if (!c.io.restart.empty()) return restart(s);
   if (c.io.init == "random") {
-    initialize_parameters<T>(s.layout, c.train.seed, s.positions, c.model.d_model, s.params);
+    initialize_parameters<Param<T>>(s.layout, c.train.seed, s.positions, c.model.d_model, s.params);
     return 0;
   }
   try {
-    io::load_parameters<T>(c.io.init, s.layout, s.grid, s.share.positions, c.parallel.layout, s.params);
+    io::load_parameters<Param<T>>(c.io.init, s.layout, s.grid, s.share.positions, c.parallel.layout, s.params);
   } catch (const InputError& e) {
     throw InputError(std::string("io.init: ") + e.what());
   }
   return 0;
 }
 
+template <class T>
+index_t load_or_initialize(TrainingState<T>& s) {
+  const index_t first_step = read_or_initialize_parameters(s);
+  s.refresh_weights();
+  return first_step;
+}
+
 template struct TrainingState<float>;
 template struct TrainingState<double>;
+template struct TrainingState<bf16>;
 template kernels::AttentionTiles agreed_attention_tiles<float>(const Config&, const ProcessGrid&);
 template kernels::AttentionTiles agreed_attention_tiles<double>(const Config&, const ProcessGrid&);
+template kernels::AttentionTiles agreed_attention_tiles<bf16>(const Config&, const ProcessGrid&);
 template index_t load_or_initialize<float>(TrainingState<float>&);
 template index_t load_or_initialize<double>(TrainingState<double>&);
+template index_t load_or_initialize<bf16>(TrainingState<bf16>&);
 
 }  // namespace miniattn

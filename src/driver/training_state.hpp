@@ -70,7 +70,7 @@ struct MemoryCheck {
 // header on world rank 0 and refuses (InputError, the same on every rank) a
 // run that does not fit, before any large allocation.
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
-                         std::size_t scalar_bytes, const kernels::AttentionBlocking& blocking,
+                         const kernels::AttentionBlocking& blocking,
                          const InjectedFault& fault);
 
 // The attention kernel and tiles of this run (kernels::choose_attention_tiles),
@@ -78,7 +78,11 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
 template <class T>
 kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid);
 
-// Everything a step touches, built in dependency order.
+// Everything a step touches, built in dependency order. T is the
+// activations' storage (fp32, fp64 or bf16); the master parameters, their
+// gradients and the optimizer state are Param<T> (fp32 for bf16), and the
+// model computes with `weights`: the parameters themselves, or (bf16) their
+// copy rounded to T after every update (Megatron's mixed precision).
 template <class T>
 struct TrainingState {
   TrainingState(const Config& c, const ProcessGrid& grid, const RankShare& share, const ParameterLayout& layout,
@@ -89,8 +93,9 @@ struct TrainingState {
   const RankShare& share;
   const ParameterLayout& layout;
   View1<index_t> positions;  // share.positions on the device
-  ParameterBuffers<T> params, grads;
-  Optimizer<T> optimizer;
+  ParameterBuffers<Param<T>> params, grads;
+  ParameterBuffers<T> weights;
+  Optimizer<Param<T>> optimizer;
   kernels::OrderedSum gradient_sum;
   kernels::AttentionTiles attention_tiles;
   std::unique_ptr<Comm> comm;
@@ -103,8 +108,10 @@ struct TrainingState {
   PhaseTimer timer;
 
   // Adam's moments for the checkpoint (null for SGD).
-  const ParameterBuffers<T>* first_moment() const;
-  const ParameterBuffers<T>* second_moment() const;
+  const ParameterBuffers<Param<T>>* first_moment() const;
+  const ParameterBuffers<Param<T>>* second_moment() const;
+  // weights = params rounded to T (nothing when they are the same buffers).
+  void refresh_weights() const;
   // Bytes the objects above allocated (the memory plan must match it).
   std::size_t allocated_bytes() const;
 };

@@ -140,11 +140,12 @@ struct AttentionShape {
 // tile pair transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
 // (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never
-// O(N^2). When T computes in a wider type (bf16), also the running output and
-// the dq accumulator in Acc<T>, [B, H, queries, Dh] each, and a call's dk and
-// dv in Acc<T>, [B, KV, keys, Dh] each, added to the caller's dk, dv (which
-// travel as T) with one rounding per call (fp32 and fp64 accumulate in the
-// caller's out, dq, dk and dv).
+// O(N^2). When T computes in a wider type (bf16), also an Acc<T> accumulator
+// [B, H, queries, Dh] for the running output in the forward pass and for dq in
+// the backward pass (they never overlap), and, gemm, a key chunk's dk and dv
+// in Acc<T>, [B, KV, min(chunk, keys), Dh] each, added to the caller's dk, dv
+// (which travel as T) with one rounding per key chunk (fp32 and fp64
+// accumulate in the caller's out, dq, dk and dv).
 // Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
 // put a tile's rows in the same cache sets.
 inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
@@ -152,7 +153,7 @@ template <class T>
 struct AttentionWorkspace {
   View4<T> k_t, v_t;                  // fused
   View1<T> scores, score_grads;       // gemm
-  View4<Acc<T>> out_acc, dq_acc;      // bf16
+  View4<Acc<T>> acc;                 // bf16: out, then dq
   View4<Acc<T>> dk_acc, dv_acc;       // bf16, gemm
   AttentionWorkspace() = default;
   AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking);

@@ -89,8 +89,8 @@ namespace {
 struct WorkspaceElements {
   index_t transposed = 0;   // each of K^T, V^T
   index_t chunk_pair = 0;   // each of the score and score-gradient blocks
-  index_t accumulator = 0;      // each of out_acc, dq_acc (inputs narrower than their compute type)
-  index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm)
+  index_t accumulator = 0;      // acc: the output, then dq (inputs narrower than their compute type)
+  index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm: one key chunk)
 };
 
 WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking,
@@ -98,7 +98,7 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
   WorkspaceElements e;
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
   if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
-    e.key_accumulator = s.batch * s.kv_heads * s.keys * s.head_dim;
+    e.key_accumulator = s.batch * s.kv_heads * std::min(blocking.chunk, s.keys) * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused) {
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
   } else {
@@ -112,13 +112,11 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
 template <class T>
 AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking) {
   const WorkspaceElements e = workspace_elements(shape, blocking, !std::is_same<T, Acc<T>>::value);
-  if (e.accumulator > 0) {
-    out_acc = View4<Acc<T>>("attention.out_acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
-    dq_acc = View4<Acc<T>>("attention.dq_acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
-  }
+  if (e.accumulator > 0) acc = View4<Acc<T>>("attention.acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
   if (e.key_accumulator > 0) {
-    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, shape.keys, shape.head_dim);
-    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, shape.keys, shape.head_dim);
+    const index_t rows = std::min(blocking.chunk, shape.keys);
+    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, rows, shape.head_dim);
+    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, rows, shape.head_dim);
   }
   if (e.transposed > 0) {
     const index_t row = transposed_keys_row(shape.keys);
@@ -134,14 +132,14 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
 template <class T>
 std::size_t AttentionWorkspace<T>::bytes() const {
   return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T) +
-         (out_acc.span() + dq_acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
+         (acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
 }
 
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
                                       std::size_t value_bytes, std::size_t acc_bytes) {
   const WorkspaceElements e = workspace_elements(shape, blocking, value_bytes != acc_bytes);
-  return 2 * (static_cast<std::size_t>(e.transposed + e.chunk_pair) * value_bytes +
-              static_cast<std::size_t>(e.accumulator + e.key_accumulator) * acc_bytes);
+  return 2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) * value_bytes +
+         static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes;
 }
 
 template <class T>
@@ -159,12 +157,12 @@ View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate)
 
 template <class T>
 View4<Acc<T>> output_accumulator(const View4<T>& out, const AttentionWorkspace<T>& workspace) {
-  return accumulator_of<T>(out, workspace.out_acc);
+  return accumulator_of<T>(out, workspace.acc);
 }
 
 template <class T>
 View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWorkspace<T>& workspace) {
-  return accumulator_of<T>(dq, workspace.dq_acc);
+  return accumulator_of<T>(dq, workspace.acc);
 }
 
 #define MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(T)                                                 \

@@ -204,8 +204,9 @@ void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s
   if (workspace.scores.extent(0) < needed || (backward && workspace.score_grads.extent(0) < needed))
     throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
                          " values of a chunk pair's score blocks");
-  if (backward && !std::is_same<T, Acc<T>>::value && static_cast<index_t>(workspace.dk_acc.extent(2)) < s.nk)
-    throw RuntimeFailure("attention (gemm): the workspace's dk/dv accumulators hold fewer than the call's keys");
+  if (backward && !std::is_same<T, Acc<T>>::value &&
+      static_cast<index_t>(workspace.dk_acc.extent(2)) < std::min(chunk, s.nk))
+    throw RuntimeFailure("attention (gemm): the workspace's dk/dv accumulators hold fewer rows than a key chunk");
 }
 
 // The rows of chunk pair (qc, kc) of each operand: a query-side tensor's rows
@@ -237,53 +238,72 @@ void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<
 
 // The gradients' GEMMs of one chunk pair, after the row kernel.
 // dk, dv: the caller's (fp32, fp64) or the workspace's Acc<T> copies (bf16).
+// Rows kc of to += the first kc.rows rows of from, rounded to T once (a free
+// function: CUDA lambdas may not live in private members).
 template <class T>
-struct BackwardOperands {
-  View4<const T> q, k, v, dout;
-  View4<Acc<T>> dq, dk, dv;
-};
+void add_rounded(const View4<Acc<T>>& from, Chunk kc, const View4<T>& to) {
+  const index_t rows = kc.rows, first = kc.first, dh = to.extent(3);
+  const index_t from_rows = from.extent(2), to_rows = to.extent(2);
+  const Acc<T>* const a = from.data();
+  T* const x = to.data();
+  Kokkos::parallel_for(
+      "miniattn::chunked_attention_key_gradients",
+      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, index_t(to.extent(0) * to.extent(1)) * rows * dh),
+      KOKKOS_LAMBDA(const index_t e) {
+        const index_t d = e % dh, j = (e / dh) % rows, head = e / (dh * rows);
+        T& target = x[(head * to_rows + first + j) * dh + d];
+        target = narrow<T>(widen(target) + a[(head * from_rows + j) * dh + d]);
+      });
+}
 
-// The keys' gradients of one call: accumulated in the caller's dk, dv when T
-// computes in T; else in the workspace's Acc<T> copies, added to dk, dv with
-// one rounding when the call ends.
+// The keys' gradients: accumulated straight into the caller's dk, dv when T
+// computes in T; else key chunk by key chunk in the workspace's Acc<T>
+// buffers ([B, KV, chunk, Dh]), added to the chunk's rows of dk, dv with one
+// rounding once all its query chunks are done.
 template <class T>
 struct KeyGradients {
+  static constexpr bool separate = !std::is_same<T, Acc<T>>::value;
   View4<T> dk, dv;
   View4<Acc<T>> dk_acc, dv_acc;
+
   KeyGradients(const View4<T>& k_grads, const View4<T>& v_grads, const AttentionWorkspace<T>& workspace)
-      : dk(k_grads), dv(v_grads), dk_acc(accumulator_of(k_grads, workspace.dk_acc, dk.extent(2))),
-        dv_acc(accumulator_of(v_grads, workspace.dv_acc, dv.extent(2))) {
-    if (!std::is_same<T, Acc<T>>::value) {
-      Kokkos::deep_copy(dk_acc, Acc<T>(0));
-      Kokkos::deep_copy(dv_acc, Acc<T>(0));
-    }
+      : dk(k_grads), dv(v_grads), dk_acc(accumulator(k_grads, workspace.dk_acc)),
+        dv_acc(accumulator(v_grads, workspace.dv_acc)) {}
+
+  // Rows of key chunk kc of dk or dv as one GEMM batch over (sample, K/V head).
+  MatrixBatch<Acc<T>> rows(const View4<Acc<T>>& grads, Chunk kc) const {
+    if (separate) return head_rows(grads.data(), index_t(grads.extent(2)), index_t(grads.extent(3)), 1, 0, 0, kc.rows);
+    return head_rows(grads.data(), index_t(grads.extent(2)), index_t(grads.extent(3)), 1, 0, kc.first, kc.rows);
   }
-  void finish() const {
-    if constexpr (!std::is_same<T, Acc<T>>::value) {
-      add_rounded(dk_acc, dk);
-      add_rounded(dv_acc, dv);
+  void begin(Chunk) const {
+    if (!separate) return;
+    Kokkos::deep_copy(dk_acc, Acc<T>(0));
+    Kokkos::deep_copy(dv_acc, Acc<T>(0));
+  }
+  void end(Chunk kc) const {
+    if constexpr (separate) {
+      add_rounded<T>(dk_acc, kc, dk);
+      add_rounded<T>(dv_acc, kc, dv);
     }
   }
 
  private:
-  // The workspace's accumulators hold up to `keys` rows: their first `rows`.
-  static View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate, index_t rows) {
-    if constexpr (std::is_same<T, Acc<T>>::value) {
-      (void)separate;
-      (void)rows;
-      return own;
+  static View4<Acc<T>> accumulator(const View4<T>& own, const View4<Acc<T>>& chunk_buffers) {
+    if constexpr (separate) {
+      return chunk_buffers;
     } else {
-      return View4<Acc<T>>(separate.data(), own.extent(0), own.extent(1), rows, own.extent(3));
+      (void)chunk_buffers;
+      return own;
     }
   }
-  static void add_rounded(const View4<Acc<T>>& from, const View4<T>& to) {
-    const Acc<T>* const a = from.data();
-    T* const x = to.data();
-    Kokkos::parallel_for(
-        "miniattn::chunked_attention_key_gradients",
-        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, static_cast<index_t>(to.span())),
-        KOKKOS_LAMBDA(const index_t e) { x[e] = narrow<T>(widen(x[e]) + a[e]); });
-  }
+};
+
+// The operands of the gradients' GEMMs.
+template <class T>
+struct BackwardOperands {
+  View4<const T> q, k, v, dout;
+  View4<Acc<T>> dq;
+  const KeyGradients<T>& keys;
 };
 
 template <class T>
@@ -299,8 +319,10 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
   Kokkos::parallel_for("miniattn::chunked_attention_backward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
   for (index_t g = 0; g < s.group; ++g) {
     const auto p = read_only(at.blocks(rows.scores, g)), ds = read_only(at.blocks(rows.score_grads, g));
-    batched_gemm<T>('T', 'N', Acc<T>(1), p, at.queries(x.dout.data(), g), Acc<T>(1), at.keys(x.dv.data()), E);
-    batched_gemm<T>('T', 'N', Acc<T>(1), ds, at.queries(x.q.data(), g), Acc<T>(1), at.keys(x.dk.data()), E);
+    batched_gemm<T>('T', 'N', Acc<T>(1), p, at.queries(x.dout.data(), g), Acc<T>(1), x.keys.rows(x.keys.dv_acc, at.kc),
+                    E);
+    batched_gemm<T>('T', 'N', Acc<T>(1), ds, at.queries(x.q.data(), g), Acc<T>(1), x.keys.rows(x.keys.dk_acc, at.kc),
+                    E);
     batched_gemm<T>('N', 'N', Acc<T>(1), ds, at.keys(x.k.data()), Acc<T>(1), at.queries(x.dq.data(), g), E);
   }
 }
@@ -337,17 +359,21 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
   require_workspace(workspace, s, chunk, true);
   const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
   const KeyGradients<T> key_gradients(dk, dv, workspace);
-  const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients.dk_acc, key_gradients.dv_acc};
-  for (index_t ki = 0; ki < pairs.key_chunks(); ++ki)
+  const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients};
+  for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
+    const Chunk kc = chunk_of(ki, chunk, s.nk);
+    bool started = false;
     for (index_t qi = 0; qi < pairs.query_chunks(); ++qi) {
       bool partly_masked = false;
       if (!pairs.meet(qi, ki, partly_masked)) continue;
-      const BackwardRows<T> rows{workspace.scores.data(), workspace.score_grads.data(), chunk_of(qi, chunk, s.nq),
-                                 chunk_of(ki, chunk, s.nk), s.heads, q_pos, k_pos, mask, partly_masked, lse, delta,
-                                 s.scale};
+      if (!started) key_gradients.begin(kc);
+      started = true;
+      const BackwardRows<T> rows{workspace.scores.data(), workspace.score_grads.data(), chunk_of(qi, chunk, s.nq), kc,
+                                 s.heads, q_pos, k_pos, mask, partly_masked, lse, delta, s.scale};
       backward_chunk_pair<T>(s, operands, rows);
     }
-  key_gradients.finish();
+    if (started) key_gradients.end(kc);
+  }
 }
 
 #define MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(T)                                                                \

@@ -62,7 +62,7 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_sum(const Member& team, index_t count,
 template <class T, class Member, class F>
 KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count, const F& f) {
   using V = typename simd::Pack<T>::type;
-  const T lowest = -std::numeric_limits<T>::infinity();
+  const T lowest = -compat::infinity<T>();
   if constexpr (kHostExecution) {
     (void)team;
     constexpr int lanes = simd::Pack<T>::lanes;

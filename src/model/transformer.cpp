@@ -82,20 +82,20 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
       const std::string p = prefix + "blocks." + std::to_string(l) + ".";
       BlockActivations<T> a;
       a.after_attention = View2<T>(p + "after_attention", r, D);
-      a.ln1_mean = View1<T>(p + "ln1_mean", r);
-      a.ln1_rstd = View1<T>(p + "ln1_rstd", r);
-      a.ln2_mean = View1<T>(p + "ln2_mean", r);
-      a.ln2_rstd = View1<T>(p + "ln2_rstd", r);
+      a.ln1_mean = View1<Acc<T>>(p + "ln1_mean", r);
+      a.ln1_rstd = View1<Acc<T>>(p + "ln1_rstd", r);
+      a.ln2_mean = View1<Acc<T>>(p + "ln2_mean", r);
+      a.ln2_rstd = View1<Acc<T>>(p + "ln2_rstd", r);
       a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
-      a.lse = View3<T>(p + "lse", B, H, n);
+      a.lse = View3<Acc<T>>(p + "lse", B, H, n);
       slot.blocks.push_back(a);
     }
     slots_.push_back(slot);
   }
   logits_ = View2<T>("logits", layout.holds_head() ? r : 0, V);
-  final_mean_ = View1<T>("ln_f_mean", r);
-  final_rstd_ = View1<T>("ln_f_rstd", r);
-  logits_lse_ = View1<T>("logits_lse", r);
+  final_mean_ = View1<Acc<T>>("ln_f_mean", r);
+  final_rstd_ = View1<Acc<T>>("ln_f_rstd", r);
+  logits_lse_ = View1<Acc<T>>("logits_lse", r);
   row_loss_ = View1<double>("row_loss", r);
   loss_sum_ = kernels::OrderedSum(r);
   token_rows_ = kernels::TokenRows(V, r);
@@ -117,7 +117,7 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   d_k_ = View4<T>("d_k", B, KV, n, Dh);
   d_v_ = View4<T>("d_v", B, KV, n, Dh);
   d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
-  column_partials_ = View2<T>("column_partials", kernels::column_sum_chunks(R), std::max({Qs, Fs, D}));
+  column_partials_ = View2<Acc<T>>("column_partials", kernels::column_sum_chunks(R), std::max({Qs, Fs, D}));
 }
 
 template <class T>
@@ -185,12 +185,12 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, 
 }
 
 template <class T>
-void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
+void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
                                     index_t slot, index_t l) {
   // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
   const index_t D = model_.d_model;
   const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
-  const BlockTensors<T> g(grads.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
+  const BlockTensors<Param<T>> g(grads.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
   const std::size_t i = static_cast<std::size_t>(l - layers_.first);
   BlockActivations<T>& a = saved.blocks[i];
@@ -207,7 +207,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   tp_.gather_rows(d_residual_, d_all_rows_out_, "tensor_parallel.gather");
   kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
                               tp_.on_first_rank(g.fc2_bias), column_partials_);
-  kernels::gemm<T>('N', 'N', T(1), d_all_rows_out_, w.fc2_weight, T(0), d_hidden_);
+  kernels::gemm<T>('N', 'N', Acc<T>(1), d_all_rows_out_, w.fc2_weight, Acc<T>(0), d_hidden_);
   kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
   kernels::linear_backward<T>(d_hidden_, all_rows_, w.fc1_weight, d_all_rows_in_, g.fc1_weight, g.fc1_bias,
                               column_partials_);
@@ -246,8 +246,8 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
 // dL/dx in d_residual_. ln_f's output is recomputed into normed_ (bitwise as
 // in forward).
 template <class T>
-void Transformer<T>::head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads,
-                                   const View2<T>& x, const View1<const index_t>& targets, T loss_scale) {
+void Transformer<T>::head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
+                                   const View2<T>& x, const View1<const index_t>& targets, Acc<T> loss_scale) {
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const auto d_wte = matrix_at(grads.replicated, layout_.wte(), V, D);
@@ -255,17 +255,17 @@ void Transformer<T>::head_backward(const ParameterBuffers<T>& params, const Para
   const auto ln_f_bias = vector_at(params.replicated, layout_.ln_f_bias(), D);
   kernels::layer_norm_forward<T>(x, ln_f_weight, ln_f_bias, normed_, final_mean_, final_rstd_);
   kernels::cross_entropy_backward<T>(logits_, chunk_of(targets), logits_lse_, loss_scale, logits_);
-  kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<T>(), column_partials_);
-  Kokkos::deep_copy(d_residual_, T(0));
+  kernels::linear_backward<T>(logits_, normed_, wte, d_normed_, d_wte, View1<Param<T>>(), column_partials_);
+  Kokkos::deep_copy(d_residual_, T(0.0f));
   kernels::layer_norm_backward<T>(d_normed_, x, ln_f_weight, final_mean_, final_rstd_, d_residual_,
                                   vector_at(grads.replicated, layout_.ln_f_weight(), D),
                                   vector_at(grads.replicated, layout_.ln_f_bias(), D), column_partials_);
 }
 
 template <class T>
-void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot,
-                              const View1<const index_t>& inputs, const View1<const index_t>& targets,
-                              T loss_scale) {
+void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
+                              index_t slot, const View1<const index_t>& inputs, const View1<const index_t>& targets,
+                              Acc<T> loss_scale) {
   compat::ProfilingRegion region("miniattn::backward");
   if (layout_.holds_head())
     head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), targets, loss_scale);
@@ -302,16 +302,16 @@ std::size_t Transformer<T>::allocated_bytes() const {
     for (const auto& r : saved.residual) bytes += r.span() * sizeof(T);
     for (const auto& a : saved.blocks) {
       bytes += a.after_attention.span() * sizeof(T);
-      for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(T);
-      bytes += (a.attention_out.span() + a.lse.span()) * sizeof(T);
+      for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(Acc<T>);
+      bytes += a.attention_out.span() * sizeof(T) + a.lse.span() * sizeof(Acc<T>);
     }
   }
   // q_, k_, v_ and fc1_out_ are views into arena_: not counted again.
   for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);
   if (tp_.size > 1) bytes += (all_rows_.span() + d_all_rows_out_.span()) * sizeof(T);  // else aliases
-  bytes += (arena_.span() + final_mean_.span() + final_rstd_.span()) * sizeof(T);
+  bytes += arena_.span() * sizeof(T) + (final_mean_.span() + final_rstd_.span()) * sizeof(Acc<T>);
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
-  bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(T) + row_loss_.span() * sizeof(double) +
+  bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(Acc<T>) + row_loss_.span() * sizeof(double) +
            loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
   for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
   return bytes;
@@ -319,5 +319,6 @@ std::size_t Transformer<T>::allocated_bytes() const {
 
 template class Transformer<float>;
 template class Transformer<double>;
+template class Transformer<bf16>;
 
 }  // namespace miniattn

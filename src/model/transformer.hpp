@@ -35,12 +35,13 @@ namespace miniattn {
 // about 5% of a step at 8K tokens, for 3 D + F fewer values saved per row and
 // block; the attention output and its log-sum-exp are kept, so attention (and
 // its exchanges) runs once forward and once backward.
+// T is the activations' storage (bf16 for bf16 runs); statistics are Acc<T>.
 template <class T>
 struct BlockActivations {
   View2<T> after_attention;  // [chunk rows, D] x + attention half: input of ln2 and of the FFN residual
-  View1<T> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [chunk rows]
+  View1<Acc<T>> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [chunk rows]
   View4<T> attention_out;  // [B, H / tp, n, Dh]
-  View3<T> lse;            // [B, H / tp, n]
+  View3<Acc<T>> lse;       // [B, H / tp, n]
 };
 
 // What one micro-batch in flight saves on this stage.
@@ -72,9 +73,11 @@ class Transformer {
   // micro-batch in `slot`, which forward() ran. On the last stage it starts
   // from the loss, on the others from residual_gradient(), which the caller
   // has filled with the gradient of stage_output(slot); on return
-  // residual_gradient() holds the gradient of stage_input(slot).
-  void backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot,
-                const View1<const index_t>& inputs, const View1<const index_t>& targets, T loss_scale);
+  // residual_gradient() holds the gradient of stage_input(slot). params are
+  // the weights the model computes with (T: bf16 for bf16 runs), grads are
+  // Param<T> (fp32 for bf16).
+  void backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
+                const View1<const index_t>& inputs, const View1<const index_t>& targets, Acc<T> loss_scale);
 
   index_t rows() const { return rows_; }
   index_t chunk_rows() const { return chunk_rows_; }
@@ -101,9 +104,10 @@ class Transformer {
  private:
   // Block l (a layer of the stage) on the micro-batch in `slot`.
   void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l);
-  void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, index_t slot, index_t l);
-  void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<T>& grads, const View2<T>& x,
-                     const View1<const index_t>& targets, T loss_scale);
+  void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
+                      index_t l);
+  void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, const View2<T>& x,
+                     const View1<const index_t>& targets, Acc<T> loss_scale);
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
     return *attention_[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
   }
@@ -126,8 +130,8 @@ class Transformer {
   View1<index_t> wpe_row_;  // local wpe row of each local position (identity)
   std::vector<SlotActivations<T>> slots_;
   View2<T> logits_;  // [r, V] on the last stage, else empty
-  View1<T> final_mean_, final_rstd_;
-  View1<T> logits_lse_;     // [R]: log-sum-exp of each row of logits (forward, reused by backward)
+  View1<Acc<T>> final_mean_, final_rstd_;
+  View1<Acc<T>> logits_lse_;  // [R]: log-sum-exp of each row of logits (forward, reused by backward)
   View1<double> row_loss_;  // [R]: cross-entropy of each row, summed in a fixed order
   kernels::OrderedSum loss_sum_;
   kernels::TokenRows token_rows_;  // the micro-batch's rows of each token (the wte gradient's order)
@@ -147,7 +151,7 @@ class Transformer {
   View2<T> d_residual_, d_normed_;  // [r, D]
   View2<T> d_hidden_;               // [R, Fs]; also holds gelu outputs in both passes
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;
-  View2<T> column_partials_;  // [column_sum_chunks(R), max(Ds + 2 KVs, Fs, D)]: bias and LayerNorm gradient sums
+  View2<Acc<T>> column_partials_;  // [column_sum_chunks(R), max(Ds + 2 KVs, Fs, D)]: bias and LayerNorm gradient sums
 };
 
 }  // namespace miniattn

@@ -22,7 +22,9 @@ void add_ring(std::map<std::string, double>& bytes, const std::string& prefix, d
 
 std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& in) {
   const ModelConfig& m = in.model;
-  const double s = static_cast<double>(in.scalar_bytes);
+  // Activations travel as values (2 bytes in bf16), gradients as parameters (4), the lse as a statistic.
+  const ElementSizes sizes = element_sizes(m.precision);
+  const double s = static_cast<double>(sizes.value), p = static_cast<double>(sizes.param);
   const double b = static_cast<double>(m.batch / in.dp), n = static_cast<double>(m.seq_len / in.sp);
   const double t = in.tp, D = static_cast<double>(m.d_model), H = static_cast<double>(m.heads) / t;
   const double L = static_cast<double>(stage_layers(m.layers, in.pp, in.stage).count());
@@ -41,12 +43,12 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   std::map<std::string, double> bytes;
   const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
   if (in.dp * in.sp * in.tp > 1)
-    bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * s;
+    bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * p;
   if (in.world_size > 1) bytes["loss"] = sizeof(double);
-  if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * s;
-  if (first_stage && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * s;
+  if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * p;
+  if (first_stage && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * p;
   if (in.pp > 1 && (first_stage || last_stage))
-    bytes["gradients.tied_embedding"] = static_cast<double>(m.vocab * m.d_model) * s;
+    bytes["gradients.tied_embedding"] = static_cast<double>(m.vocab * m.d_model) * p;
   const int norm_shares = (first_stage && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
   if (norm_shares > 0) bytes["grad_norm"] = sizeof(double) * norm_shares;
   if (!last_stage) bytes["pipeline.activations"] = b * n * D / t * s;
@@ -78,7 +80,7 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
     const double share = (U - 1) / U;
     bytes["ulysses.forward.qkv"] = L * (X + 2 * X_kv_ulysses) * share;
     bytes["ulysses.forward.out"] = L * X * share;
-    bytes["ulysses.forward.lse"] = L * b * H * n * s * share;
+    bytes["ulysses.forward.lse"] = L * b * H * n * static_cast<double>(sizes.acc) * share;
     bytes["ulysses.backward.dout"] = L * X * share;
     bytes["ulysses.backward.dqkv"] = L * (X + 2 * X_kv_ulysses) * share;
     add_ring(bytes, "ring", G, S, X_kv_ulysses, L);

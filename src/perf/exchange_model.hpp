@@ -35,7 +35,6 @@ struct ExchangeModelInput {
   Layout layout = Layout::contiguous;  // with model.window: how far a ring must carry blocks
   int world_size = 1, dp = 1, tp = 1, sp = 1, ulysses = 1;
   int pp = 1, stage = 0;  // pipeline stages and this rank's
-  std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;       // on this rank (its stage's), tensor-parallel shards included
   std::int64_t tensor_parallel_parameters = 0;  // of those, the shards
   std::int64_t local_wpe_parameters = 0;

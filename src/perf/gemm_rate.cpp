@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <cstdlib>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/kokkos_compat.hpp"
@@ -96,18 +97,35 @@ CorePeak core_peak(std::size_t scalar_bytes) {
   return peak;
 }
 
+namespace {
+
+// An n x n matrix of uniform values in [-1, 1) (bf16: drawn in fp32 and rounded).
+template <class T>
+View2<T> random_matrix(const char* label, long n, Kokkos::Random_XorShift64_Pool<ExecSpace>& pool) {
+  View2<T> m(std::string(label), n, n);
+  View2<Acc<T>> wide = std::is_same<T, Acc<T>>::value ? View2<Acc<T>>(reinterpret_cast<Acc<T>*>(m.data()), n, n)
+                                                      : View2<Acc<T>>("gemm_rate.wide", n, n);
+  Kokkos::fill_random(wide, pool, Acc<T>(-1), Acc<T>(1));
+  if constexpr (!std::is_same<T, Acc<T>>::value)
+    Kokkos::parallel_for(
+        "miniattn::gemm_rate_round", Kokkos::RangePolicy<ExecSpace>(0, n * n),
+        KOKKOS_LAMBDA(const long i) { m.data()[i] = narrow<T>(wide.data()[i]); });
+  return m;
+}
+
+}  // namespace
+
 template <class T>
 double measure_gemm_flops(long n) {
-  View2<T> a("gemm_rate.a", n, n), b("gemm_rate.b", n, n), c("gemm_rate.c", n, n);
   Kokkos::Random_XorShift64_Pool<ExecSpace> pool(99);
-  Kokkos::fill_random(a, pool, T(-1), T(1));
-  Kokkos::fill_random(b, pool, T(-1), T(1));
+  const View2<T> a = random_matrix<T>("gemm_rate.a", n, pool), b = random_matrix<T>("gemm_rate.b", n, pool);
+  const View2<T> c("gemm_rate.c", n, n);
   constexpr int warmups = 2, repeats = 7;
   std::vector<double> seconds;
   for (int r = 0; r < warmups + repeats; ++r) {
     compat::fence("miniattn::measure_gemm_flops");
     const double t0 = wall_seconds();
-    kernels::gemm<T>('N', 'N', T(1), a, b, T(0), c);
+    kernels::gemm<T>('N', 'N', Acc<T>(1), a, b, Acc<T>(0), c);
     compat::fence("miniattn::measure_gemm_flops");
     if (r >= warmups) seconds.push_back(wall_seconds() - t0);
   }
@@ -117,5 +135,6 @@ double measure_gemm_flops(long n) {
 
 template double measure_gemm_flops<float>(long);
 template double measure_gemm_flops<double>(long);
+template double measure_gemm_flops<bf16>(long);
 
 }  // namespace miniattn

@@ -30,7 +30,11 @@ std::size_t MemoryPlan::total() const {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ModelConfig& m = in.model;
-  const std::size_t s = in.scalar_bytes, ib = sizeof(index_t), tp = static_cast<std::size_t>(in.tp);
+  // Bytes of an activation (s), of a statistic or accumulator (a) and of a
+  // parameter, gradient or optimizer value (p): all equal but for bf16 (2, 4, 4).
+  const ElementSizes sizes = element_sizes(m.precision);
+  const std::size_t s = sizes.value, a = sizes.acc, p = sizes.param;
+  const std::size_t ib = sizeof(index_t), tp = static_cast<std::size_t>(in.tp);
   const std::size_t local_batch = static_cast<std::size_t>(m.batch / in.dp);
   const std::size_t b = local_batch / static_cast<std::size_t>(in.micro_batches);  // a micro-batch
   const std::size_t n = static_cast<std::size_t>(m.seq_len / in.sp);
@@ -52,8 +56,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   MemoryPlan plan;
   const std::size_t wpe = first_stage ? n * D : 0, replicated = static_cast<std::size_t>(in.replicated_parameters);
   const std::size_t parameters = replicated + wpe;
-  plan.parts["parameters+gradients"] = 2 * parameters * s;
-  if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * s;
+  // Master parameters and gradients, and (bf16) the weights rounded for compute.
+  plan.parts["parameters+gradients"] = 2 * parameters * p + (s != p ? parameters * s : 0);
+  if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * p;
   plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib +
                                    (in.documents ? slots * b * N * ib : 0);  // packed documents' ids
 
@@ -67,9 +72,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // partial sums (kernels/reduction.hpp), the ordered sums of the loss and of
   // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
   // (kernels/embedding.hpp).
-  const std::size_t per_block = (r * D + R * Da + 4 * r + R * H) * s;
-  plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + (3 * r + (last_stage ? r * V : 0)) * s +
-                              r * sizeof(double);
+  const std::size_t per_block = (r * D + R * Da) * s + (4 * r + R * H) * a;
+  plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
+                              (last_stage ? r * V : 0) * s + r * sizeof(double);
   if (!first_stage) plan.parts["pipeline send buffer"] = r * D * s;
   plan.parts["workspaces"] =
       (R * Dq + r * D + R * std::max(Dq, F) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
@@ -77,7 +82,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
-  plan.parts["reduction workspaces"] = chunks * std::max({Dq, F, D}) * s + ordered_sum_bytes(r) +
+  plan.parts["reduction workspaces"] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
 
   // Attention strategies, one per layer and slot, plus the ring workspace they share.
@@ -85,15 +90,16 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
   const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
     const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
-    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, s);
+    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, a);
   };
   if (in.strategy == Strategy::rsa) {
     const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));
-    attention = slots * L * (R * H * N + R * H * dense_rows + R * H + 8 * R * Dk) * s;  // scores, dS rows, delta, ring
+    // Per layer: scores, dS rows, the ring's buffers; delta; (bf16) the output and dq accumulators.
+    attention = slots * L * ((R * H * N + R * H * dense_rows + 8 * R * Dk) * s + R * H * a + (s != a ? 2 * R * Da * a : 0));
   } else if (in.strategy == Strategy::allgather) {
     // Its shared workspace: row statistics, the kernels' scratch for one block,
     // and the whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
-    attention = 2 * R * H * s + kernel_workspace(H, KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
+    attention = 2 * R * H * a + kernel_workspace(H, KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
   } else {
     // The shared ring workspace (local when G == 1): row statistics, the
     // kernels' scratch, and the travelling K/V/dK/dV double buffers. After
@@ -101,9 +107,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
     const std::size_t KVu =
         static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(KV), in.ulysses));
     const std::size_t Du = U * KVu * Dh;
-    attention = 2 * R * H * s + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
-    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)  // all-to-all buffers, head-split tensors
-      attention += slots * L * (2 * R * Da + 4 * R * Da + 4 * R * Du + R * H) * s;
+    attention = 2 * R * H * a + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
+    // All-to-all buffers, head-split tensors, their lse; (bf16) the lse's own all-to-all buffers.
+    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
+      attention += slots * L * ((2 * R * Da + 4 * R * Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0));
   }
   plan.parts["attention"] = attention;
   return plan;

@@ -35,7 +35,6 @@ struct MemoryPlanInput {
   int dp = 1, tp = 1, sp = 1, ulysses = 1;
   int pp = 1, stage = 0;  // pipeline stages and this rank's
   std::int64_t micro_batches = 1;
-  std::size_t scalar_bytes = 8;
   std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
   bool documents = false;                  // data.documents: each slot's document ids
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // the attention kernel's

@@ -421,7 +421,7 @@ void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, co
 void add_elementwise_compute(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
                              StepPrediction& out) {
   const ModelConfig& m = c.model;
-  const double s = static_cast<double>(c.scalar_bytes()), tp = c.tp;
+  const double s = static_cast<double>(c.sizes().value), tp = c.tp;
   const double L = static_cast<double>(w.layers), D = static_cast<double>(m.d_model);
   const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
   const double n = static_cast<double>(m.seq_len / c.sp);
@@ -458,7 +458,7 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
 // squares and the update (AdamW: p, g, m, v read, p, m, v written) of stage
 // 0's parameters on this rank: the replicated ones with its TP shards, and its wpe rows.
 void add_optimizer(const MachineDescription& machine, const StepConfig& c, StepPrediction& out) {
-  const double s = static_cast<double>(c.scalar_bytes()), D = static_cast<double>(c.model.d_model);
+  const double s = static_cast<double>(c.sizes().param), D = static_cast<double>(c.model.d_model);
   const double n = static_cast<double>(c.model.seq_len / c.sp);
   const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
   const double local_parameters = static_cast<double>(replicated_parameter_count(c.model, c.tp, c.pp, 0)) + n * D;
@@ -511,7 +511,7 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
 double kv_block_bytes(const StepConfig& c, const MicroBatch& w, int U) {
   const std::int64_t kv_heads = kv_heads_after_all_to_all(c.model.kv_head_count() / c.tp, U);
   return static_cast<double>(w.samples) * static_cast<double>(c.model.seq_len / c.sp) * U *
-         static_cast<double>(kv_heads * c.model.head_dim()) * static_cast<double>(c.scalar_bytes());
+         static_cast<double>(kv_heads * c.model.head_dim()) * static_cast<double>(c.sizes().value);
 }
 
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
@@ -626,7 +626,6 @@ std::map<std::string, double> exchange_bytes(const StepConfig& c, int stage) {
   in.ulysses = c.ulysses;
   in.pp = c.pp;
   in.stage = stage;
-  in.scalar_bytes = c.scalar_bytes();
   // This rank's replicated part (its stage's); its TP shards at the end.
   const ParameterLayout layout(c.model, 0, c.tp, 0, c.pp, stage);
   in.replicated_parameters = layout.replicated_size();
@@ -647,7 +646,6 @@ MemoryPlan memory_plan(const StepConfig& c, int stage) {
   in.pp = c.pp;
   in.stage = stage;
   in.micro_batches = c.micro_batches;
-  in.scalar_bytes = c.scalar_bytes();
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   in.documents = c.documents;
   in.blocking = c.blocking;

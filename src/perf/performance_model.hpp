@@ -140,7 +140,7 @@ struct StepConfig {
   std::int64_t micro_batches = 1;           // per DP replica and step (train.micro_batches)
   bool documents = false;                   // data.documents (their ids are in the memory plan)
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // attention kernel and tiles
-  std::size_t scalar_bytes() const { return model.precision == Precision::fp32 ? 4 : 8; }
+  ElementSizes sizes() const { return element_sizes(model.precision); }
   int world_size() const { return dp * tp * pp * sp; }
   int stage_ranks() const { return dp * tp * sp; }  // the ranks of one pipeline stage
 };

@@ -95,7 +95,12 @@ std::vector<BadDeck> bad_decks() {
       {"string_from_mapping", "io:\n  init: {a: b}\n", {}, 1, {"io.init: expected a string, got a mapping"}},
       {"window_negative", "model:\n  window: -3\n", {}, 1, {"model.window: must be >= 0 (0 means full attention)"}},
       // enumerations
-      {"precision", "model:\n  precision: fp16\n", {}, 1, {"model.precision: expected one of fp32, fp64, got 'fp16'"}},
+      {"precision", "model:\n  precision: fp16\n", {}, 1,
+       {"model.precision: expected one of fp32, fp64, bf16, got 'fp16'"}},
+      {"bf16_fused", "model:\n  precision: bf16\nkernels:\n  attention: fused\n", {}, 1,
+       {"kernels.attention: the fused kernel has no bf16 version"}},
+      {"bf16_calibrate", "model:\n  precision: bf16\nrun:\n  mode: calibrate\n  machine: m.yaml\n", {}, 1,
+       {"model.precision: run.mode calibrate measures fp32 or fp64"}},
       {"strategy",
        "parallel:\n  strategy: tree\n",
        {},

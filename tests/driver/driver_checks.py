@@ -17,6 +17,8 @@ non-zero with a message when the check fails:
   determinism        two identical runs give bitwise-identical snapshots
   threads            (threaded backends) 1, 2 and 4 threads agree within 1e-12, and 2 ranks of
                      one thread within 1e-10; repeat and restart on 2 threads are bitwise
+  bf16               model.precision bf16: restart bitwise, half the ring's bytes, the first
+                     loss within 2^-8 of fp32's
   bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
                      reference, the NaN guard's cost, ring overlap and the memory plan
   sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
@@ -622,6 +624,46 @@ def threads(c):
         print(f"2 ranks x 1 thread ({strategy}, zigzag) vs 1 rank x 2 threads: loss {loss:.1e}, tensors {worst:.1e}")
 
 
+def bf16(c):
+    """model.precision bf16 on a ring of 2 (zigzag, GQA): a restart continues bitwise
+    (the bf16 weights are recomputed from the fp32 master copy); every activation
+    exchange moves exactly half the bytes of the fp32 run and the gradients' all-reduce
+    the same (fp32 gradients); bytes measured = modelled and plan = allocation; the first
+    loss (the same parameters) agrees with fp32's within 2^-8 (later steps drift apart as
+    any two precisions' trajectories do at this deck's learning rate)."""
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    base = ["parallel.strategy=ring", "parallel.layout=zigzag", "model.kv_heads=4", "train.steps=6"]
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        runs[precision] = c.result(c.run(2, *base, f"model.precision={precision}", f"io.snapshot={precision}.h5",
+                                         "io.snapshot_step=5", deck=deck))
+        r = runs[precision]
+        if r["memory"]["planned_bytes_per_rank"] != r["memory"]["allocated_bytes_per_rank"]:
+            fail(f"{precision}: memory plan {r['memory']}")
+        if r["exchange_bytes_per_step_measured"] != r["exchange_bytes_per_step_model"]:
+            fail(f"{precision}: bytes measured {r['exchange']} differ from the model")
+    for label, e in runs["fp32"]["exchange"].items():
+        half = label.startswith("ring.")
+        want = e["bytes_per_step"] / 2 if half else e["bytes_per_step"]
+        got = runs["bf16"]["exchange"][label]["bytes_per_step"]
+        if got != want:
+            fail(f"{label}: bf16 moves {got} bytes per step, expected {want} (fp32: {e['bytes_per_step']})")
+    first = [runs[p]["losses"][0] for p in ("fp32", "bf16")]
+    loss = abs(first[1] - first[0]) / abs(first[0])
+    if not loss <= 2.0 ** -8:
+        fail(f"first loss in bf16 {first[1]} differs from fp32's {first[0]} by {loss:.2e} > 2^-8")
+    c.run(2, *base[:3], "model.precision=bf16", "train.steps=3", "io.checkpoint=bf16_ck3.h5", deck=deck)
+    resumed = c.result(c.run(2, *base, "model.precision=bf16", "io.restart=bf16_ck3.h5", "io.snapshot=resumed.h5",
+                             "io.snapshot_step=5", deck=deck))
+    if resumed["losses"] != runs["bf16"]["losses"][3:]:
+        fail(f"bf16 resumed losses {resumed['losses']} != {runs['bf16']['losses'][3:]}")
+    compare_snapshots(c.path("bf16.h5"), c.path("resumed.h5"), 0.0)
+    print(f"bf16: ring bytes half of fp32's, gradients' the same; first loss within {loss:.1e} of fp32's; "
+          f"restart bitwise")
+
+
 def determinism(c, kernel="auto"):
     sets = ["parallel.dp=2", "io.snapshot_step=2", f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
     c.run(2, *sets, "io.snapshot=a.h5")
@@ -714,7 +756,7 @@ def main():
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
                                       "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads",
-                                      "staged_exchanges", "pipeline"])
+                                      "staged_exchanges", "pipeline", "bf16"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")

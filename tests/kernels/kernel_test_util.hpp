@@ -75,7 +75,7 @@ class Random {
 // The values a T-precision kernel actually sees.
 template <class T>
 HostVec quantize(HostVec v) {
-  for (auto& x : v) x = static_cast<double>(static_cast<T>(x));
+  for (auto& x : v) x = static_cast<double>(widen(static_cast<T>(x)));
   return v;
 }
 
@@ -134,7 +134,7 @@ HostVec to_host(const ViewT& view) {
   Kokkos::deep_copy(host, view);
   EXPECT_TRUE(host.span_is_contiguous());
   HostVec out(host.size());
-  for (std::size_t i = 0; i < host.size(); ++i) out[i] = static_cast<double>(host.data()[i]);
+  for (std::size_t i = 0; i < host.size(); ++i) out[i] = static_cast<double>(widen(host.data()[i]));
   return out;
 }
 

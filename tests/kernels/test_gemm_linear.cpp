@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "kernel_test_util.hpp"
@@ -76,6 +77,38 @@ TYPED_TEST(GemmTest, AllTransposeCombinationsNonSquare) {
     for (char tb : trans) {
       check_gemm<T>(ta, tb, 7, 5, 9, seed++);
       check_gemm<T>(ta, tb, 67, 45, 130, seed++);  // past the BLAS block sizes' small-matrix paths
+    }
+}
+
+// bf16 operands, C in bf16 or fp32, products accumulated in fp32 (on the host
+// in blocks of 256 rows widened to fp32: sizes past a block, and of the inner
+// dimension for A^T). Against float64 loops on the same bf16 inputs: C in fp32
+// within fp32 accumulation error; C in bf16 within one rounding of the result
+// (2^-8 relative: bf16 keeps 8 significant bits) plus that error.
+template <class C>
+void check_bf16_gemm(char ta, char tb, index_t m, index_t n, index_t k, unsigned seed) {
+  Random rng(seed);
+  const index_t a0 = ta == 'N' ? m : k, a1 = ta == 'N' ? k : m, b0 = tb == 'N' ? k : n, b1 = tb == 'N' ? n : k;
+  const HostVec a = quantize<bf16>(rng.uniform(a0 * a1, -1, 1)), b = quantize<bf16>(rng.uniform(b0 * b1, -1, 1));
+  const HostVec c = quantize<C>(rng.uniform(m * n, -1, 1));
+  const double alpha = 1.25, beta = -0.75;
+  auto cv = to_view2<C>("c", c, m, n);
+  kernels::gemm<bf16, C>(ta, tb, float(alpha), to_view2<bf16>("a", a, a0, a1), to_view2<bf16>("b", b, b0, b1),
+                         float(beta), cv);
+  const HostVec want = reference_gemm(ta, tb, alpha, a, a1, b, b1, beta, c, m, n, k), got = to_host(cv);
+  const double accumulation = 4.0 * static_cast<double>(k) * 0x1p-24;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double rounding = std::is_same<C, bf16>::value ? 0x1p-8 * std::fabs(want[i]) : 0.0;
+    ASSERT_LE(std::fabs(got[i] - want[i]), rounding + accumulation) << ta << tb << " element " << i;
+  }
+}
+
+TEST(GemmBf16, EveryTransposeItTakesBothOutputs) {
+  unsigned seed = 101;
+  for (const auto& [ta, tb] : {std::make_pair('N', 'N'), std::make_pair('N', 'T'), std::make_pair('T', 'N')})
+    for (const auto& [m, n, k] : {std::make_tuple(7, 5, 9), std::make_tuple(300, 33, 70), std::make_tuple(20, 40, 600)}) {
+      check_bf16_gemm<bf16>(ta, tb, m, n, k, seed++);
+      check_bf16_gemm<float>(ta, tb, m, n, k, seed++);
     }
 }
 

@@ -221,6 +221,39 @@ TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
   EXPECT_LT(ring_twice_n / ring, 2.01);
 }
 
+// bf16 (activations and exchanges in bf16, fp32 statistics, accumulators,
+// master parameters, gradients and optimizer state): a ring moves exactly half
+// of fp32's K/V bytes, the gradients' all-reduce the same bytes; the stored
+// activations and workspaces take exactly half, the attention strategy's
+// buffers less (the fp32 accumulators are one head-split row block), the
+// parameters' parts more (the bf16 copy the model computes with). The bench
+// model of the GPU comparison (d_model 256, 4 heads) at N = 32768, 1 and 4 ranks.
+TEST(PerformanceModel, Bf16HalvesActivationsAndExchanges) {
+  for (const int sp : {1, 4}) {
+    StepConfig fp32 = config(sp == 1 ? Strategy::local : Strategy::ring, sp, 1 << 15);
+    fp32.model.heads = 4;
+    fp32.blocking.kernel = AttentionKernel::gemm;
+    fp32.blocking.chunk = 2048;
+    StepConfig bf16 = fp32;
+    bf16.model.precision = Precision::bf16;
+    const StepPrediction a = predict_step(test_machine(), fp32), b = predict_step(test_machine(), bf16);
+    ASSERT_TRUE(a.valid && b.valid) << a.problem << b.problem;
+    for (const auto& [label, bytes] : a.exchange_bytes) {
+      const double expected = label.rfind("gradients.", 0) == 0 || label == "loss" || label == "grad_norm"
+                                  ? bytes : bytes / 2;
+      EXPECT_EQ(b.exchange_bytes.at(label), expected) << label << " on " << sp << " ranks";
+    }
+    EXPECT_EQ(2 * b.memory_parts.at("workspaces"), a.memory_parts.at("workspaces"));
+    // The activations but for the row statistics (fp32 in both) and each row's loss (double).
+    EXPECT_LT(b.memory_parts.at("activations"), 0.51 * a.memory_parts.at("activations"));
+    EXPECT_LT(b.memory_parts.at("attention"), 0.85 * a.memory_parts.at("attention"));
+    EXPECT_EQ(b.memory_parts.at("optimizer"), a.memory_parts.at("optimizer"));
+    EXPECT_EQ(4 * b.memory_parts.at("parameters+gradients"), 5 * a.memory_parts.at("parameters+gradients"));
+    std::printf("N = 32768 on %d rank(s): bf16 plans %.3f of fp32's memory\n", sp,
+                b.memory_bytes_per_rank / a.memory_bytes_per_rank);
+  }
+}
+
 TEST(PerformanceModel, AllGatherComputesTheRingsWorkAndExposesItsExchanges) {
   const MachineDescription m = test_machine();
   for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped}) {
@@ -259,7 +292,6 @@ TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
   in.world_size = 8;
   in.sp = 8;
   in.ulysses = 4;
-  in.scalar_bytes = 4;
   in.replicated_parameters = ParameterLayout(c.model, (1 << 14) / 8).replicated_size();
   in.local_wpe_parameters = ParameterLayout(c.model, (1 << 14) / 8).sharded_size();
   EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
@@ -410,7 +442,6 @@ TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
   in.strategy = Strategy::ring;
   in.world_size = 4;
   in.tp = in.sp = 2;
-  in.scalar_bytes = 4;
   const ParameterLayout layout(ring.model, (1 << 14) / 2, 2, 0);
   in.replicated_parameters = layout.replicated_size();
   in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
@@ -565,8 +596,7 @@ TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
     in.pp = 4;
     in.stage = stage;
     in.micro_batches = 4;
-    in.scalar_bytes = 4;
-    in.replicated_parameters = replicated_parameter_count(split.model, 1, 4, stage);
+      in.replicated_parameters = replicated_parameter_count(split.model, 1, 4, stage);
     largest = std::max(largest, plan_memory(in).total());
   }
   EXPECT_EQ(p4.memory_bytes_per_rank, static_cast<double>(largest));
@@ -614,7 +644,6 @@ TEST(PerformanceModel, PipelineExchangesAreTheFirstStages) {
   in.world_size = 8;
   in.tp = in.sp = in.pp = 2;
   in.stage = 0;
-  in.scalar_bytes = 4;
   const ParameterLayout layout(c.model, (1 << 12) / 2, 2, 0, 2, 0);
   in.replicated_parameters = layout.replicated_size();
   in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
