@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/gemm.hpp"
+#include "kernels/simd_pack.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>
@@ -80,30 +81,43 @@ void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, co
   }
 }
 #else
-// Host bf16: rows of 256 at a time widened to fp32 (a few hundred KiB), then
-// the fp32 BLAS; C accumulated in fp32 and rounded once.
+// Host bf16: rows of 256 at a time widened to fp32, then the fp32 BLAS; C
+// accumulated in fp32 and rounded once. The widened blocks live in three
+// host buffers that grow to the largest block and are kept (a few hundred KiB
+// to a few MiB, host memory only, outside the memory plan's Views): a chunked
+// attention call makes thousands of small products.
 constexpr index_t kWidenedRows = 256;
 
 using HostFloats = std::vector<float>;
+struct WidenedBlocks {
+  HostFloats a, b, c;
+};
+WidenedBlocks& widened_blocks() {
+  static WidenedBlocks blocks;
+  return blocks;
+}
 
 // The rows*cols values at `from`, widened into `to` (resized), as a matrix.
+// Plain loops over restrict pointers (host only): the compiler vectorises them.
+// Pack by pack (simd::load_n / store_n: SIMD conversions on the host).
 template <class T>
 View2<const float> widened(const T* from, index_t rows, index_t cols, HostFloats& to) {
-  to.resize(static_cast<std::size_t>(rows * cols));
-  float* const out = to.data();
-  Kokkos::parallel_for(
-      "miniattn::batched_gemm_widen", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, rows * cols),
-      KOKKOS_LAMBDA(const index_t i) { out[i] = static_cast<float>(widen(from[i])); });
-  return View2<const float>(out, rows, cols);
+  constexpr int lanes = simd::Pack<float>::lanes;
+  const index_t count = rows * cols;
+  to.resize(static_cast<std::size_t>(count));
+  for (index_t i = 0; i < count; i += lanes)
+    simd::store_n(to.data() + i, simd::load_n(from + i, count - i < lanes ? int(count - i) : lanes),
+                  count - i < lanes ? int(count - i) : lanes);
+  return View2<const float>(to.data(), rows, cols);
 }
 
 template <class C>
-void narrow_into(const HostFloats& from, C* to) {
-  const float* const in = from.data();
-  Kokkos::parallel_for(
-      "miniattn::batched_gemm_narrow",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, static_cast<index_t>(from.size())),
-      KOKKOS_LAMBDA(const index_t i) { to[i] = C(in[i]); });
+void narrow_into(const HostFloats& from, index_t count, C* to) {
+  constexpr int lanes = simd::Pack<float>::lanes;
+  for (index_t i = 0; i < count; i += lanes) {
+    const int width = count - i < lanes ? int(count - i) : lanes;
+    simd::store_n(to + i, simd::load_n(from.data() + i, width), width);
+  }
 }
 
 // C [m, n] (one matrix) as fp32: C itself, or a widened copy (zeros when beta is 0).
@@ -113,7 +127,7 @@ View2<float> fp32_output(C* c, index_t m, index_t n, float beta, HostFloats& cop
     return View2<float>(c, m, n);
   } else {
     if (beta != 0.0f) return View2<float>(const_cast<float*>(widened(c, m, n, copy).data()), m, n);
-    copy.assign(static_cast<std::size_t>(m * n), 0.0f);
+    copy.resize(static_cast<std::size_t>(m * n));  // beta 0: the product overwrites C without reading it
     return View2<float>(copy.data(), m, n);
   }
 }
@@ -122,14 +136,15 @@ template <class T, class C>
 void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float beta, C* c, index_t m, index_t n,
                   index_t k, const MatrixBatch<const T>& bs) {
   static_assert(kHostExecution, "bf16 GEMMs off CUDA widen into host memory: host backends only");
-  HostFloats wa, wb, wc;
+  WidenedBlocks& w = widened_blocks();
+  HostFloats &wa = w.a, &wb = w.b, &wc = w.c;
   if (!transposed(ta)) {  // row blocks of A and C against all of B
     const View2<const float> bf = widened(b, bs.rows, bs.cols, wb);
     for (index_t i0 = 0; i0 < m; i0 += kWidenedRows) {
       const index_t rows = std::min(kWidenedRows, m - i0);
       const View2<float> cf = fp32_output(c + i0 * n, rows, n, beta, wc);
       gemm<float>(ta, tb, alpha, widened(a + i0 * k, rows, k, wa), bf, beta, cf);
-      if constexpr (!std::is_same<C, float>::value) narrow_into(wc, c + i0 * n);
+      if constexpr (!std::is_same<C, float>::value) narrow_into(wc, rows * n, c + i0 * n);
     }
     return;
   }
@@ -141,7 +156,7 @@ void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float b
     gemm<float>(ta, tb, alpha, widened(a + t0 * m, rows, m, wa), widened(b + t0 * n, rows, n, wb),
                 t0 == 0 ? beta : 1.0f, cf);
   }
-  if constexpr (!std::is_same<C, float>::value) narrow_into(wc, c);
+  if constexpr (!std::is_same<C, float>::value) narrow_into(wc, m * n, c);
 }
 
 template <class T, class C>

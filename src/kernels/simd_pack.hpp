@@ -45,6 +45,8 @@ typedef float host_float_vector __attribute__((vector_size(kHostVectorBytes)));
 typedef double host_double_vector __attribute__((vector_size(kHostVectorBytes)));
 typedef std::uint32_t host_uint32_vector __attribute__((vector_size(kHostVectorBytes)));
 typedef std::uint64_t host_uint64_vector __attribute__((vector_size(kHostVectorBytes)));
+// As many 16-bit words as a float pack has lanes: a pack of bf16 in memory.
+typedef std::uint16_t host_bf16_bits_vector __attribute__((vector_size(kHostVectorBytes / 2)));
 #endif
 
 // Pack<T>: the values of T one lane works on at once (type), the matching
@@ -248,6 +250,25 @@ KOKKOS_FORCEINLINE_FUNCTION void pack_store_n(T* p, const V& v, int width) {
   for (int i = 0; i < width; ++i) p[i] = padded[i];
 }
 
+#if MINIATTN_HOST_SIMD
+// A whole pack of bf16 widened (a shift of each 16-bit word into the top of a
+// 32-bit one) and a float pack rounded to bf16 (to nearest even, NaN kept
+// quiet, as bf16::round_bits does it one value at a time), on SIMD registers.
+KOKKOS_FORCEINLINE_FUNCTION host_float_vector widen_pack(const bf16* p) {
+  host_bf16_bits_vector words;
+  std::memcpy(&words, p, sizeof words);
+  return pack_bit_cast<host_float_vector>(__builtin_convertvector(words, host_uint32_vector) << 16);
+}
+KOKKOS_FORCEINLINE_FUNCTION void narrow_pack(bf16* p, const host_float_vector& v) {
+  const host_uint32_vector u = pack_bit_cast<host_uint32_vector>(v);
+  const host_uint32_vector rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const host_uint32_vector quiet_nan = (u >> 16) | 0x0040u;
+  const host_uint32_vector bits = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+  const host_bf16_bits_vector words = __builtin_convertvector(bits, host_bf16_bits_vector);
+  std::memcpy(p, &words, sizeof words);
+}
+#endif
+
 // Values stored as T (fp32, fp64 or bf16) as packs of their compute type
 // Acc<T>, and back, rounded to T (bf16 widens exactly and rounds to nearest
 // even; fp32 and fp64 load and store as they are).
@@ -257,6 +278,11 @@ KOKKOS_FORCEINLINE_FUNCTION typename Pack<Acc<T>>::type load_n(const T* p, int w
   if constexpr (std::is_same<T, Acc<T>>::value) {
     return pack_load_n<V>(p, width);
   } else {
+#if MINIATTN_HOST_SIMD
+    if constexpr (kHostExecution) {
+      if (width == Pack<Acc<T>>::lanes) return widen_pack(p);
+    }
+#endif
     Acc<T> wide[Pack<Acc<T>>::lanes] = {};
     for (int i = 0; i < width; ++i) wide[i] = widen(p[i]);
     return pack_load<V>(wide);
@@ -267,6 +293,11 @@ KOKKOS_FORCEINLINE_FUNCTION void store_n(T* p, const typename Pack<Acc<T>>::type
   if constexpr (std::is_same<T, Acc<T>>::value) {
     pack_store_n(p, v, width);
   } else {
+#if MINIATTN_HOST_SIMD
+    if constexpr (kHostExecution) {
+      if (width == Pack<Acc<T>>::lanes) return narrow_pack(p, v);
+    }
+#endif
     Acc<T> wide[Pack<Acc<T>>::lanes];
     pack_store(wide, v);
     for (int i = 0; i < width; ++i) p[i] = narrow<T>(wide[i]);
