@@ -498,9 +498,20 @@ step_bench() {
       done
     done
   done
-  say "PyTorch on the same GPU: SGEMM, SDPA, one training step of validation/reference_model.py"
+  # bf16 (model.precision bf16): the gemm kernel and the tensor-core one, which
+  # bench_attention first compares with gemm on the same operands (exit 1 on a mismatch).
+  for kernel in gemm tensor_core; do
+    say "bench_attention n=32768 Dh=64 H=4 bf16, $kernel kernel (reference bf16 GEMM 8192^3)"
+    "$build/tests/attention/bench_attention" 32768 64 4 --precision=bf16 --reps=5 --gemm=8192 --kernel=$kernel |
+      tee "$results/bench_attention_bf16_${kernel}_n32768.txt"
+    say "miniattn bench N=32768 causal bf16, $kernel kernel"
+    miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=32768 --set model.causal=true \
+             --set model.precision=bf16 --set kernels.attention=$kernel \
+             --set run.result="$results/bench_miniattn_bf16_${kernel}_n32768_causal.json"
+  done
+  say "PyTorch on the same GPU: SGEMM, SDPA, one training step of validation/reference_model.py (fp32 and bf16)"
   "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens 8192 32768 --heads 4 --head-dim 64 \
-    --train-seq-len 32768 > "$results/reference_bench.json"
+    --train-seq-len 32768 --bf16 > "$results/reference_bench.json"
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 

@@ -21,6 +21,12 @@ miniattn's KokkosBlas::gemm gets):
               score matrix per head), and "eager_sdpa" with its attention replaced by
               scaled_dot_product_attention. Out of memory is a result, not a failure.
 
+With --bf16 it adds a "bf16" section, the yardsticks of model.precision bf16:
+  gemm        torch.matmul on bf16 n x n x n matrices (fp32 accumulation)
+  sdpa        scaled_dot_product_attention on bf16 Q, K, V with each of the
+              FlashAttention-2 and cuDNN backends, counted as above
+  train_step  "eager_sdpa" under torch.autocast(dtype=torch.bfloat16)
+
 `summarize` reads what scripts/gpu_bringup.sh bench wrote into the results folder
 (bench_attention_n*.txt, bench_miniattn_*.json, reference_bench.json) and writes
 figures.json and figures.md there: each figure and the issue's targets (attention
@@ -64,15 +70,15 @@ def cuda_time(fn, warmups, reps):
     return statistics.median(times)
 
 
-def measure_sgemm(sizes):
+def measure_sgemm(sizes, dtype=None):
     import torch
     out = []
     for n in sizes:
-        a = torch.randn(n, n, device="cuda")
-        b = torch.randn(n, n, device="cuda")
+        a = torch.randn(n, n, device="cuda", dtype=dtype or torch.float32)
+        b = torch.randn(n, n, device="cuda", dtype=dtype or torch.float32)
         seconds = cuda_time(lambda: torch.matmul(a, b), warmups=3, reps=10)
         out.append({"n": n, "seconds": seconds, "tflops": 2.0 * n**3 / seconds * 1e-12})
-        log(f"sgemm {n}^3: {out[-1]['tflops']:.1f} TFLOP/s")
+        log(f"gemm {str(a.dtype).split('.')[-1]} {n}^3: {out[-1]['tflops']:.1f} TFLOP/s")
         del a, b
     torch.cuda.empty_cache()
     return out
@@ -83,45 +89,56 @@ def attention_flops(n, dh, heads, causal):
     return forward / 2 if causal else forward
 
 
-def measure_sdpa(seq_lens, heads, dh):
+def measure_sdpa(seq_lens, heads, dh, dtype=None, backend_groups=None):
+    """One entry per (N, causal[, backend group]): the first backend of a group that runs."""
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention import SDPBackend
 
+    dtype = dtype or torch.float32
+    # fp32 has no flash kernel: the memory-efficient one is PyTorch's fastest; math is the fallback.
+    backend_groups = backend_groups or [(SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)]
     out = []
     for n in seq_lens:
         for causal in (False, True):
-            q, k, v = (torch.randn(1, heads, n, dh, device="cuda", requires_grad=True) for _ in range(3))
-            dout = torch.randn(1, heads, n, dh, device="cuda")
-            entry = {"n": n, "heads": heads, "head_dim": dh, "causal": causal}
-            # fp32 has no flash kernel: the memory-efficient one is PyTorch's fastest; math is the fallback.
-            for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
-                try:
-                    with sdpa_kernel([backend]):
-                        def forward():
-                            with torch.no_grad():
-                                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                        def forward_backward():
-                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            o.backward(dout)
-
-                        fwd = cuda_time(forward, warmups=2, reps=5)
-                        both = cuda_time(forward_backward, warmups=2, reps=5)
-                    flops = attention_flops(n, dh, heads, causal)
-                    entry.update(backend=backend.name, forward_seconds=fwd, forward_tflops=flops / fwd * 1e-12,
-                                 forward_backward_seconds=both, forward_backward_tflops=3.5 * flops / both * 1e-12)
-                    break
-                except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
-                    entry.setdefault("errors", []).append(f"{backend.name}: {str(err).splitlines()[0][:200]}")
-                    torch.cuda.empty_cache()
-            out.append(entry)
-            log(f"sdpa N={n} {'causal' if causal else 'non-causal'}: "
-                + (f"{entry['forward_tflops']:.1f} TFLOP/s forward, {entry['forward_backward_tflops']:.1f} "
-                   f"forward+backward ({entry['backend']})" if "backend" in entry else f"failed {entry['errors']}"))
-            del q, k, v, dout
-            torch.cuda.empty_cache()
+            for group in backend_groups:
+                out.append(measure_sdpa_case(n, heads, dh, causal, dtype, group))
     return out
+
+
+def measure_sdpa_case(n, heads, dh, causal, dtype, backends):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    q, k, v = (torch.randn(1, heads, n, dh, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    dout = torch.randn(1, heads, n, dh, device="cuda", dtype=dtype)
+    entry = {"n": n, "heads": heads, "head_dim": dh, "causal": causal, "dtype": str(dtype).split(".")[-1]}
+    for backend in backends:
+        try:
+            with sdpa_kernel([backend]):
+                def forward():
+                    with torch.no_grad():
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                def forward_backward():
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    o.backward(dout)
+
+                fwd = cuda_time(forward, warmups=2, reps=5)
+                both = cuda_time(forward_backward, warmups=2, reps=5)
+            flops = attention_flops(n, dh, heads, causal)
+            entry.update(backend=backend.name, forward_seconds=fwd, forward_tflops=flops / fwd * 1e-12,
+                         forward_backward_seconds=both, forward_backward_tflops=3.5 * flops / both * 1e-12)
+            break
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
+            entry.setdefault("errors", []).append(f"{backend.name}: {str(err).splitlines()[0][:200]}")
+            torch.cuda.empty_cache()
+    log(f"sdpa {entry['dtype']} N={n} {'causal' if causal else 'non-causal'}: "
+        + (f"{entry['forward_tflops']:.1f} TFLOP/s forward, {entry['forward_backward_tflops']:.1f} "
+           f"forward+backward ({entry['backend']})" if "backend" in entry else f"failed {entry['errors']}"))
+    del q, k, v, dout
+    torch.cuda.empty_cache()
+    return entry
 
 
 def sdpa_attention_forward(self, x, document_ids=None):
@@ -158,7 +175,7 @@ def measure_train_step(seq_len, steps, variant):
         init = rm.random_params(cfg, seed=1234, perturb_norms=False)
         model.load_state_dict({name: value.float() for name, value in init.items()})
         model = model.cuda()
-        if variant == "eager_sdpa":
+        if variant in ("eager_sdpa", "eager_sdpa_bf16"):
             for block in model.blocks:
                 block.attn.forward = types.MethodType(sdpa_attention_forward, block.attn)
         decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -170,7 +187,8 @@ def measure_train_step(seq_len, steps, variant):
 
         def step():
             optimizer.zero_grad(set_to_none=True)
-            loss, extras = model(tokens)
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.endswith("_bf16")):
+                loss, extras = model(tokens)
             del extras
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -213,24 +231,35 @@ def measure(args):
               "sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim),
               "train_step": [measure_train_step(args.train_seq_len, args.train_steps, v)
                              for v in ("eager", "eager_sdpa")]}
+    if args.bf16:
+        from torch.nn.attention import SDPBackend
+        result["bf16"] = {
+            "gemm": measure_sgemm(args.gemm_sizes, torch.bfloat16),
+            "sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim, torch.bfloat16,
+                                 [(SDPBackend.FLASH_ATTENTION,), (SDPBackend.CUDNN_ATTENTION,)]),
+            "train_step": [measure_train_step(args.train_seq_len, args.train_steps, "eager_sdpa_bf16")]}
     print(json.dumps(result), flush=True)
     return 0
 
 
 # ---------------------------------------------------------------- summarizing
-def parse_bench_attention(path):
-    """SGEMM rate and the fp32 kernel lines of one bench_attention output."""
+def parse_bench_attention(path, precision="fp32"):
+    """The reference GEMM rate and one precision's kernel lines of one bench_attention output
+    (bench_attention_KERNEL_nN.txt for fp32, bench_attention_bf16_KERNEL_nN.txt for bf16)."""
     text = open(path).read()
-    m = re.search(r"bench_attention_(\w+)_n(\d+)\.txt$", path)
+    m = re.search(r"bench_attention_(?:bf16_)?([a-z_]+?)_n(\d+)\.txt$", path)
     out = {"kernel": m.group(1), "n": int(m.group(2)), "rates": {}}
-    m = re.search(r"^SGEMM (\d+)\^3:\s+([\d.]+) GFLOP/s", text, re.M)
+    gemm = "SGEMM" if precision == "fp32" else "bf16 GEMM"
+    m = re.search(rf"^{gemm} (\d+)\^3:\s+([\d.]+) GFLOP/s", text, re.M)
     if m:
         out["sgemm_n"], out["sgemm_tflops"] = int(m.group(1)), float(m.group(2)) * 1e-3
-    m = re.search(r"^fp32 kernel (fused, tiles \S+|gemm, chunks of \d+ rows):", text, re.M)
+    m = re.search(rf"^{precision} kernel (fused, tiles \S+|gemm, chunks of \d+ rows|tensor_core, teams of \d+ rows)",
+                  text, re.M)
     if m:
         out["tiles"] = m.group(1)
+    out["mismatch"] = "MISMATCH" in text
     for kind, phase, seconds, gflops in re.findall(
-            r"^fp32 (causal|non-causal)\s+(forward\+backward|forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP/s",
+            rf"^{precision} (causal|non-causal)\s+(forward\+backward|forward|backward)\s+([\d.]+) s\s+([\d.]+) GFLOP/s",
             text, re.M):
         out["rates"][f"{kind} {phase}"] = {"seconds": float(seconds), "tflops": float(gflops) * 1e-3}
     return out
@@ -249,8 +278,8 @@ def summarize(results):
     lines.append("SGEMM (cuBLAS through torch.matmul): " + ", ".join(
         f"{g['n']}^3 {g['tflops']:.1f} TFLOP/s" for g in ref.get("sgemm", [])))
 
-    kernels = sorted((parse_bench_attention(p) for p in glob.glob(os.path.join(results, "bench_attention_*_n*.txt"))),
-                     key=lambda k: (k["n"], k["kernel"]))
+    fp32_files = [p for p in glob.glob(os.path.join(results, "bench_attention_*_n*.txt")) if "_bf16_" not in p]
+    kernels = sorted((parse_bench_attention(p) for p in fp32_files), key=lambda k: (k["n"], k["kernel"]))
     sdpa = {(e["n"], e["causal"]): e for e in ref.get("sdpa", [])}
     if kernels:
         lines.append("SGEMM (KokkosBlas::gemm -> cuBLAS, in bench_attention): " + ", ".join(
@@ -291,6 +320,8 @@ def summarize(results):
     figures["train_step"] = []
     runs = []
     for path in glob.glob(os.path.join(results, "bench_miniattn_*_n*.json")):
+        if "_bf16_" in path:
+            continue
         m = re.search(r"bench_miniattn_(\w+)_n(\d+)_(causal|noncausal)\.json$", path)
         runs.append((int(m.group(2)), m.group(3) == "causal", m.group(1), path))
     for n, causal, kernel, path in sorted(runs, key=lambda r: (r[0], not r[1], r[2])):
@@ -322,6 +353,7 @@ def summarize(results):
               "eager+SDPA is the same model with fused attention, the stronger opponent. The PyTorch step "
               "is timed only at the N and causality of its row."]
 
+    summarize_bf16(results, ref, figures, lines)
     with open(os.path.join(results, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
     text = "\n".join(lines) + "\n"
@@ -329,6 +361,58 @@ def summarize(results):
         f.write(text)
     print(text)
     return 0
+
+
+def summarize_bf16(results, ref, figures, lines):
+    """The bf16 tables: kernels against PyTorch SDPA (FlashAttention-2 and cuDNN), the step
+    against eager+SDPA under bf16 autocast, with the issue's targets."""
+    bf16 = ref.get("bf16", {})
+    files = glob.glob(os.path.join(results, "bench_attention_bf16_*_n*.txt"))
+    if not files and not bf16:
+        return
+    targets = {"gemm": (None, 50.0), "tensor_core": (125.0, 100.0)}
+    figures["targets"]["bf16"] = {"attention_tflops_forward_and_forward_backward": targets,
+                                  "step_seconds_over_pytorch_eager_sdpa_bf16": 3.0}
+    sdpa = {(e["n"], e["causal"], e.get("backend")): e for e in bf16.get("sdpa", [])}
+    lines += ["", "## bf16 attention (bench_attention --precision=bf16, B=1)", "",
+              "bf16 GEMM (torch.matmul): " + ", ".join(f"{g['n']}^3 {g['tflops']:.1f} TFLOP/s"
+                                                    for g in bf16.get("gemm", [])), "",
+              "| N | causal | kernel | fwd TFLOP/s | fwd+bwd TFLOP/s | agrees with gemm | FA2 fwd / fwd+bwd "
+              "| cuDNN fwd / fwd+bwd | target |", "|---|---|---|---|---|---|---|---|---|"]
+    figures["bf16_attention"] = []
+    for k in sorted((parse_bench_attention(p, "bf16") for p in files), key=lambda k: (k["n"], k["kernel"])):
+        for causal in (False, True):
+            kind = "causal" if causal else "non-causal"
+            fwd = k["rates"].get(f"{kind} forward", {}).get("tflops")
+            both = k["rates"].get(f"{kind} forward+backward", {}).get("tflops")
+            flash = sdpa.get((k["n"], causal, "FLASH_ATTENTION"), {})
+            cudnn = sdpa.get((k["n"], causal, "CUDNN_ATTENTION"), {})
+            want_fwd, want_both = targets.get(k["kernel"], (None, None))
+            met = (not k["mismatch"] and (want_fwd is None or (fwd or 0) >= want_fwd)
+                   and (want_both is None or (both or 0) >= want_both))
+            figures["bf16_attention"].append({"n": k["n"], "causal": causal, "kernel": k["kernel"],
+                                              "forward_tflops": fwd, "forward_backward_tflops": both,
+                                              "agrees_with_gemm": not k["mismatch"], "sdpa_flash": flash,
+                                              "sdpa_cudnn": cudnn})
+            lines.append(f"| {k['n']} | {causal} | {k['kernel']} | {fmt(fwd)} | {fmt(both)} | "
+                         f"{'no' if k['mismatch'] else 'yes'} | {fmt(flash.get('forward_tflops'))} / "
+                         f"{fmt(flash.get('forward_backward_tflops'))} | {fmt(cudnn.get('forward_tflops'))} / "
+                         f"{fmt(cudnn.get('forward_backward_tflops'))} | {'met' if met else 'MISSED'} |")
+    torch_step = (bf16.get("train_step") or [{}])[0]
+    lines += ["", "## bf16 training step (as above, model.precision bf16)", "",
+              "| N | kernel | miniattn step s | planned GiB | eager+SDPA bf16 autocast s (peak GiB) | ratio "
+              "| target <= 3 |", "|---|---|---|---|---|---|---|"]
+    figures["bf16_train_step"] = []
+    for path in sorted(glob.glob(os.path.join(results, "bench_miniattn_bf16_*_n*_causal.json"))):
+        m = re.search(r"bench_miniattn_bf16_([a-z_]+?)_n(\d+)_causal\.json$", path)
+        report = json.load(open(path))
+        step = report.get("step_seconds_median")
+        ratio = step / torch_step["step_seconds_median"] if step and torch_step.get("ok") else None
+        figures["bf16_train_step"].append({"n": int(m.group(2)), "kernel": m.group(1), "step_seconds": step,
+                                           "pytorch_eager_sdpa_bf16": torch_step, "ratio": ratio})
+        lines.append(f"| {m.group(2)} | {m.group(1)} | {fmt(step, '.4f')} | "
+                     f"{gib(report.get('memory', {}).get('planned_bytes_per_rank'))} | {torch_cell(torch_step)} | "
+                     f"{fmt(ratio, '.2f')} | {'met' if ratio and ratio <= 3 else 'MISSED'} |")
 
 
 def fmt(value, spec=".1f"):
@@ -360,6 +444,7 @@ def main(argv=None):
     ap.add_argument("--gemm-sizes", type=int, nargs="+", default=[4096, 8192, 16384])
     ap.add_argument("--train-seq-len", type=int, default=32768)
     ap.add_argument("--train-steps", type=int, default=6, help="the first is a warm-up")
+    ap.add_argument("--bf16", action="store_true", help="also the bf16 yardsticks")
     return measure(ap.parse_args(argv))
 
 

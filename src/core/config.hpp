@@ -21,7 +21,7 @@ enum class OptimizerKind { adamw, sgd };
 enum class RunMode { train, bench, predict, calibrate };
 // The attention kernels: the tiled online-softmax kernel or chunked attention
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
-enum class AttentionKernel { automatic, fused, gemm };
+enum class AttentionKernel { automatic, fused, gemm, tensor_core };
 
 template <class E>
 const std::vector<std::string>& enum_names();

@@ -41,7 +41,7 @@ const std::vector<std::string>& enum_names<RunMode>() {
 
 template <>
 const std::vector<std::string>& enum_names<AttentionKernel>() {
-  static const std::vector<std::string> names = {"auto", "fused", "gemm"};
+  static const std::vector<std::string> names = {"auto", "fused", "gemm", "tensor_core"};
   return names;
 }
 

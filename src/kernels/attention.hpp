@@ -27,8 +27,19 @@ constexpr index_t kHostTileRows = 96;
 // Chunk rows of the gemm kernel when kernels.chunk is 0.
 constexpr index_t kHostChunk = 256;
 constexpr index_t kDeviceChunk = 2048;
+// Query and key rows of a team of the tensor_core kernel (4 warps of 16 rows).
+constexpr index_t kTensorCoreTile = 64;
 // The tile sides a GPU chooses from.
 constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
+
+// Whether packed documents let queries see keys (AttentionMask::ranges_meet), from the document ids at the ends
+// of the two ranges (ids do not decrease with the position).
+KOKKOS_INLINE_FUNCTION bool documents_meet(index_t q_first, index_t q_last, index_t k_first, index_t k_last,
+                                           bool& partly_masked) {
+  if (k_last < q_first || k_first > q_last) return false;  // every key in another document
+  partly_masked = partly_masked || q_first != q_last || k_first != k_last || q_first != k_first;
+  return true;
+}
 
 // Which keys a query sees, by global position: with `causal` no key after the
 // query; with `window` w > 0 only keys less than w positions away (before the
@@ -67,16 +78,18 @@ struct AttentionMask {
     if (causal && far < 0) return false;  // every key after every query
     return !(window > 0 && (near >= window || (!causal && -far >= window)));  // or every key outside the window
   }
+  // Both questions for sample b (documents at the ends of the ranges): a
+  // block pair of one sample.
+  KOKKOS_INLINE_FUNCTION bool blocks_meet(index_t sample, index_t q_lo, index_t q_hi, index_t k_lo, index_t k_hi,
+                                          bool& partly_masked) const {
+    partly_masked = false;
+    if (!ranges_meet(q_lo, q_hi, k_lo, k_hi, partly_masked)) return false;
+    if (documents.extent(1) == 0) return true;
+    return documents_meet(documents(sample, q_lo), documents(sample, q_hi), documents(sample, k_lo),
+                          documents(sample, k_hi), partly_masked);
+  }
 };
 
-// The same question for packed documents, from the document ids at the ends
-// of the two ranges (ids do not decrease with the position).
-KOKKOS_INLINE_FUNCTION bool documents_meet(index_t q_first, index_t q_last, index_t k_first, index_t k_last,
-                                           bool& partly_masked) {
-  if (k_last < q_first || k_first > q_last) return false;  // every key in another document
-  partly_masked = partly_masked || q_first != q_last || k_first != k_last || q_first != k_first;
-  return true;
-}
 
 // How a run cuts attention into work (choose_attention_tiles resolves the
 // deck's zeros and `auto`). fused: the tiled online-softmax kernels below,
@@ -93,8 +106,14 @@ struct AttentionBlocking {
   // product once, a block's tiles in cache). Tests run both on every backend.
   bool one_launch_backward = !kHostExecution;
   // The query and key rows of the unit of work a mask may skip whole.
-  index_t query_tile() const { return kernel == AttentionKernel::gemm ? chunk : query_block; }
-  index_t key_tile() const { return kernel == AttentionKernel::gemm ? chunk : key_block; }
+  index_t query_tile() const { return tile(query_block); }
+  index_t key_tile() const { return tile(key_block); }
+
+ private:
+  index_t tile(index_t fused_side) const {
+    if (kernel == AttentionKernel::gemm) return chunk;
+    return kernel == AttentionKernel::tensor_core ? kTensorCoreTile : fused_side;
+  }
 };
 
 // The tiles a run uses and the team scratch they need. A GPU team's scratch

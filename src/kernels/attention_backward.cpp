@@ -27,6 +27,7 @@
 
 #include "kernels/attention_tiles.hpp"
 #include "kernels/chunked_attention.hpp"
+#include "kernels/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -351,9 +352,11 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
     chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask,
                                    clamp_block(blocking.chunk, std::max(nq, nk)), dq, dk, dv, workspace);
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
+    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
     fused_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask, blocking, dq, dk, dv, workspace);
   } else {
-    require(false, "the fused kernel has no bf16 version (choose_attention_tiles picks gemm)");
+    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
+    tensor_core_backward_accumulate(q, k, v, dout, lse, delta, q_pos, k_pos, mask, dq, dk, dv);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention_tiles.hpp"
+#include "kernels/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -37,15 +38,21 @@ AttentionBlocking largest_fitting_tile(const KernelConfig& requested, index_t dh
   return best;
 }
 
-// bf16 runs through the gemm kernel on every backend (the fused kernel stages
-// fp32 and fp64 tiles only): auto picks it, and fused is refused.
+// bf16 runs through the gemm kernel unless tensor_core is asked for (the
+// fused kernel stages fp32 and fp64 tiles only; the tensor-core kernel, bf16
+// only, has not been timed yet, so auto does not pick it).
 template <class T>
-AttentionKernel resolved_kernel(AttentionKernel requested, const TeamScratchLimits& limits) {
-  constexpr bool wide_only = !std::is_same<T, Acc<T>>::value;
-  if (wide_only && requested == AttentionKernel::fused)
+AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, const TeamScratchLimits& limits) {
+  constexpr bool bf16_values = !std::is_same<T, Acc<T>>::value;
+  if (bf16_values && requested == AttentionKernel::fused)
     throw InputError("kernels.attention: the fused kernel has no bf16 version; use gemm (or auto, which picks it)");
+  if (requested == AttentionKernel::tensor_core) {
+    if (!bf16_values) throw InputError("kernels.attention: the tensor_core kernel computes bf16 only (model.precision bf16)");
+    const std::string reason = tensor_core_unavailable_reason(head_dim);
+    if (!reason.empty()) throw InputError("kernels.attention: " + reason);
+  }
   if (requested != AttentionKernel::automatic) return requested;
-  return wide_only || limits.level1_is_global ? AttentionKernel::gemm : AttentionKernel::fused;
+  return bf16_values || limits.level1_is_global ? AttentionKernel::gemm : AttentionKernel::fused;
 }
 
 }  // namespace
@@ -57,7 +64,7 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
                                       const TeamScratchLimits& limits) {
   using Tile = Acc<T>;  // what the fused kernel's tiles hold
   AttentionTiles tiles;
-  tiles.blocking.kernel = resolved_kernel<T>(requested.attention, limits);
+  tiles.blocking.kernel = resolved_kernel<T>(requested.attention, head_dim, limits);
   tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
   if (limits.level1_is_global) {
     const AttentionBlocking fitting = largest_fitting_tile<Tile>(requested, head_dim, limits.level0_bytes);
@@ -99,11 +106,10 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
   if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
     e.key_accumulator = s.batch * s.kv_heads * std::min(blocking.chunk, s.keys) * s.head_dim;
-  if (blocking.kernel == AttentionKernel::fused) {
+  if (blocking.kernel == AttentionKernel::fused)
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
-  } else {
+  if (blocking.kernel == AttentionKernel::gemm)
     e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * std::min(blocking.chunk, s.keys);
-  }
   return e;
 }
 

@@ -19,6 +19,7 @@
 
 #include "kernels/attention_tiles.hpp"
 #include "kernels/chunked_attention.hpp"
+#include "kernels/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -280,9 +281,11 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
     chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,
                                   row_max, row_sum, workspace);
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
+    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
     fused_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out_acc, row_max, row_sum);
   } else {
-    require(false, "the fused kernel has no bf16 version (choose_attention_tiles picks gemm)");
+    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
+    tensor_core_forward_accumulate(q, k, v, q_pos, k_pos, mask, out_acc, row_max, row_sum);
   }
 }
 

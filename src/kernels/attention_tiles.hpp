@@ -153,10 +153,7 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
   index_t q_lo = 0, q_hi = 0, k_lo = 0, k_hi = 0;
   team_position_range(team, q_pos, q_count, q_lo, q_hi);
   team_position_range(team, k_pos, k_count, k_lo, k_hi);
-  if (!mask.ranges_meet(q_lo, q_hi, k_lo, k_hi, partly_masked)) return false;
-  if (mask.documents.extent(1) == 0) return true;
-  const auto& doc = mask.documents;
-  return documents_meet(doc(b, q_lo), doc(b, q_hi), doc(b, k_lo), doc(b, k_hi), partly_masked);
+  return mask.blocks_meet(b, q_lo, q_hi, k_lo, k_hi, partly_masked);
 }
 
 // acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],

@@ -265,7 +265,7 @@ KOKKOS_FORCEINLINE_FUNCTION void narrow_pack(bf16* p, const host_float_vector& v
   const host_uint32_vector quiet_nan = (u >> 16) | 0x0040u;
   const host_uint32_vector bits = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
   const host_bf16_bits_vector words = __builtin_convertvector(bits, host_bf16_bits_vector);
-  std::memcpy(p, &words, sizeof words);
+  std::memcpy(static_cast<void*>(p), &words, sizeof words);
 }
 #endif
 

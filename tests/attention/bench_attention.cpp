@@ -5,9 +5,11 @@
 //   n            sequence length (default 8192); B = 1
 //   Dh, heads    head width (64) and heads (4)
 //   query_block, key_block   fused tile sizes (default 0: chosen per backend, as miniattn does)
-//   --kernel=auto|fused|gemm   the attention kernel (kernels.attention; auto: as miniattn picks)
+//   --kernel=auto|fused|gemm|tensor_core   the attention kernel (kernels.attention;
+//                auto: as miniattn picks). tensor_core (bf16, CUDA) is first
+//                compared with gemm on the same operands; a mismatch exits 1.
 //   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
-//   --precision=fp32|fp64|both   (both)
+//   --precision=fp32|fp64|bf16|both   (both: fp32 and fp64; bf16 against the bf16 GEMM rate)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
 //                At n >= 4096 the warm-up is skipped (the first run is timed
 //                too): one pass already takes seconds.
@@ -35,12 +37,17 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <iterator>
+#include <type_traits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
 #include "perf/gemm_rate.hpp"
@@ -56,7 +63,7 @@ using miniattn::View4;
 struct Options {
   index_t n = 8192, dh = 64, heads = 4;
   miniattn::KernelConfig tiles;  // 0: chosen per backend, as miniattn does
-  bool fp32 = true, fp64 = true, backward = true;
+  bool fp32 = true, fp64 = true, bf16 = false, backward = true;
   int reps = 2;
   index_t gemm_n = 1024;
 };
@@ -90,60 +97,164 @@ std::vector<double> timings(int warmups, int reps, F&& f) {
 }
 
 template <class T>
-void run_attention(const Options& o, double gemm_gflops) {
-  const index_t batch = 1, n = o.n, dh = o.dh, heads = o.heads;
-  View4<T> q("q", batch, heads, n, dh), k("k", batch, heads, n, dh), v("v", batch, heads, n, dh);
-  View4<T> out("out", batch, heads, n, dh), dout("dout", batch, heads, n, dh);
-  View4<T> dq("dq", batch, heads, n, dh), dk("dk", batch, heads, n, dh), dv("dv", batch, heads, n, dh);
-  View3<T> lse("lse", batch, heads, n), row_sum("row_sum", batch, heads, n), delta("delta", batch, heads, n);
-  View1<index_t> pos("pos", n);
-  Kokkos::Random_XorShift64_Pool<miniattn::ExecSpace> pool(1234);
-  Kokkos::fill_random(q, pool, T(-1), T(1));
-  Kokkos::fill_random(k, pool, T(-1), T(1));
-  Kokkos::fill_random(v, pool, T(-1), T(1));
-  Kokkos::fill_random(dout, pool, T(-1), T(1));
-  Kokkos::parallel_for(
-      "positions", Kokkos::RangePolicy<miniattn::ExecSpace>(0, n), KOKKOS_LAMBDA(const int i) { pos(i) = i; });
-  Kokkos::fence();
+const char* precision_name() {
+  if constexpr (std::is_same<T, miniattn::bf16>::value) return "bf16";
+  return sizeof(T) == 4 ? "fp32" : "fp64";
+}
+template <class T>
+const char* gemm_name() {
+  if constexpr (std::is_same<T, miniattn::bf16>::value) return "bf16 GEMM";
+  return sizeof(T) == 4 ? "SGEMM" : "DGEMM";
+}
 
-  const char* prec = sizeof(T) == 4 ? "fp32" : "fp64";
-  const int warmups = n >= 4096 ? 0 : 1;
-  const double flops = 4.0 * double(n) * double(n) * double(dh) * double(heads) * double(batch);
-  const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, dh);
-  const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
-  const miniattn::kernels::AttentionWorkspace<T> workspace({batch, heads, heads, dh, n, n}, blocking);
-  if (blocking.kernel == miniattn::AttentionKernel::gemm) {
-    std::printf("%s kernel gemm, chunks of %ld rows: workspace %zu B\n", prec, long(blocking.chunk), workspace.bytes());
+// Uniform in [-1, 1) (drawn in the compute type, rounded to T).
+template <class T>
+View4<T> random_view(const char* name, index_t batch, index_t heads, index_t n, index_t dh, std::uint64_t seed) {
+  using A = miniattn::Acc<T>;
+  View4<A> wide("random", batch, heads, n, dh);
+  Kokkos::Random_XorShift64_Pool<miniattn::ExecSpace> pool(seed);
+  Kokkos::fill_random(wide, pool, A(-1), A(1));
+  View4<T> x(std::string(name), batch, heads, n, dh);
+  const A* from = wide.data();
+  T* to = x.data();
+  Kokkos::parallel_for(
+      "narrow", Kokkos::RangePolicy<miniattn::ExecSpace>(0, x.span()),
+      KOKKOS_LAMBDA(const std::size_t e) { to[e] = miniattn::narrow<T>(from[e]); });
+  Kokkos::fence();
+  return x;
+}
+
+// pos(i) = i (a free function: CUDA lambdas may not live in constructors).
+View1<index_t> identity_positions(index_t n) {
+  View1<index_t> pos("pos", n);
+  Kokkos::parallel_for(
+      "positions", Kokkos::RangePolicy<miniattn::ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { pos(i) = i; });
+  Kokkos::fence();
+  return pos;
+}
+
+// One problem's operands and results.
+template <class T>
+struct Operands {
+  using A = miniattn::Acc<T>;
+  View4<T> q, k, v, out, dout, dq, dk, dv;
+  View3<A> lse, row_sum, delta;
+  View1<index_t> pos;
+  Operands(index_t heads, index_t n, index_t dh)
+      : q(random_view<T>("q", 1, heads, n, dh, 1)), k(random_view<T>("k", 1, heads, n, dh, 2)),
+        v(random_view<T>("v", 1, heads, n, dh, 3)), out("out", 1, heads, n, dh),
+        dout(random_view<T>("dout", 1, heads, n, dh, 4)), dq("dq", 1, heads, n, dh), dk("dk", 1, heads, n, dh),
+        dv("dv", 1, heads, n, dh), lse("lse", 1, heads, n), row_sum("row_sum", 1, heads, n),
+        delta("delta", 1, heads, n), pos(identity_positions(n)) {}
+};
+
+template <class T>
+void forward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
+             const miniattn::kernels::AttentionWorkspace<T>& workspace) {
+  miniattn::kernels::attention_forward<T>(x.q, x.k, x.v, x.pos, x.pos, causal, blocking, x.out, x.lse, x.row_sum,
+                                          workspace);
+}
+template <class T>
+void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
+              const miniattn::kernels::AttentionWorkspace<T>& workspace) {
+  Kokkos::deep_copy(x.dk, T());
+  Kokkos::deep_copy(x.dv, T());
+  const auto dq_acc = miniattn::kernels::query_gradient_accumulator(x.dq, workspace);
+  Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
+  miniattn::kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
+  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.dout, x.lse, x.delta, x.pos, x.pos, causal,
+                                                      blocking, dq_acc, x.dk, x.dv, workspace);
+  miniattn::kernels::round_accumulator<T>(dq_acc, x.dq);
+}
+
+template <class T>
+double relative_difference(const View4<T>& a, const View4<T>& b) {
+  const auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+  const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
+  double diff = 0, norm = 0;
+  for (std::size_t e = 0; e < ha.span(); ++e) {
+    const double x = miniattn::widen(ha.data()[e]), y = miniattn::widen(hb.data()[e]);
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(diff / (norm > 0 ? norm : 1));
+}
+
+// A kernel other than gemm (the tensor-core kernel) checked against gemm on
+// the same operands before it is timed; false when they differ by more than
+// bf16's rounding explains.
+template <class T>
+bool agrees_with_gemm(const Options& o, Operands<T>& x, const miniattn::kernels::AttentionBlocking& blocking,
+                      const miniattn::kernels::AttentionWorkspace<T>& workspace) {
+  miniattn::KernelConfig gemm_config = o.tiles;
+  gemm_config.attention = miniattn::AttentionKernel::gemm;
+  const auto gemm = miniattn::kernels::choose_attention_tiles<T>(gemm_config, o.dh).blocking;
+  const miniattn::kernels::AttentionWorkspace<T> gemm_workspace({1, o.heads, o.heads, o.dh, o.n, o.n}, gemm);
+  bool agree = true;
+  for (bool causal : {false, true}) {
+    Operands<T> y(o.heads, o.n, o.dh);
+    forward(x, causal, blocking, workspace);
+    backward(x, causal, blocking, workspace);
+    forward(y, causal, gemm, gemm_workspace);
+    backward(y, causal, gemm, gemm_workspace);
+    const double d[] = {relative_difference(x.out, y.out), relative_difference(x.dq, y.dq),
+                        relative_difference(x.dk, y.dk), relative_difference(x.dv, y.dv)};
+    const bool ok = *std::max_element(std::begin(d), std::end(d)) < 2e-2;
+    std::printf("%s %-10s against gemm: relative difference out %.1e dq %.1e dk %.1e dv %.1e: %s\n",
+                precision_name<T>(), causal ? "causal" : "non-causal", d[0], d[1], d[2], d[3], ok ? "ok" : "MISMATCH");
+    agree = agree && ok;
+  }
+  return agree;
+}
+
+template <class T>
+void print_blocking(const miniattn::kernels::AttentionTiles& tiles, std::size_t workspace_bytes) {
+  const auto& b = tiles.blocking;
+  if (b.kernel == miniattn::AttentionKernel::gemm) {
+    std::printf("%s kernel gemm, chunks of %ld rows: workspace %zu B\n", precision_name<T>(), long(b.chunk),
+                workspace_bytes);
+  } else if (b.kernel == miniattn::AttentionKernel::tensor_core) {
+    std::printf("%s kernel tensor_core, teams of %ld rows\n", precision_name<T>(), long(b.query_tile()));
   } else {
     std::printf("%s kernel fused, tiles %ldx%ld: team scratch %zu B forward, %zu B backward, level %d (level 0 holds "
                 "%zu B)\n",
-                prec, long(blocking.query_block), long(blocking.key_block), tiles.forward_scratch_bytes,
+                precision_name<T>(), long(b.query_block), long(b.key_block), tiles.forward_scratch_bytes,
                 tiles.backward_scratch_bytes, tiles.scratch_level, tiles.level0_bytes);
   }
+}
+
+// Returns false when a kernel disagrees with gemm.
+template <class T>
+bool run_attention(const Options& o, double gemm_gflops) {
+  Operands<T> x(o.heads, o.n, o.dh);
+  const char* prec = precision_name<T>();
+  const int warmups = o.n >= 4096 ? 0 : 1;
+  const double flops = 4.0 * double(o.n) * double(o.n) * double(o.dh) * double(o.heads);
+  const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, o.dh);
+  const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
+  const miniattn::kernels::AttentionWorkspace<T> workspace({1, o.heads, o.heads, o.dh, o.n, o.n}, blocking);
+  print_blocking<T>(tiles, workspace.bytes());
+  if (blocking.kernel == miniattn::AttentionKernel::tensor_core && !agrees_with_gemm(o, x, blocking, workspace))
+    return false;
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;
-    const auto tf = timings(warmups, o.reps, [&] {
-      miniattn::kernels::attention_forward<T>(q, k, v, pos, pos, causal, blocking, out, lse, row_sum, workspace);
-    });
+    const auto tf = timings(warmups, o.reps, [&] { forward(x, causal, blocking, workspace); });
     const double fwd = useful / tf.front() * 1e-9;
-    std::printf("%s %-10s forward        %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
-                causal ? "causal" : "non-causal", tf.front(), fwd, 100.0 * fwd / gemm_gflops,
-                sizeof(T) == 4 ? "S" : "D", tf.back() / tf.front());
+    std::printf("%s %-10s forward        %8.3f s  %7.2f GFLOP/s  %5.1f%% of %s  (spread %.2f)\n", prec,
+                causal ? "causal" : "non-causal", tf.front(), fwd, 100.0 * fwd / gemm_gflops, gemm_name<T>(),
+                tf.back() / tf.front());
     if (!o.backward) continue;
-    const auto tb = timings(warmups, o.reps, [&] {
-      miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-      miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, pos, pos, causal, blocking, dq,
-                                                          dk, dv, workspace);
-    });
+    const auto tb = timings(warmups, o.reps, [&] { backward(x, causal, blocking, workspace); });
     const double bwd = 2.5 * useful / tb.front() * 1e-9;
     const double both = 3.5 * useful / (tf.front() + tb.front()) * 1e-9;
-    std::printf("%s %-10s backward       %8.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM  (spread %.2f)\n", prec,
-                causal ? "causal" : "non-causal", tb.front(), bwd, 100.0 * bwd / gemm_gflops,
-                sizeof(T) == 4 ? "S" : "D", tb.back() / tb.front());
-    std::printf("%s %-10s forward+backward %6.3f s  %7.2f GFLOP/s  %5.1f%% of %sGEMM\n", prec,
+    std::printf("%s %-10s backward       %8.3f s  %7.2f GFLOP/s  %5.1f%% of %s  (spread %.2f)\n", prec,
+                causal ? "causal" : "non-causal", tb.front(), bwd, 100.0 * bwd / gemm_gflops, gemm_name<T>(),
+                tb.back() / tb.front());
+    std::printf("%s %-10s forward+backward %6.3f s  %7.2f GFLOP/s  %5.1f%% of %s\n", prec,
                 causal ? "causal" : "non-causal", tf.front() + tb.front(), both, 100.0 * both / gemm_gflops,
-                sizeof(T) == 4 ? "S" : "D");
+                gemm_name<T>());
   }
+  return true;
 }
 
 bool starts_with(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
@@ -158,6 +269,11 @@ Options parse(int argc, char** argv) {
       const std::string p = a + 12;
       o.fp32 = p == "fp32" || p == "both";
       o.fp64 = p == "fp64" || p == "both";
+      o.bf16 = p == "bf16";
+      if (!o.fp32 && !o.fp64 && !o.bf16) {
+        std::fprintf(stderr, "bench_attention: --precision=fp32, fp64, bf16 or both (fp32 and fp64)\n");
+        std::exit(2);
+      }
     } else if (starts_with(a, "--reps=")) {
       o.reps = std::max(1, std::atoi(a + 7));
     } else if (starts_with(a, "--kernel=")) {
@@ -165,7 +281,7 @@ Options parse(int argc, char** argv) {
       const auto& names = miniattn::enum_names<miniattn::AttentionKernel>();
       const auto found = std::find(names.begin(), names.end(), kernel);
       if (found == names.end()) {
-        std::fprintf(stderr, "bench_attention: --kernel=auto, fused or gemm\n");
+        std::fprintf(stderr, "bench_attention: --kernel=auto, fused, gemm or tensor_core\n");
         std::exit(2);
       }
       o.tiles.attention = static_cast<miniattn::AttentionKernel>(found - names.begin());
@@ -227,12 +343,21 @@ int main(int argc, char** argv) {
     std::printf("SGEMM %ld^3: %7.2f GFLOP/s (median of 7)%s\n", long(o.gemm_n), sgemm, of_peak(sgemm, 4).c_str());
   if (o.fp64)
     std::printf("DGEMM %ld^3: %7.2f GFLOP/s (median of 7)%s\n", long(o.gemm_n), dgemm, of_peak(dgemm, 8).c_str());
-  if (o.fp32) run_attention<float>(o, sgemm);
-  if (o.fp64) run_attention<double>(o, dgemm);
+  const double bf16_gemm = o.bf16 ? miniattn::measure_gemm_flops<miniattn::bf16>(o.gemm_n) * 1e-9 : 0.0;
+  if (o.bf16) std::printf("bf16 GEMM %ld^3: %7.2f GFLOP/s (median of 7)\n", long(o.gemm_n), bf16_gemm);
+  bool agree = true;
+  try {
+    if (o.fp32) agree = run_attention<float>(o, sgemm) && agree;
+    if (o.fp64) agree = run_attention<double>(o, dgemm) && agree;
+    if (o.bf16) agree = run_attention<miniattn::bf16>(o, bf16_gemm) && agree;
+  } catch (const miniattn::InputError& e) {
+    std::fprintf(stderr, "bench_attention: %s\n", e.what());
+    return 2;
+  }
   if (!g_cpu_clock && g_worst_wall_over_cpu > 1.15)
     std::printf("note: some timed runs took up to %.1fx more wall-clock than CPU time: the core is shared with other "
                 "work and wall-clock rates (and their ratios to the GEMM rate) are unreliable; --clock=cpu counts "
                 "only the time this process ran\n",
                 g_worst_wall_over_cpu);
-  return 0;
+  return agree ? 0 : 1;
 }

@@ -19,6 +19,7 @@
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/tensor_core_attention.hpp"
 
 namespace {
 
@@ -299,6 +300,7 @@ template <class T>
 AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.kernel = kernel_under_test.kernel;
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
+  if (tiles.kernel == AttentionKernel::tensor_core) return tiles;  // fixed 64-row tiles
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
   for (;;) {
     miniattn::KernelConfig requested;
@@ -959,36 +961,50 @@ PlainBf16 plain_bf16_attention(const Problem& p, const MaskCase& mask, const std
   return r;
 }
 
-TEST(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
+// bf16 kernels: gemm on every backend, tensor_core where the build and the
+// device have it (CUDA, compute capability 8.0 on), with heads of 64 and 128
+// values (the widths it compiles) instead of the cases' 8 and 5.
+const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
+                                        {AttentionKernel::tensor_core, false, "tensor_core"}};
+class AttentionBf16 : public AttentionKernels {};
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
+
+TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
   using miniattn::bf16;
-  kernel_under_test = kKernels[2];  // gemm
+  const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
+  if (tensor_core) {
+    const std::string reason = miniattn::kernels::tensor_core_unavailable_reason(64);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
   std::uint64_t seed = 901;
   double worst_ratio = 0;
   for (const auto& c : forward_cases()) {
-    for (const MaskCase& mask : kMasks) {
-      SCOPED_TRACE(c.name + " " + mask.name);
-      const Problem p = rounded<bf16>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed));
-      const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
-      ++seed;
-      const auto ref = naive_forward(p, mask);
-      const auto ref_grads = naive_backward(p, mask, g);
-      const PlainBf16 plain = plain_bf16_attention(p, mask, g);
-      const auto got = kernel_forward<bf16>(p, mask, c.blocking);
-      const auto grads = kernel_backward<bf16>(p, {p}, mask, c.blocking, g);
-      const auto check = [&](const std::vector<double>& x, const std::vector<double>& plain_x,
-                             const std::vector<double>& exact, double factor, const char* what) {
-        const double err = relative_error(x, exact), plain_err = relative_error(plain_x, exact);
-        EXPECT_LE(err, factor * plain_err + 1e-4) << what << ": plain bf16 " << plain_err;
-        worst_ratio = std::max(worst_ratio, err / (plain_err + 1e-4));
-      };
-      check(got.out, plain.forward.out, ref.out, 2.0, "out");
-      check(got.lse, plain.forward.lse, ref.lse, 2.0, "lse");
-      check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
-      check(grads.dk, plain.grads.dk, ref_grads.dk, 3.0, "dk");
-      check(grads.dv, plain.grads.dv, ref_grads.dv, 3.0, "dv");
+    for (const index_t dh : tensor_core ? std::vector<index_t>{64, 128} : std::vector<index_t>{c.dh}) {
+      for (const MaskCase& mask : kMasks) {
+        SCOPED_TRACE(c.name + " " + mask.name + " dh " + std::to_string(dh));
+        const Problem p = rounded<bf16>(make_problem(2, 3, dh, c.q_pos, c.k_pos, seed));
+        const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+        ++seed;
+        const auto ref = naive_forward(p, mask);
+        const auto ref_grads = naive_backward(p, mask, g);
+        const PlainBf16 plain = plain_bf16_attention(p, mask, g);
+        const auto got = kernel_forward<bf16>(p, mask, c.blocking);
+        const auto grads = kernel_backward<bf16>(p, {p}, mask, c.blocking, g);
+        const auto check = [&](const std::vector<double>& x, const std::vector<double>& plain_x,
+                               const std::vector<double>& exact, double factor, const char* what) {
+          const double err = relative_error(x, exact), plain_err = relative_error(plain_x, exact);
+          EXPECT_LE(err, factor * plain_err + 1e-4) << what << ": plain bf16 " << plain_err;
+          worst_ratio = std::max(worst_ratio, err / (plain_err + 1e-4));
+        };
+        check(got.out, plain.forward.out, ref.out, 2.0, "out");
+        check(got.lse, plain.forward.lse, ref.lse, 2.0, "lse");
+        check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
+        check(grads.dk, plain.grads.dk, ref_grads.dk, 3.0, "dk");
+        check(grads.dv, plain.grads.dv, ref_grads.dv, 3.0, "dv");
+      }
     }
   }
-  std::printf("bf16 gemm kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", worst_ratio);
+  std::printf("bf16 %s kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name, worst_ratio);
 }
 
 }  // namespace

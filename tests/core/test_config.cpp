@@ -99,6 +99,8 @@ std::vector<BadDeck> bad_decks() {
        {"model.precision: expected one of fp32, fp64, bf16, got 'fp16'"}},
       {"bf16_fused", "model:\n  precision: bf16\nkernels:\n  attention: fused\n", {}, 1,
        {"kernels.attention: the fused kernel has no bf16 version"}},
+      {"fp32_tensor_core", "kernels:\n  attention: tensor_core\n", {}, 1,
+       {"kernels.attention: the tensor_core kernel computes bf16 only"}},
       {"bf16_calibrate", "model:\n  precision: bf16\nrun:\n  mode: calibrate\n  machine: m.yaml\n", {}, 1,
        {"model.precision: run.mode calibrate measures fp32 or fp64"}},
       {"strategy",
@@ -137,7 +139,7 @@ std::vector<BadDeck> bad_decks() {
       {"query_block_negative", "kernels:\n  query_block: -1\n", {}, 1, {"kernels.query_block: must be >= 0"}},
       {"key_block_negative", "kernels:\n  key_block: -8\n", {}, 1, {"kernels.key_block: must be >= 0"}},
       {"attention_kernel", "kernels:\n  attention: flash\n", {}, 1,
-       {"kernels.attention: expected one of auto, fused, gemm, got 'flash'"}},
+       {"kernels.attention: expected one of auto, fused, gemm, tensor_core, got 'flash'"}},
       {"chunk_negative", "kernels:\n  chunk: -2\n", {}, 1, {"kernels.chunk: must be >= 0"}},
       {"dp_zero", "parallel:\n  dp: 0\n", {}, 1, {"parallel.dp: must be >= 1"}},
       {"ulysses_degree_zero", "parallel:\n  ulysses_degree: 0\n", {}, 1, {"parallel.ulysses_degree: must be >= 1"}},
@@ -758,6 +760,7 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
         },
         field.ref);
     if (field.name() == "parallel.tp") c.model.heads = 6;  // tp 2 needs an even head count
+    if (c.kernels.attention == AttentionKernel::tensor_core) c.model.precision = Precision::bf16;  // its only precision
     if (field.name() == "parallel.strategy" || field.name() == "parallel.comm") continue;  // only one valid value
     EXPECT_NE(c, before) << field.name();
     const std::string yaml = config_to_yaml(c);

@@ -1,0 +1,60 @@
+#pragma once
+// Where the values of a warp-wide tensor-core product live: the fragment
+// layouts of PTX's mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type").
+// D (16 x 8, fp32) = A (16 x 16, bf16) B (16 x 8, bf16) + C. Lane l of the
+// 32 holds, with g = l / 4 (its group) and t = l % 4 (its place in the group):
+//   A: 4 registers of 2 bf16, elements e = 0..7 at row g + 8 ((e / 2) % 2),
+//      column 2t + e % 2 + 8 (e / 4);
+//   B: 2 registers of 2 bf16, elements e = 0..3 at row (k) 2t + e % 2 + 8 (e / 2),
+//      column (n) g;
+//   C, D: 4 fp32, elements e = 0..3 at row g + 8 (e / 2), column 2t + e % 2.
+// The two values of a register are neighbours along k (the low 16 bits hold
+// the first), so a register is one 32-bit load from a matrix stored k-minor:
+// A row-major, B as its transpose (n-major: the rows of K for S = Q K^T).
+// These maps are the only place the tensor-core attention kernels learn the
+// layouts from; test_mma_fragments.cpp checks them against the PTX figures and
+// emulates a warp's products with them on the host.
+#include <Kokkos_Core.hpp>
+
+namespace miniattn::kernels::mma {
+
+constexpr int kWarpLanes = 32;
+constexpr int kRows = 16;  // M
+constexpr int kCols = 8;   // N
+constexpr int kDepth = 16; // K
+constexpr int kARegisters = 4, kBRegisters = 2, kCValues = 4;
+
+struct Element {
+  int row, col;
+};
+
+KOKKOS_INLINE_FUNCTION constexpr Element a_element(int lane, int e) {
+  return {lane / 4 + 8 * ((e / 2) % 2), 2 * (lane % 4) + e % 2 + 8 * (e / 4)};
+}
+// {k, n}
+KOKKOS_INLINE_FUNCTION constexpr Element b_element(int lane, int e) {
+  return {2 * (lane % 4) + e % 2 + 8 * (e / 2), lane / 4};
+}
+KOKKOS_INLINE_FUNCTION constexpr Element c_element(int lane, int e) {
+  return {lane / 4 + 8 * (e / 2), 2 * (lane % 4) + e % 2};
+}
+
+// Element offsets of register r's pair in a row-major A with leading
+// dimension ld, and in a B stored n-major (B(k, n) at n ld + k).
+KOKKOS_INLINE_FUNCTION constexpr int a_pair_offset(int lane, int r, int ld) {
+  return a_element(lane, 2 * r).row * ld + a_element(lane, 2 * r).col;
+}
+KOKKOS_INLINE_FUNCTION constexpr int b_pair_offset(int lane, int r, int ld) {
+  return b_element(lane, 2 * r).col * ld + b_element(lane, 2 * r).row;
+}
+
+// A product's result as the A operand of the next one (P of S = Q K^T used
+// in O += P V): register r of the A fragment covering columns [16 s, 16 s + 16)
+// of a 16-row result held as C fragments of 8-column tiles is the pair of C
+// values (c_value_of_a(r), + 1) of tile 2 s + c_tile_of_a(r); the layouts
+// agree element for element, so no value leaves its lane.
+KOKKOS_INLINE_FUNCTION constexpr int c_tile_of_a(int r) { return r / 2; }
+KOKKOS_INLINE_FUNCTION constexpr int c_value_of_a(int r) { return 2 * (r % 2); }
+
+}  // namespace miniattn::kernels::mma

@@ -1,0 +1,337 @@
+// The tensor-core kernel's backward pass (tensor_core_attention.hpp), two
+// launches as in FlashAttention-2 without its atomics:
+//   key gradients: a team per 64 key rows of one (sample, K/V head); each
+//     warp keeps its 16 keys' K and V fragments and dK, dV accumulators in
+//     registers and walks every query block of the K/V head's query heads:
+//     S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
+//     dV += P^T dO, dK += dS^T Q; dk, dv get the sums with one rounding.
+//   query gradients: a team per 64 query rows of one (sample, head); each warp
+//     keeps Q, dO and its dQ accumulator and walks every key block:
+//     S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
+// P and dS are rounded to bf16 as the products' A operands, as the gemm
+// kernel stores them; the scale multiplies dK and dQ once, at the end.
+#include "kernels/tensor_core_attention.hpp"
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "kernels/tensor_core_warp.hpp"
+
+namespace miniattn::kernels {
+
+#if defined(KOKKOS_ENABLE_CUDA)
+namespace {
+
+using namespace tensor_core;
+
+struct BackwardArgs {
+  const bf16 *q, *k, *v, *dout;
+  const float *lse, *delta;
+  const index_t *q_pos, *k_pos;
+  AttentionMask mask;
+  float* dq;
+  bf16 *dk, *dv;
+  index_t heads, kv_heads, nq, nk;
+  float scale, scale_log2;  // 1/sqrt(Dh), and times log2(e): scores in log2 units, for exp2
+};
+
+__device__ __forceinline__ index_t rows_left(index_t n, index_t first) {
+  const index_t left = n - first;
+  return left < 0 ? 0 : left < mma::kRows ? left : mma::kRows;
+}
+__device__ __forceinline__ Range with(Range r, index_t pos) {
+  return {pos < r.lo ? pos : r.lo, pos > r.hi ? pos : r.hi};
+}
+
+// ---------------------------------------------------------------------------
+// Key gradients.
+
+template <int Dh>
+struct KeyRows {
+  Word k[Widths<Dh>::k_steps][mma::kARegisters], v[Widths<Dh>::k_steps][mma::kARegisters];
+  float dk[Widths<Dh>::n_tiles][mma::kCValues], dv[Widths<Dh>::n_tiles][mma::kCValues];
+  index_t pos[kRowSlots];
+  index_t first;  // row of [B KV nk] of the warp's first key
+  index_t valid;  // keys of the 16 that exist
+};
+
+template <int Dh>
+__device__ Range load_key_rows(const BackwardArgs& a, KeyRows<Dh>& x) {
+  const index_t first_key = blockIdx.x * kTile + warp_id() * mma::kRows;
+  x.valid = rows_left(a.nk, first_key);
+  x.first = blockIdx.y * a.nk + first_key;
+  load_a_fragments<Dh>(a.k + x.first * Dh, x.valid, x.k);
+  load_a_fragments<Dh>(a.v + x.first * Dh, x.valid, x.v);
+  Range rows = kNoRows;
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const bool exists = slot_row(slot) < x.valid;
+    x.pos[slot] = exists ? a.k_pos[first_key + slot_row(slot)] : 0;
+    if (exists) rows = with(rows, x.pos[slot]);
+  }
+  for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+    for (int e = 0; e < mma::kCValues; ++e) x.dk[j][e] = x.dv[j][e] = 0.0f;
+  return warp_range(rows);
+}
+
+template <int Dh>
+__device__ void store_key_gradients(const BackwardArgs& a, const KeyRows<Dh>& x) {
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    if (slot_row(slot) >= x.valid) continue;
+    for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+      for (int half = 0; half < 2; ++half) {
+        const int e = 2 * slot + half;
+        const index_t at = (x.first + slot_row(slot)) * Dh + j * mma::kCols + mma::c_element(lane_id(), e).col;
+        a.dk[at] = bf16(static_cast<float>(a.dk[at]) + a.scale * x.dk[j][e]);
+        a.dv[at] = bf16(static_cast<float>(a.dv[at]) + x.dv[j][e]);
+      }
+  }
+}
+
+// A query block staged in shared memory: Q and dO row-major and transposed,
+// lse in log2 units (+inf where the row saw no key or does not exist: P = 0),
+// delta and positions.
+struct QueryBlock {
+  bf16 *q, *q_t, *dout, *dout_t;
+  float *lse2, *delta;
+  index_t* pos;
+};
+template <int Dh>
+__device__ QueryBlock query_block_in(uint4* shared) {
+  bf16* const m = reinterpret_cast<bf16*>(shared);
+  constexpr int block = Widths<Dh>::block_bf16;
+  float* const stats = reinterpret_cast<float*>(m + 4 * block);
+  return {m, m + block, m + 2 * block, m + 3 * block, stats, stats + kTile, reinterpret_cast<index_t*>(stats + 2 * kTile)};
+}
+template <int Dh>
+constexpr int key_gradients_shared_bytes() {
+  return 4 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
+         kTile * static_cast<int>(2 * sizeof(float) + sizeof(index_t));
+}
+
+__device__ void stage_query_statistics(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
+  const float inf = compat::infinity<float>();
+  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
+    const index_t r = first_query + i;
+    const bool exists = r < a.nq;
+    const float lse = exists ? a.lse[bh * a.nq + r] : -inf;
+    b.lse2[i] = lse == -inf ? inf : lse * kLog2e;
+    b.delta[i] = exists ? a.delta[bh * a.nq + r] : 0.0f;
+    b.pos[i] = exists ? a.q_pos[r] : 0;
+  }
+}
+
+template <int Dh>
+__device__ void stage_query_operands(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
+  const index_t rows = bh * a.nq * Dh;
+  stage_rows<Dh>(a.q + rows, first_query, a.nq, b.q);
+  stage_transposed<Dh>(a.q + rows, first_query, a.nq, b.q_t);
+  stage_rows<Dh>(a.dout + rows, first_query, a.nq, b.dout);
+  stage_transposed<Dh>(a.dout + rows, first_query, a.nq, b.dout_t);
+}
+
+template <int Dh>
+__device__ void add_query_block(const BackwardArgs& a, index_t sample, const QueryBlock& b, index_t first_query,
+                                bool partly, KeyRows<Dh>& x) {
+  const int lane = lane_id();
+  float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
+  accumulate_product<Dh, kTileN>(x.k, b.q, Widths<Dh>::rows_ld, p);      // S^T = K Q^T
+  accumulate_product<Dh, kTileN>(x.v, b.dout, Widths<Dh>::rows_ld, ds);  // dP^T = V dO^T
+#pragma unroll
+  for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) {
+      const int query = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
+      const bool hidden = partly && (first_query + query >= a.nq || a.mask.hides(sample, b.pos[query], x.pos[slot]));
+      p[j][e] = hidden ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - b.lse2[query]));
+      ds[j][e] = p[j][e] * (ds[j][e] - b.delta[query]);
+    }
+  Word operand[kTileK][mma::kARegisters];
+  as_a_fragments<kTileN>(p, operand);
+  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, b.dout_t, Widths<Dh>::cols_ld, x.dv);  // dV += P^T dO
+  as_a_fragments<kTileN>(ds, operand);
+  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, b.q_t, Widths<Dh>::cols_ld, x.dk);  // dK += dS^T Q
+}
+
+template <int Dh>
+__global__ void __launch_bounds__(kThreads) key_gradients_kernel(const BackwardArgs a) {
+  extern __shared__ uint4 shared[];
+  const QueryBlock b = query_block_in<Dh>(shared);
+  __shared__ Range parts[kWarps];
+  const index_t sample = blockIdx.y / a.kv_heads, group = a.heads / a.kv_heads;
+  KeyRows<Dh> x;
+  const Range keys = load_key_rows<Dh>(a, x);
+  const Range team = team_range(keys, parts);
+  for (index_t g = 0; g < group; ++g) {
+    const index_t bh = sample * a.heads + (blockIdx.y % a.kv_heads) * group + g;
+    for (index_t first_query = 0; first_query < a.nq; first_query += kTile) {
+      __syncthreads();  // the previous block's readers are done
+      stage_query_statistics(a, bh, first_query, b);
+      __syncthreads();
+      const Range queries = staged_range(b.pos, a.nq - first_query);
+      bool partly = false;
+      if (team.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) continue;
+      stage_query_operands<Dh>(a, bh, first_query, b);
+      __syncthreads();
+      if (keys.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
+      add_query_block<Dh>(a, sample, b, first_query, partly || first_query + kTile > a.nq, x);
+    }
+  }
+  store_key_gradients<Dh>(a, x);
+}
+
+// ---------------------------------------------------------------------------
+// Query gradients.
+
+template <int Dh>
+struct QueryGradientRows {
+  Word q[Widths<Dh>::k_steps][mma::kARegisters], dout[Widths<Dh>::k_steps][mma::kARegisters];
+  float dq[Widths<Dh>::n_tiles][mma::kCValues];
+  float lse2[kRowSlots], delta[kRowSlots];
+  index_t pos[kRowSlots];
+  index_t first, valid;
+};
+
+template <int Dh>
+__device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRows<Dh>& x) {
+  const index_t first_query = blockIdx.x * kTile + warp_id() * mma::kRows;
+  const float inf = compat::infinity<float>();
+  x.valid = rows_left(a.nq, first_query);
+  x.first = blockIdx.y * a.nq + first_query;
+  load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
+  load_a_fragments<Dh>(a.dout + x.first * Dh, x.valid, x.dout);
+  Range rows = kNoRows;
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const bool exists = slot_row(slot) < x.valid;
+    const index_t r = x.first + slot_row(slot);
+    const float lse = exists ? a.lse[r] : -inf;
+    x.lse2[slot] = lse == -inf ? inf : lse * kLog2e;
+    x.delta[slot] = exists ? a.delta[r] : 0.0f;
+    x.pos[slot] = exists ? a.q_pos[first_query + slot_row(slot)] : 0;
+    if (exists) rows = with(rows, x.pos[slot]);
+  }
+  for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+    for (int e = 0; e < mma::kCValues; ++e) x.dq[j][e] = 0.0f;
+  return warp_range(rows);
+}
+
+template <int Dh>
+__device__ void store_query_gradients(const BackwardArgs& a, const QueryGradientRows<Dh>& x) {
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    if (slot_row(slot) >= x.valid) continue;
+    for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
+      const index_t at =
+          (x.first + slot_row(slot)) * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
+      a.dq[at] += a.scale * x.dq[j][2 * slot];
+      a.dq[at + 1] += a.scale * x.dq[j][2 * slot + 1];
+    }
+  }
+}
+
+// A key block staged in shared memory: K row-major and transposed, V row-major.
+template <int Dh>
+constexpr int query_gradients_shared_bytes() {
+  return 3 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + kTile * static_cast<int>(sizeof(index_t));
+}
+
+template <int Dh>
+__device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* kt, const bf16* vs,
+                              const index_t* kpos, index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
+  const int lane = lane_id();
+  float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
+  accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
+  accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T
+#pragma unroll
+  for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) {
+      const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
+      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], kpos[key]));
+      const float prob = hidden ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - x.lse2[slot]));
+      ds[j][e] = prob * (ds[j][e] - x.delta[slot]);
+    }
+  Word operand[kTileK][mma::kARegisters];
+  as_a_fragments<kTileN>(ds, operand);
+  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, kt, Widths<Dh>::cols_ld, x.dq);  // dQ += dS K
+}
+
+template <int Dh>
+__global__ void __launch_bounds__(kThreads) query_gradients_kernel(const BackwardArgs a) {
+  extern __shared__ uint4 shared[];
+  bf16* const ks = reinterpret_cast<bf16*>(shared);
+  bf16* const kt = ks + Widths<Dh>::block_bf16;
+  bf16* const vs = kt + Widths<Dh>::block_bf16;
+  index_t* const kpos = reinterpret_cast<index_t*>(vs + Widths<Dh>::block_bf16);
+  __shared__ Range parts[kWarps];
+  const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
+  const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
+  QueryGradientRows<Dh> x;
+  const Range queries = load_query_gradient_rows<Dh>(a, x);
+  const Range team = team_range(queries, parts);
+  for (index_t first_key = 0; first_key < a.nk; first_key += kTile) {
+    __syncthreads();  // the previous block's readers are done
+    stage_positions(a.k_pos, first_key, a.nk, kpos);
+    __syncthreads();
+    const Range keys = staged_range(kpos, a.nk - first_key);
+    bool partly = false;
+    if (team.empty() || !a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
+    stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+    stage_transposed<Dh>(a.k + kv_rows, first_key, a.nk, kt);
+    stage_rows<Dh>(a.v + kv_rows, first_key, a.nk, vs);
+    __syncthreads();
+    if (queries.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
+    add_key_block<Dh>(a, sample, ks, kt, vs, kpos, first_key, partly || first_key + kTile > a.nk, x);
+  }
+  store_query_gradients<Dh>(a, x);
+}
+
+template <int Dh>
+void launch_backward(const BackwardArgs& a, index_t batch) {
+  constexpr int key_bytes = key_gradients_shared_bytes<Dh>(), query_bytes = query_gradients_shared_bytes<Dh>();
+  static const bool allowed = (allow_shared_memory(key_gradients_kernel<Dh>, key_bytes),
+                               allow_shared_memory(query_gradients_kernel<Dh>, query_bytes), true);
+  (void)allowed;
+  const auto stream = ExecSpace().cuda_stream();
+  const dim3 key_grid(grid_side(a.nk), static_cast<unsigned>(batch * a.kv_heads));
+  key_gradients_kernel<Dh><<<key_grid, kThreads, key_bytes, stream>>>(a);
+  check_launch("key gradients");
+  const dim3 query_grid(grid_side(a.nq), static_cast<unsigned>(batch * a.heads));
+  query_gradients_kernel<Dh><<<query_grid, kThreads, query_bytes, stream>>>(a);
+  check_launch("query gradients");
+}
+
+}  // namespace
+
+void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
+                                     const View4<const bf16>& v, const View4<const bf16>& dout,
+                                     const View3<const float>& lse, const View3<const float>& delta,
+                                     const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
+                                     const AttentionMask& mask, const View4<float>& dq, const View4<bf16>& dk,
+                                     const View4<bf16>& dv) {
+  const index_t dh = q.extent(3);
+  require_rows_aligned(q, "q");
+  require_rows_aligned(k, "k");
+  require_rows_aligned(v, "v");
+  require_rows_aligned(dout, "dout");
+  require_rows_aligned(dq, "dq");
+  require_rows_aligned(dk, "dk");
+  require_rows_aligned(dv, "dv");
+  const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
+  const BackwardArgs a{q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), q_pos.data(),
+                       k_pos.data(), mask, dq.data(), dk.data(), dv.data(), index_t(q.extent(1)),
+                       index_t(k.extent(1)), index_t(q.extent(2)), index_t(k.extent(2)), scale, scale * kLog2e};
+  if (dh == 64) return launch_backward<64>(a, q.extent(0));
+  if (dh == 128) return launch_backward<128>(a, q.extent(0));
+  throw RuntimeFailure("attention (tensor_core): " + tensor_core_unavailable_reason(dh));
+}
+
+#else  // a build without CUDA: the deck check refuses the kernel before a run starts
+
+void tensor_core_backward_accumulate(const View4<const bf16>&, const View4<const bf16>&, const View4<const bf16>&,
+                                     const View4<const bf16>&, const View3<const float>&, const View3<const float>&,
+                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,
+                                     const View4<float>&, const View4<bf16>&, const View4<bf16>&) {
+  throw RuntimeFailure("attention: " + tensor_core_unavailable_reason(0));
+}
+
+#endif
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,223 @@
+// The tensor-core kernel's forward pass (tensor_core_attention.hpp): a team
+// per 64 query rows of one (sample, head). Each warp loads its 16 rows' Q
+// fragments and running state once, folds in every key block its rows may
+// see (S = Q K^T, online softmax in registers, O += P V with P never leaving
+// its lanes), and stores the state back once.
+#include "kernels/tensor_core_attention.hpp"
+
+#include <string>
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "kernels/tensor_core_warp.hpp"
+
+namespace miniattn::kernels {
+
+#if defined(KOKKOS_ENABLE_CUDA)
+namespace {
+
+using namespace tensor_core;
+
+struct ForwardArgs {
+  const bf16 *q, *k, *v;
+  const index_t *q_pos, *k_pos;
+  AttentionMask mask;
+  float *out_acc, *row_max, *row_sum;
+  index_t heads, kv_heads, nq, nk;
+  float scale_log2;  // 1/sqrt(Dh) log2(e): scores in log2 units, for exp2
+};
+
+// A warp's 16 query rows: Q's fragments, the running output (C tiles), and
+// the maximum (log2 units) and sum of the lane's two rows.
+template <int Dh>
+struct QueryRows {
+  Word q[Widths<Dh>::k_steps][mma::kARegisters];
+  float o[Widths<Dh>::n_tiles][mma::kCValues];
+  float m[kRowSlots], l[kRowSlots];
+  index_t pos[kRowSlots];
+  index_t first;  // row of [B H nq] of the warp's first row
+  index_t valid;  // rows of the 16 that exist
+};
+
+template <int Dh>
+__device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
+  const index_t first_query = blockIdx.x * kTile + warp_id() * mma::kRows;
+  const index_t left = a.nq - first_query;
+  x.valid = left < 0 ? 0 : left < mma::kRows ? left : mma::kRows;
+  x.first = blockIdx.y * a.nq + first_query;
+  load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
+  const float neg_inf = -compat::infinity<float>();
+  Range rows = kNoRows;
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const int row = slot_row(slot);
+    const bool exists = row < x.valid;
+    const index_t r = x.first + row;
+    x.m[slot] = exists ? a.row_max[r] * kLog2e : neg_inf;
+    x.l[slot] = exists ? a.row_sum[r] : 0.0f;
+    x.pos[slot] = exists ? a.q_pos[first_query + row] : 0;
+    if (exists) rows = {x.pos[slot] < rows.lo ? x.pos[slot] : rows.lo, x.pos[slot] > rows.hi ? x.pos[slot] : rows.hi};
+    for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
+      const index_t at = r * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
+      x.o[j][2 * slot] = exists ? a.out_acc[at] : 0.0f;
+      x.o[j][2 * slot + 1] = exists ? a.out_acc[at + 1] : 0.0f;
+    }
+  }
+  return warp_range(rows);
+}
+
+template <int Dh>
+__device__ void store_query_rows(const ForwardArgs& a, const QueryRows<Dh>& x) {
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const int row = slot_row(slot);
+    if (row >= x.valid) continue;
+    const index_t r = x.first + row;
+    for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
+      const index_t at = r * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
+      *reinterpret_cast<float2*>(a.out_acc + at) = make_float2(x.o[j][2 * slot], x.o[j][2 * slot + 1]);
+    }
+    if (lane_id() % 4 == 0) {
+      a.row_max[r] = x.m[slot] / kLog2e;
+      a.row_sum[r] = x.l[slot];
+    }
+  }
+}
+
+// One staged key block into a warp's rows. Hidden keys (the mask, rows past
+// n_k) score -inf; a row that has seen no key keeps m = -inf and subtracts 0.
+// The row sum adds the probabilities rounded to bf16, as P V multiplies them.
+template <int Dh>
+__device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vt,
+                               const index_t* kpos, index_t first_key, bool partly, QueryRows<Dh>& x) {
+  const int lane = lane_id();
+  const float neg_inf = -compat::infinity<float>();
+  float s[kTileN][mma::kCValues] = {};
+  accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);
+  float block_max[kRowSlots] = {neg_inf, neg_inf};
+#pragma unroll
+  for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) {
+      const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
+      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], kpos[key]));
+      s[j][e] = hidden ? neg_inf : s[j][e] * a.scale_log2;
+      block_max[slot] = fmaxf(block_max[slot], s[j][e]);
+    }
+  float base[kRowSlots], alpha[kRowSlots], sum[kRowSlots] = {0.0f, 0.0f};
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const float m_new = fmaxf(x.m[slot], quad_max(block_max[slot]));
+    base[slot] = m_new == neg_inf ? 0.0f : m_new;
+    alpha[slot] = exp2f(x.m[slot] - base[slot]);
+    x.m[slot] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) {
+      s[j][e] = round_bf16(exp2f(s[j][e] - base[e / 2]));
+      sum[e / 2] += s[j][e];
+    }
+  for (int slot = 0; slot < kRowSlots; ++slot) x.l[slot] = x.l[slot] * alpha[slot] + quad_sum(sum[slot]);
+#pragma unroll
+  for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) x.o[j][e] *= alpha[e / 2];
+  Word p[kTileK][mma::kARegisters];
+  as_a_fragments<kTileN>(s, p);
+  accumulate_product<kTile, Widths<Dh>::n_tiles>(p, vt, Widths<Dh>::cols_ld, x.o);
+}
+
+template <int Dh>
+constexpr int forward_shared_bytes() {
+  return 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + kTile * static_cast<int>(sizeof(index_t));
+}
+
+// Blocks of keys the whole team skips are not staged; a warp skips the
+// blocks its own rows cannot see.
+template <int Dh>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) {
+  extern __shared__ uint4 shared[];
+  bf16* const ks = reinterpret_cast<bf16*>(shared);
+  bf16* const vt = ks + Widths<Dh>::block_bf16;
+  index_t* const kpos = reinterpret_cast<index_t*>(vt + Widths<Dh>::block_bf16);
+  __shared__ Range parts[kWarps];
+  const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
+  const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
+  QueryRows<Dh> x;
+  const Range queries = load_query_rows<Dh>(a, x);
+  const Range team = team_range(queries, parts);
+  for (index_t first_key = 0; first_key < a.nk; first_key += kTile) {
+    __syncthreads();  // the previous block's readers are done
+    stage_positions(a.k_pos, first_key, a.nk, kpos);
+    __syncthreads();
+    const Range keys = staged_range(kpos, a.nk - first_key);
+    bool partly = false;
+    if (team.empty() || !a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
+    stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+    stage_transposed<Dh>(a.v + kv_rows, first_key, a.nk, vt);
+    __syncthreads();
+    if (queries.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
+    fold_key_block<Dh>(a, sample, ks, vt, kpos, first_key, partly || first_key + kTile > a.nk, x);
+  }
+  store_query_rows<Dh>(a, x);
+}
+
+template <int Dh>
+void launch_forward(const ForwardArgs& a, index_t batch) {
+  constexpr int bytes = forward_shared_bytes<Dh>();
+  static const bool allowed = (allow_shared_memory(forward_kernel<Dh>, bytes), true);
+  (void)allowed;
+  const dim3 grid(grid_side(a.nq), static_cast<unsigned>(batch * a.heads));
+  forward_kernel<Dh><<<grid, kThreads, bytes, ExecSpace().cuda_stream()>>>(a);
+  check_launch("forward");
+}
+
+}  // namespace
+
+std::string tensor_core_unavailable_reason(index_t head_dim) {
+  if (head_dim != 64 && head_dim != 128)
+    return "the tensor_core kernel is compiled for heads of 64 and 128 values; these have " +
+           std::to_string(head_dim) + " (d_model / heads)";
+  int device = 0;
+  cudaDeviceProp properties{};
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&properties, device) != cudaSuccess)
+    return "the tensor_core kernel could not query the CUDA device";
+  if (properties.major < 8)
+    return "the tensor_core kernel needs compute capability 8.0 or later (bf16 mma.sync); this device has " +
+           std::to_string(properties.major) + "." + std::to_string(properties.minor);
+  return "";
+}
+
+void tensor_core_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
+                                    const View4<const bf16>& v, const View1<const index_t>& q_pos,
+                                    const View1<const index_t>& k_pos, const AttentionMask& mask,
+                                    const View4<float>& out_acc, const View3<float>& row_max,
+                                    const View3<float>& row_sum) {
+  const index_t dh = q.extent(3);
+  require_rows_aligned(q, "q");
+  require_rows_aligned(k, "k");
+  require_rows_aligned(v, "v");
+  require_rows_aligned(out_acc, "out_acc");
+  const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
+  const ForwardArgs a{q.data(), k.data(), v.data(), q_pos.data(), k_pos.data(), mask, out_acc.data(),
+                      row_max.data(), row_sum.data(), index_t(q.extent(1)), index_t(k.extent(1)),
+                      index_t(q.extent(2)), index_t(k.extent(2)), scale * kLog2e};
+  if (dh == 64) return launch_forward<64>(a, q.extent(0));
+  if (dh == 128) return launch_forward<128>(a, q.extent(0));
+  throw RuntimeFailure("attention (tensor_core): " + tensor_core_unavailable_reason(dh));
+}
+
+#else  // a build without CUDA: the deck check refuses the kernel before a run starts
+
+std::string tensor_core_unavailable_reason(index_t) {
+  return std::string("the tensor_core kernel needs a CUDA build of miniattn; this one runs on ") + ExecSpace::name();
+}
+
+void tensor_core_forward_accumulate(const View4<const bf16>&, const View4<const bf16>&, const View4<const bf16>&,
+                                    const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,
+                                    const View4<float>&, const View3<float>&, const View3<float>&) {
+  throw RuntimeFailure("attention: " + tensor_core_unavailable_reason(0));
+}
+
+#endif
+
+}  // namespace miniattn::kernels

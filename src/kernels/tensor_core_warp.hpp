@@ -1,0 +1,214 @@
+#pragma once
+// Internal to the tensor-core attention kernels (tensor_core_forward.cpp,
+// tensor_core_backward.cpp), CUDA only: what a warp does with fragments and
+// what a team stages in shared memory. The fragment layouts come from
+// mma_fragments.hpp alone.
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.hpp"
+#include "kernels/attention.hpp"
+#include "kernels/mma_fragments.hpp"
+#include "kernels/tensor_core_attention.hpp"
+
+namespace miniattn::kernels::tensor_core {
+
+using Word = std::uint32_t;  // two bf16, the first in the low half
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * mma::kWarpLanes;
+constexpr int kTile = static_cast<int>(kTensorCoreTile);
+static_assert(kTile == kWarps * mma::kRows, "a team's rows are its warps' 16 each");
+// A staged row holds 8 bf16 (16 bytes) beyond its data: the rows of a
+// fragment load (8 rows, 4 words each) then fall in 32 different banks.
+constexpr int kPad = 8;
+constexpr int kTileN = kTile / mma::kCols;   // 8-column tiles across a block of 64 rows
+constexpr int kTileK = kTile / mma::kDepth;  // 16-deep steps across a block of 64 rows
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int Dh>
+struct Widths {
+  static_assert(Dh % mma::kDepth == 0, "head width must be a multiple of 16");
+  static constexpr int rows_ld = Dh + kPad;         // a block staged row-major: [kTile][Dh + kPad]
+  static constexpr int cols_ld = kTile + kPad;      // a block staged transposed: [Dh][kTile + kPad]
+  static constexpr int k_steps = Dh / mma::kDepth;  // A fragments across a head
+  static constexpr int n_tiles = Dh / mma::kCols;   // C fragments across a head
+  // The room for one staged block, either way (16-byte multiples: uint4 stores).
+  static constexpr int block_bf16 = kTile * rows_ld > Dh * cols_ld ? kTile * rows_ld : Dh * cols_ld;
+  static_assert(block_bf16 % 8 == 0, "staged blocks start on 16-byte boundaries");
+};
+
+struct Range {
+  index_t lo, hi;
+  KOKKOS_INLINE_FUNCTION bool empty() const { return lo > hi; }
+};
+
+__device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) % mma::kWarpLanes; }
+__device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) / mma::kWarpLanes; }
+
+// D += A B for one 16 x 8 tile.
+__device__ __forceinline__ void mma_bf16(const Word (&a)[mma::kARegisters], const Word (&b)[mma::kBRegisters],
+                                         float (&c)[mma::kCValues]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();  // unreachable: tensor_core_unavailable_reason refuses devices before compute capability 8.0
+#endif
+}
+
+// Round to nearest even, as miniattn::bf16 does.
+__device__ __forceinline__ Word pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const Word*>(&v);
+}
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ Word load_word(const bf16* p) { return *reinterpret_cast<const Word*>(p); }
+
+// Over the 4 lanes of a group, which hold the same two rows of a C fragment.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ Range warp_range(Range r) {
+  for (int offset = mma::kWarpLanes / 2; offset > 0; offset /= 2) {
+    const index_t lo = __shfl_xor_sync(0xffffffffu, r.lo, offset), hi = __shfl_xor_sync(0xffffffffu, r.hi, offset);
+    r = {lo < r.lo ? lo : r.lo, hi > r.hi ? hi : r.hi};
+  }
+  return r;
+}
+constexpr Range kNoRows = {Kokkos::reduction_identity<index_t>::min(), Kokkos::reduction_identity<index_t>::max()};
+
+// The range of the team's rows from each warp's (parts: kWarps in shared memory).
+__device__ __forceinline__ Range team_range(Range warp_rows, Range* parts) {
+  if (lane_id() == 0) parts[warp_id()] = warp_rows;
+  __syncthreads();
+  Range r = kNoRows;
+  for (int w = 0; w < kWarps; ++w) r = {parts[w].lo < r.lo ? parts[w].lo : r.lo, parts[w].hi > r.hi ? parts[w].hi : r.hi};
+  return r;
+}
+
+// The position range of a staged block's kTile positions, of which `count` exist.
+__device__ __forceinline__ Range staged_range(const index_t* pos, index_t count) {
+  Range r = kNoRows;
+  for (int i = lane_id(); i < kTile && i < count; i += mma::kWarpLanes)
+    r = {pos[i] < r.lo ? pos[i] : r.lo, pos[i] > r.hi ? pos[i] : r.hi};
+  return warp_range(r);
+}
+
+// C += A B over a 16-row A of Depth columns (Depth / 16 fragments) and an
+// n-major B of N 8-column tiles: b_rows[n ld + k] = B(k, n).
+template <int Depth, int N>
+__device__ __forceinline__ void accumulate_product(const Word (&a)[Depth / mma::kDepth][mma::kARegisters],
+                                                   const bf16* b_rows, int ld, float (&c)[N][mma::kCValues]) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int s = 0; s < Depth / mma::kDepth; ++s) {
+      const bf16* tile = b_rows + j * mma::kCols * ld + s * mma::kDepth;
+      const Word b[mma::kBRegisters] = {load_word(tile + mma::b_pair_offset(lane, 0, ld)),
+                                        load_word(tile + mma::b_pair_offset(lane, 1, ld))};
+      mma_bf16(a[s], b, c[j]);
+    }
+  }
+}
+
+// A 16-row result of N 8-column C tiles, rounded to bf16, as the A operand of
+// the next product (its columns become the depth).
+template <int N>
+__device__ __forceinline__ void as_a_fragments(const float (&c)[N][mma::kCValues],
+                                               Word (&a)[N / 2][mma::kARegisters]) {
+#pragma unroll
+  for (int s = 0; s < N / 2; ++s)
+#pragma unroll
+    for (int r = 0; r < mma::kARegisters; ++r) {
+      const float* pair = c[2 * s + mma::c_tile_of_a(r)] + mma::c_value_of_a(r);
+      a[s][r] = pack_bf16(pair[0], pair[1]);
+    }
+}
+
+// A fragments of 16 rows of a row-major [rows, Depth] matrix; rows at or
+// past `valid` read as 0.
+template <int Depth>
+__device__ __forceinline__ void load_a_fragments(const bf16* rows, index_t valid,
+                                                 Word (&a)[Depth / mma::kDepth][mma::kARegisters]) {
+  const int lane = lane_id();
+#pragma unroll
+  for (int s = 0; s < Depth / mma::kDepth; ++s)
+#pragma unroll
+    for (int r = 0; r < mma::kARegisters; ++r)
+      a[s][r] = mma::a_element(lane, 2 * r).row < valid
+                    ? load_word(rows + s * mma::kDepth + mma::a_pair_offset(lane, r, Depth))
+                    : Word(0);
+}
+
+// Rows [first, first + kTile) of a row-major [n, Dh] matrix staged row-major
+// (dst[row * (Dh + kPad) + d]) or transposed (dst[d * (kTile + kPad) + row]);
+// rows at or past n are 0. 16-byte loads: the caller checks the alignment.
+template <int Dh>
+__device__ __forceinline__ void stage_rows(const bf16* src, index_t first, index_t n, bf16* dst) {
+  constexpr int vectors = Dh / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < kTile * vectors; i += kThreads) {
+    const int row = i / vectors, col = 8 * (i % vectors);
+    uint4 x = {0, 0, 0, 0};
+    if (first + row < n) x = *reinterpret_cast<const uint4*>(src + (first + row) * Dh + col);
+    *reinterpret_cast<uint4*>(dst + row * Widths<Dh>::rows_ld + col) = x;
+  }
+}
+template <int Dh>
+__device__ __forceinline__ void stage_transposed(const bf16* src, index_t first, index_t n, bf16* dst) {
+  constexpr int vectors = Dh / 8;
+  for (int i = static_cast<int>(threadIdx.x); i < kTile * vectors; i += kThreads) {
+    const int row = i % kTile, col = 8 * (i / kTile);  // neighbouring threads write neighbouring rows
+    uint4 x = {0, 0, 0, 0};
+    if (first + row < n) x = *reinterpret_cast<const uint4*>(src + (first + row) * Dh + col);
+    const bf16* values = reinterpret_cast<const bf16*>(&x);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[(col + e) * Widths<Dh>::cols_ld + row] = values[e];
+  }
+}
+__device__ __forceinline__ void stage_positions(const index_t* pos, index_t first, index_t n, index_t* dst) {
+  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) dst[i] = first + i < n ? pos[first + i] : 0;
+}
+
+// The two rows (g and g + 8 of its warp's 16) whose C values a lane holds:
+// C value e belongs to row slot e / 2.
+constexpr int kRowSlots = 2;
+__device__ __forceinline__ int slot_row(int slot) { return mma::c_element(lane_id(), 2 * slot).row; }
+
+// Host side. A launch may use more shared memory than the 48 KB a kernel
+// gets by default (and than Kokkos's team scratch): ask once per kernel.
+template <class Kernel>
+void allow_shared_memory(Kernel* kernel, int bytes) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess)
+    throw RuntimeFailure("attention (tensor_core): the device refuses " + std::to_string(bytes) +
+                         " bytes of shared memory per team");
+}
+inline void check_launch(const char* what) {
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw RuntimeFailure(std::string("attention (tensor_core): launching the ") + what +
+                         " kernel failed: " + cudaGetErrorString(status));
+}
+// The kernels read operands as 16-byte vectors of whole rows.
+template <class View>
+void require_rows_aligned(const View& x, const char* name) {
+  if (!x.span_is_contiguous() || reinterpret_cast<std::uintptr_t>(x.data()) % 16 != 0)
+    throw RuntimeFailure(std::string("attention (tensor_core): ") + name +
+                         " must be contiguous and 16-byte aligned");
+}
+inline unsigned grid_side(index_t rows) { return static_cast<unsigned>((rows + kTile - 1) / kTile); }
+
+}  // namespace miniattn::kernels::tensor_core
+#endif
