@@ -13,15 +13,16 @@ the tokens of step s), each independent of the C++ code:
              weight_decay, grad_clip) come from the snapshots' `config`
              attribute (the resolved deck); a missing one is an error (exit 2)
              unless given with --train KEY=VALUE. Decay mask: weight decay on
-             2-D tensors (wte, wpe and the linear weights), none on biases and
+             2-D tensors (wte, wpe if any and the linear weights), none on biases and
              LayerNorm parameters (torch param groups). Clipping: the global
              L2 norm of all gradients, torch.nn.utils.clip_grad_norm_ itself
              (scale min(1, grad_clip / (norm + 1e-6)), as miniattn does). The learning
              rate is constant (miniattn has no schedule); SGD has no momentum.
   init       The step-0 parameters against docs/design.md's initialisation: weights
              N(0, 0.02), attn.proj.weight and ffn.fc2.weight N(0, 0.02/sqrt(2L)),
-             wpe N(0, 0.01), biases exactly 0, LayerNorm weight exactly 1 and
-             bias exactly 0. For a normal tensor of n values: |mean| <= z s/sqrt(n),
+             wpe N(0, 0.01) (learned positions only: RoPE has no wpe), biases
+             exactly 0, LayerNorm weight exactly 1 and bias exactly 0.
+             For a normal tensor of n values: |mean| <= z s/sqrt(n),
              |std/s - 1| <= z/sqrt(2(n-1)), |excess kurtosis| <= z sqrt(24/n), all
              values distinct (fp64), and |correlation| <= z/sqrt(n) between any two
              normal tensors (first min(n1, n2) values); z = 5 by default.
@@ -223,7 +224,7 @@ def hyperparameters(snapshot, overrides):
 
 
 def decayed(name, shape):
-    """The decay mask: matrices (wte, wpe, linear weights) yes; biases and LayerNorm no."""
+    """The decay mask: matrices (wte, wpe if any, linear weights) yes; biases and LayerNorm no."""
     return len(shape) >= 2
 
 
@@ -501,7 +502,11 @@ def cmd_init(args, paths):
     print(f"  tolerances (z = {args.z:g} standard errors, s = the rule's std, n values): |mean| <= z s/sqrt(n) (column mean [SE] = mean / (s/sqrt(n))); "
           f"|std/s - 1| <= z/sqrt(2(n-1)); |excess kurtosis| <= z sqrt(24/n); "
           f"all values distinct (fp64); |corr| <= z/sqrt(n); constants exact")
+    faults = applicable_init_faults(cfg)
     if args.inject_fault:
+        if args.inject_fault not in faults:
+            raise Malformed(f"--inject-fault {args.inject_fault} does not apply to this snapshot "
+                            f"(applicable: {', '.join(faults)})")
         print(f"  INJECTED FAULT: {args.inject_fault}: {INIT_FAULTS[args.inject_fault]}")
     failures = init_run(snap, args.z, args.inject_fault)
     if failures:
@@ -509,8 +514,13 @@ def cmd_init(args, paths):
         return 1
     print(f"initialisation check: PASSED ({len(rm.expected_shapes(cfg))} tensors)")
     if args.prove_faults:
-        return prove(list(INIT_FAULTS), INIT_FAULTS, lambda f: failures_run(init_run(snap, args.z, f, quiet=True)))
+        return prove(faults, INIT_FAULTS, lambda f: failures_run(init_run(snap, args.z, f, quiet=True)))
     return 0
+
+
+def applicable_init_faults(cfg):
+    """The initialisation faults that change something: wpe-std needs a wpe (learned positions)."""
+    return [f for f in INIT_FAULTS if f != "wpe-std" or "wpe" in rm.expected_shapes(cfg)]
 
 
 # --------------------------------------------------------------------------- data

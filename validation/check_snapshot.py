@@ -145,7 +145,7 @@ def main(argv=None):
 
     print(f"snapshot {args.snapshot}: V={cfg.vocab} D={cfg.d_model} H={cfg.heads} F={cfg.ffn} "
           f"L={cfg.layers} N={cfg.seq_len} B={cfg.batch} causal={int(cfg.causal)} window={cfg.window} "
-          f"kv_heads={cfg.kv_head_count} documents={int(cfg.documents)} "
+          f"kv_heads={cfg.kv_head_count} documents={int(cfg.documents)} positions={cfg.positions} "
           f"precision={cfg.precision}")
     if cfg.precision == "bf16" and args.grad_rtol is None:
         print(f"tolerances: {BF16_FACTORS[1]:g}x a plain bf16 implementation's error + {BF16_FLOORS[1]:g} per "

@@ -62,6 +62,8 @@ MEMORY_RATIO_TARGET = 1.0 / 8.0
 # --extra-set keys whose values the PyTorch side mirrors (so both do the same work).
 MIRRORED_TRAIN_KEYS = {"lr": float, "weight_decay": float, "grad_clip": float, "optimizer": str,
                        "beta1": float, "beta2": float, "eps": float, "seed": int}
+# model.* keys mirrored from --extra-set (RoPE has no wpe: a different parameter set and work).
+MIRRORED_MODEL_KEYS = {"positions": str, "rope_theta": float}
 # model.* keys that have their own option here: --extra-set would desynchronise the two sides.
 MODEL_KEYS_WITH_OPTIONS = ("vocab", "d_model", "heads", "layers", "seq_len", "batch", "causal",
                            "precision")
@@ -134,7 +136,8 @@ def torch_worker(spec):
     try:
         cfg = rm.Config(vocab=m["vocab"], d_model=m["d_model"], heads=m["heads"],
                         ffn=m["ffn"] or 4 * m["d_model"], layers=m["layers"], seq_len=m["seq_len"],
-                        batch=m["batch"], causal=m["causal"], precision=m["precision"])
+                        batch=m["batch"], causal=m["causal"], precision=m["precision"],
+                        **{k: m[k] for k in MIRRORED_MODEL_KEYS if k in m})
         model = rm.ReferenceGPT(cfg).to(dtype)
         # docs/design.md's initialisation (biases 0, LayerNorm 1/0); the values do not matter for timing.
         init = rm.random_params(cfg, seed=t["seed"], perturb_norms=False)
@@ -323,7 +326,8 @@ def build_parser():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--extra-set", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to miniattn as --set KEY=VALUE (repeatable); train.lr, weight_decay, "
-                         "grad_clip, optimizer, beta1, beta2, eps, seed and model.ffn are mirrored in PyTorch")
+                         "grad_clip, optimizer, beta1, beta2, eps, seed and model.ffn, positions, rope_theta are "
+                         "mirrored in PyTorch")
     ap.add_argument("--repeats", type=int, default=1, help="run both sides this many times, alternating")
     ap.add_argument("--torch-mem-limit-gib", type=float, default=0.0,
                     help="stop the PyTorch worker when its resident memory exceeds this (0 = none) and "
@@ -344,6 +348,7 @@ def main(argv=None):
 
     train = {"lr": args.lr, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
              "optimizer": "adamw", "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "seed": args.seed}
+    model_extra = {}
     for kv in args.extra_set:
         key, sep, value = kv.partition("=")
         if not sep or "." not in key:
@@ -355,6 +360,8 @@ def main(argv=None):
             ap.error("use --steps, not --extra-set train.steps")
         elif section == "model" and name == "ffn":
             args.ffn = int(value)
+        elif section == "model" and name in MIRRORED_MODEL_KEYS:
+            model_extra[name] = MIRRORED_MODEL_KEYS[name](value)
         elif section == "model" and name in MODEL_KEYS_WITH_OPTIONS:
             ap.error(f"use --{name.replace('_', '-')} rather than --extra-set {key} (both sides must agree)")
         elif section == "run" and name == "mode":
@@ -366,7 +373,7 @@ def main(argv=None):
     spec = {"threads": args.threads, "steps": args.steps, "train": train,
             "model": {"vocab": args.vocab, "d_model": args.d_model, "heads": args.heads, "ffn": args.ffn,
                       "layers": args.layers, "seq_len": args.seq_len, "batch": args.batch,
-                      "causal": args.causal, "precision": args.precision}}
+                      "causal": args.causal, "precision": args.precision, **model_extra}}
 
     print(f"compare_pytorch: V={args.vocab} D={args.d_model} H={args.heads} L={args.layers} "
           f"N={args.seq_len} B={args.batch} {'causal' if args.causal else 'non-causal'} {args.precision}, "

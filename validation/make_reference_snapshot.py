@@ -4,13 +4,14 @@ Builds a random model (docs/design.md's initialisation, with biases and LayerNor
 parameters randomised a little so every gradient is exercised), random tokens,
 and stores params, tokens, loss and gradients exactly as miniattn would. With
 `--precision fp32` it imitates an fp32 run: parameters are rounded to float32
-and loss, gradients and activations are computed in float32.
+and loss, gradients and activations are computed in float32. `--positions rope`
+gives rotary positions (no wpe; theta 10000) instead of the learned table.
 `--perturb-grad NAME` / `--perturb-loss` spoil the file slightly so that tests
 can prove check_snapshot.py rejects it.
 
     /usr/bin/python3 make_reference_snapshot.py OUT.h5 --vocab 13 --d-model 8 \\
         --heads 2 --layers 2 --seq-len 6 --batch 2 [--ffn F] [--causal 0|1] \\
-        [--seed S] [--precision fp64|fp32] [--with-activations] \\
+        [--seed S] [--precision fp64|fp32] [--positions learned|rope] [--with-activations] \\
         [--perturb-grad NAME] [--perturb-loss] [--perturb-size EPS]
 """
 
@@ -33,6 +34,7 @@ def main(argv=None):
     ap.add_argument("--causal", type=int, choices=(0, 1), default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--precision", choices=("fp64", "fp32"), default="fp64")
+    ap.add_argument("--positions", choices=rm.POSITIONS, default="learned")
     ap.add_argument("--with-activations", action="store_true",
                     help="also write /activations/blocks.{l}.out and /logits")
     ap.add_argument("--perturb-grad", metavar="NAME", help="scale this gradient by (1 + EPS)")
@@ -46,7 +48,7 @@ def main(argv=None):
     cfg = rm.Config(vocab=args.vocab, d_model=args.d_model, heads=args.heads,
                     ffn=args.ffn or 4 * args.d_model, layers=args.layers,
                     seq_len=args.seq_len, batch=args.batch, causal=bool(args.causal),
-                    precision=args.precision)
+                    precision=args.precision, positions=args.positions)
     dtype = torch.float32 if args.precision == "fp32" else torch.float64
     torch.set_num_threads(1)
 
@@ -71,6 +73,8 @@ def main(argv=None):
             f.attrs[key] = np.int64(getattr(cfg, key))
         f.attrs["causal"] = np.int64(int(cfg.causal))
         f.attrs["precision"] = cfg.precision
+        f.attrs["positions"] = cfg.positions
+        f.attrs["rope_theta"] = np.float64(cfg.rope_theta)
         f.attrs["seed"] = np.int64(args.seed)
         f.attrs["step"] = np.int64(0)
         for name in rm.expected_shapes(cfg):
@@ -83,7 +87,7 @@ def main(argv=None):
                 path = "logits" if name == "logits" else f"activations/{name}"
                 f[path] = value.numpy().astype(np_dtype)
     print(f"wrote {args.out}: loss {loss.item():.17g} ({args.precision}, "
-          f"{'causal' if cfg.causal else 'non-causal'}, {len(params)} parameters)")
+          f"{'causal' if cfg.causal else 'non-causal'}, {cfg.positions} positions, {len(params)} parameters)")
     return 0
 
 

@@ -2,9 +2,16 @@
 
 A plain, readable re-implementation used to verify the C++ code: the module's
 state_dict names are exactly the HDF5 parameter names of docs/design.md
-(`wte`, `wpe`, `blocks.{l}.ln1.weight`, ..., `ln_f.bias`), attention is
-written out explicitly (matmul, masked_fill, softmax) so that no fused kernel
-is involved, and the loss is the mean next-token cross-entropy.
+(`wte`, `wpe`, `blocks.{l}.ln1.weight`, ..., `ln_f.bias`; `wpe` only with
+learned positions), attention is written out explicitly (matmul, masked_fill,
+softmax) so that no fused kernel is involved, and the loss is the mean
+next-token cross-entropy.
+
+Rotary positions (positions "rope") follow GPT-NeoX / Llama / Hugging Face's
+rotate-half convention: in every head of width Dh, q and k (after the QKV bias,
+before attention; v is not turned) pair element i with element i + Dh/2 and turn
+the pair by pos * theta^(-2i/Dh) radians, x' = x cos + rotate_half(x) sin, with
+angles in float64 and pos counted from the start of each token's document.
 
 Library use (run with Debian's /usr/bin/python3, which has torch, h5py, numpy):
 
@@ -45,6 +52,8 @@ class Config:
     window: int = 0  # sliding window: keys less than `window` positions away (0 = all)
     kv_heads: int = 0  # key/value heads shared by groups of query heads (GQA); 0 = heads
     documents: bool = False  # packed documents: the snapshot's /inputs/document_ids masks attention
+    positions: str = "learned"  # "learned": the wpe table is added to the embedding; "rope": q, k rotated
+    rope_theta: float = 10000.0  # RoPE base: pair i of a head turns pos * theta^(-2i/Dh) radians
 
     @property
     def head_dim(self):
@@ -72,6 +81,7 @@ def _attr_value(value):
 
 
 CONFIG_INT_ATTRS = ("vocab", "d_model", "heads", "ffn", "layers", "seq_len", "batch")
+POSITIONS = ("learned", "rope")
 
 
 def load_config(h5file):
@@ -89,8 +99,13 @@ def load_config(h5file):
     # Likewise model.kv_heads: one K/V head per query head.
     kv_heads = int(_attr_value(attrs["kv_heads"])) if "kv_heads" in attrs else 0
     documents = bool(int(_attr_value(attrs["documents"]))) if "documents" in attrs else False
+    # And model.positions: the learned table.
+    positions = str(_attr_value(attrs["positions"])).strip().lower() if "positions" in attrs else "learned"
+    if positions not in POSITIONS:
+        raise ValueError(f"attribute 'positions' must be learned or rope, got {positions!r}")
+    rope_theta = float(_attr_value(attrs["rope_theta"])) if "rope_theta" in attrs else 10000.0
     return Config(**values, causal=bool(int(_attr_value(attrs["causal"]))), precision=precision, window=window,
-                  kv_heads=kv_heads, documents=documents)
+                  kv_heads=kv_heads, documents=documents, positions=positions, rope_theta=rope_theta)
 
 
 def attention_mask(cfg, device=None, document_ids=None):
@@ -108,10 +123,44 @@ def attention_mask(cfg, device=None, document_ids=None):
     return hidden
 
 
+def rope_positions(seq_len, document_ids=None, device=None):
+    """RoPE's position of every token: [1, N] 0..N-1, or with document_ids [B, N] the
+    distance from the first token of its document [B, N]."""
+    p = torch.arange(seq_len, device=device)
+    if document_ids is None:
+        return p[None]
+    # ids never decrease along a sample, so a document starts where searchsorted would insert its id.
+    return p - torch.searchsorted(document_ids, document_ids)
+
+
+def rope_cos_sin(cfg, positions, dtype):
+    """cos, sin [B|1, N, Dh] for apply_rope at positions [B|1, N], rounded to dtype from
+    float64 angles (bfloat16 cannot even hold position 257)."""
+    Dh = cfg.head_dim
+    if Dh % 2:
+        raise ValueError(f"RoPE needs an even head width, d_model / heads = {Dh}")
+    inv_freq = cfg.rope_theta ** (-torch.arange(0, Dh, 2, dtype=torch.float64, device=positions.device) / Dh)
+    angle = positions.to(torch.float64)[..., None] * inv_freq  # [B|1, N, Dh/2]
+    angle = torch.cat([angle, angle], dim=-1)
+    return angle.cos().to(dtype), angle.sin().to(dtype)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x [B, heads, N, Dh] turned by position; cos, sin [B|1, N, Dh] from rope_cos_sin."""
+    return x * cos[:, None] + rotate_half(x) * sin[:, None]
+
+
 def expected_shapes(cfg):
     """Name -> shape of every parameter, in docs/design.md order."""
     V, D, F_, N = cfg.vocab, cfg.d_model, cfg.ffn, cfg.seq_len
-    shapes = {"wte": (V, D), "wpe": (N, D)}
+    shapes = {"wte": (V, D)}
+    if cfg.positions == "learned":
+        shapes["wpe"] = (N, D)
     for l in range(cfg.layers):
         p = f"blocks.{l}."
         shapes.update({
@@ -141,13 +190,17 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, cfg.qkv_rows)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, x, document_ids=None):
+    def forward(self, x, document_ids=None, rope=None):
+        """x [B, N, D]; rope: (cos, sin) of rope_cos_sin with rotary positions, else None."""
         B, N, D = x.shape
         H, KV, Dh = self.heads, self.cfg.kv_head_count, D // self.heads
         q, k, v = self.qkv(x).split([D, KV * Dh, KV * Dh], dim=-1)  # q [B, N, D] | k, v [B, N, KV Dh]
         # head h = columns h*Dh..(h+1)*Dh-1 -> [B, H, N, Dh]; query head h uses K/V head h // (H / KV)
         q = q.view(B, N, H, Dh).transpose(1, 2)
-        k, v = (t.view(B, N, KV, Dh).transpose(1, 2).repeat_interleave(H // KV, dim=1) for t in (k, v))
+        k, v = (t.view(B, N, KV, Dh).transpose(1, 2) for t in (k, v))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        k, v = (t.repeat_interleave(H // KV, dim=1) for t in (k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(Dh)  # [B, H, N, N]
         hidden = attention_mask(self.cfg, x.device, document_ids)
         scores = scores.masked_fill(hidden, float("-inf"))
@@ -173,8 +226,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
         self.ffn = FeedForward(cfg)
 
-    def forward(self, x, document_ids=None):
-        x = x + self.attn(self.ln1(x), document_ids)
+    def forward(self, x, document_ids=None, rope=None):
+        x = x + self.attn(self.ln1(x), document_ids, rope)
         return x + self.ffn(self.ln2(x))
 
 
@@ -183,7 +236,8 @@ class ReferenceGPT(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Parameter(torch.empty(cfg.vocab, cfg.d_model))
-        self.wpe = nn.Parameter(torch.empty(cfg.seq_len, cfg.d_model))
+        if cfg.positions == "learned":
+            self.wpe = nn.Parameter(torch.empty(cfg.seq_len, cfg.d_model))
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=LAYERNORM_EPS)
 
@@ -192,10 +246,15 @@ class ReferenceGPT(nn.Module):
         -> (loss, {'blocks.{l}.out': [B,N,D], 'logits': [B,N,V]})."""
         inputs, targets = tokens[:, :-1], tokens[:, 1:]
         N = inputs.shape[1]
-        x = self.wte[inputs] + self.wpe[torch.arange(N, device=tokens.device)]
+        x = self.wte[inputs]
+        rope = None
+        if self.cfg.positions == "learned":
+            x = x + self.wpe[torch.arange(N, device=tokens.device)]
+        else:
+            rope = rope_cos_sin(self.cfg, rope_positions(N, document_ids, tokens.device), x.dtype)
         extras = {}
         for l, block in enumerate(self.blocks):
-            x = block(x, document_ids)
+            x = block(x, document_ids, rope)
             extras[f"blocks.{l}.out"] = x
         logits = self.ln_f(x) @ self.wte.t()
         extras["logits"] = logits
@@ -268,13 +327,37 @@ def _multi_head_projection(qkv, cfg):
     return torch.cat([q, widen(k), widen(v)], dim=0)
 
 
+def _rope_angles(cfg, batch, N, document_ids=None):
+    """[B, N, Dh/2] float64 angles pos * theta^(-2i/Dh), pos counted with list.index from
+    the first token of the same document (everything one document without document_ids)."""
+    Dh = cfg.head_dim
+    inv_freq = torch.tensor([cfg.rope_theta ** (-2 * i / Dh) for i in range(Dh // 2)], dtype=torch.float64)
+    samples = document_ids.tolist() if document_ids is not None else [[0] * N] * batch
+    pos = torch.tensor([[p - d.index(d[p]) for p in range(N)] for d in samples], dtype=torch.float64)
+    return pos[:, :, None] * inv_freq
+
+
+def _rotate_pairs(t, angles, heads):
+    """t [B, N, heads Dh] with pair (x_i, x_{i+Dh/2}) of every head turned by angles [B, N, Dh/2]:
+    (x_i cos - x_{i+Dh/2} sin, x_{i+Dh/2} cos + x_i sin)."""
+    B, N, _ = t.shape
+    t = t.view(B, N, heads, -1)
+    low, high = t.chunk(2, dim=-1)
+    c, s = angles.cos().to(t.dtype)[:, :, None], angles.sin().to(t.dtype)[:, :, None]
+    return torch.cat([low * c - high * s, high * c + low * s], dim=-1).view(B, N, -1)
+
+
 def _loss_with_torch_attention(params, tokens, cfg, document_ids=None):
-    """The same model built on nn.MultiheadAttention (packed q|k|v in_proj, heads as
-    contiguous Dh-column blocks) and F.layer_norm: a second opinion for the self-test."""
+    """The same model built on nn.functional.multi_head_attention_forward (heads as contiguous
+    Dh-column blocks) and F.layer_norm: a second opinion for the self-test."""
     D = cfg.d_model
     inputs, targets = tokens[:, :-1], tokens[:, 1:]
-    N = inputs.shape[1]
-    x = params["wte"][inputs] + params["wpe"][:N]
+    B, N = inputs.shape
+    x = params["wte"][inputs]
+    if cfg.positions == "learned":
+        x = x + params["wpe"][:N]
+    else:
+        angles = _rope_angles(cfg, B, N, document_ids)
     allowed = torch.ones(N, N, dtype=torch.bool)
     if cfg.causal:
         allowed = allowed.tril()
@@ -288,12 +371,17 @@ def _loss_with_torch_attention(params, tokens, cfg, document_ids=None):
     for l in range(cfg.layers):
         p = {k[len(f"blocks.{l}."):]: v for k, v in params.items() if k.startswith(f"blocks.{l}.")}
         a = F.layer_norm(x, (D,), p["ln1.weight"], p["ln1.bias"], LAYERNORM_EPS)
-        in_weight, in_bias = _multi_head_projection(p["attn.qkv.weight"], cfg), _multi_head_projection(
-            p["attn.qkv.bias"], cfg)
+        # The in-projection is done here, not by torch, so that RoPE can turn q and k before attention.
+        q, k, v = F.linear(a, _multi_head_projection(p["attn.qkv.weight"], cfg),
+                           _multi_head_projection(p["attn.qkv.bias"], cfg)).split(D, dim=-1)
+        if cfg.positions == "rope":
+            q, k = _rotate_pairs(q, angles, cfg.heads), _rotate_pairs(k, angles, cfg.heads)
+        identity = torch.eye(D, dtype=x.dtype)
         o = F.multi_head_attention_forward(
-            a.transpose(0, 1), a.transpose(0, 1), a.transpose(0, 1), D, cfg.heads,
-            in_weight, in_bias, None, None, False, 0.0,
-            p["attn.proj.weight"], p["attn.proj.bias"], need_weights=False, attn_mask=mask)[0]
+            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), D, cfg.heads,
+            None, None, None, None, False, 0.0, p["attn.proj.weight"], p["attn.proj.bias"],
+            need_weights=False, attn_mask=mask, use_separate_proj_weight=True,
+            q_proj_weight=identity, k_proj_weight=identity, v_proj_weight=identity)[0]
         x = x + o.transpose(0, 1)
         m = F.layer_norm(x, (D,), p["ln2.weight"], p["ln2.bias"], LAYERNORM_EPS)
         x = x + F.linear(F.gelu(F.linear(m, p["ffn.fc1.weight"], p["ffn.fc1.bias"]), approximate="tanh"),
@@ -302,18 +390,40 @@ def _loss_with_torch_attention(params, tokens, cfg, document_ids=None):
     return F.cross_entropy((x @ params["wte"].t()).reshape(-1, cfg.vocab), targets.reshape(-1))
 
 
+def _rope_self_test(documents):
+    """Failures of RoPE's own properties: positions restart with every document, the rotation
+    keeps each head vector's norm, and a document's first token (position 0) is not turned."""
+    cfg = Config(vocab=11, d_model=16, heads=2, ffn=12, layers=1, seq_len=documents.shape[1],
+                 batch=documents.shape[0], documents=True, positions="rope")
+    positions = rope_positions(cfg.seq_len, documents)
+    expected = torch.tensor([[p - d.index(d[p]) for p in range(cfg.seq_len)] for d in documents.tolist()])
+    q = torch.randn(cfg.batch, cfg.heads, cfg.seq_len, cfg.head_dim, dtype=torch.float64,
+                    generator=torch.Generator().manual_seed(5))
+    turned = apply_rope(q, *rope_cos_sin(cfg, positions, q.dtype))
+    norm_change = ((turned.norm(dim=-1) / q.norm(dim=-1) - 1).abs().max()).item()
+    starts = (positions == 0)[:, None].expand(-1, cfg.heads, -1)
+    first_unturned = torch.equal(turned[starts], q[starts])
+    print(f"rope: positions {positions.tolist()} restart per document: {torch.equal(positions, expected)}; "
+          f"max head norm change {norm_change:.1e}; documents' first tokens unturned: {first_unturned}")
+    return (not torch.equal(positions, expected)) + (not norm_change < 1e-14) + (not first_unturned)
+
+
 if __name__ == "__main__":
     # Self-test: autograd agrees with finite differences (gradcheck) and with a second
-    # formulation on torch's own attention; in causal mode future tokens change nothing.
+    # formulation on torch's own attention; in causal mode future tokens change nothing;
+    # RoPE restarts with every document, keeps norms and leaves position 0 alone.
     torch.set_num_threads(1)
-    failures = 0
     documents = torch.tensor([[0, 0, 1, 1, 1], [0, 1, 1, 1, 2]])  # sample 0: positions 0-1 | 2-4
-    for causal, window, heads, kv_heads, packed in ((True, 0, 2, 0, False), (False, 0, 2, 0, False),
-                                                    (True, 2, 2, 0, False), (False, 3, 2, 0, False),
-                                                    (True, 0, 4, 2, False), (False, 2, 4, 1, False),
-                                                    (True, 0, 2, 0, True), (False, 3, 4, 2, True)):
+    failures = _rope_self_test(documents)
+    for causal, window, heads, kv_heads, packed, positions in (
+            (True, 0, 2, 0, False, "learned"), (False, 0, 2, 0, False, "learned"),
+            (True, 2, 2, 0, False, "learned"), (False, 3, 2, 0, False, "learned"),
+            (True, 0, 4, 2, False, "learned"), (False, 2, 4, 1, False, "learned"),
+            (True, 0, 2, 0, True, "learned"), (False, 3, 4, 2, True, "learned"),
+            (True, 0, 2, 0, False, "rope"), (False, 2, 4, 2, False, "rope"),
+            (True, 3, 4, 1, True, "rope"), (False, 0, 2, 0, True, "rope")):
         cfg = Config(vocab=11, d_model=8, heads=heads, ffn=12, layers=2, seq_len=5, batch=2, causal=causal,
-                     window=window, kv_heads=kv_heads, documents=packed)
+                     window=window, kv_heads=kv_heads, documents=packed, positions=positions)
         ids = documents if packed else None
         params = random_params(cfg, seed=3)
         tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1), generator=torch.Generator().manual_seed(4))
@@ -324,7 +434,7 @@ if __name__ == "__main__":
 
         ok = torch.autograd.gradcheck(loss_of, [p.clone().requires_grad_() for p in params.values()])
         print(f"gradcheck causal={causal} window={window} heads={heads} kv_heads={cfg.kv_head_count} "
-              f"documents={packed}: "
+              f"documents={packed} positions={positions}: "
               f"{'ok' if ok else 'FAILED'}")
         failures += not ok
 
@@ -334,7 +444,7 @@ if __name__ == "__main__":
         other_grads = torch.autograd.grad(other, list(leaves.values()))
         worst = max(((grads[n] - g).norm() / grads[n].norm()).item() for n, g in zip(leaves, other_grads))
         print(f"vs nn.functional.multi_head_attention_forward causal={causal} window={window} "
-              f"kv_heads={cfg.kv_head_count} documents={packed}: "
+              f"kv_heads={cfg.kv_head_count} documents={packed} positions={positions}: "
               f"loss rel. diff {abs(loss.item() / other.item() - 1):.1e}, worst grad rel. diff {worst:.1e}")
         failures += not (abs(loss.item() / other.item() - 1) < 1e-13 and worst < 1e-12)
 

@@ -51,6 +51,8 @@ const std::vector<Field>& fields() {
       {"model", "causal", MINIATTN_CONFIG_REF(model, causal)},
       {"model", "window", MINIATTN_CONFIG_REF(model, window)},
       {"model", "precision", MINIATTN_CONFIG_ENUM(model, precision)},
+      {"model", "positions", MINIATTN_CONFIG_ENUM(model, positions)},
+      {"model", "rope_theta", MINIATTN_CONFIG_REF(model, rope_theta)},
       {"parallel", "strategy", MINIATTN_CONFIG_ENUM(parallel, strategy)},
       {"parallel", "layout", MINIATTN_CONFIG_ENUM(parallel, layout)},
       {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
@@ -533,7 +535,7 @@ void check_sizes(const ModelConfig& m) {
   if (m.ffn > 0) ffn_width = m.ffn;
   const std::vector<Product> products = {
       {"model.vocab", "the embedding wte", {m.vocab, m.d_model}, "model.vocab * model.d_model"},
-      {"model.seq_len", "the embedding wpe", {m.seq_len, m.d_model}, "model.seq_len * model.d_model"},
+      {"model.seq_len", "the embedding wpe or the rotary table", {m.seq_len, m.d_model}, "model.seq_len * model.d_model"},
       {"model.d_model", "attn.qkv.weight", {3, m.d_model, m.d_model}, "3 * model.d_model^2"},
       {"model.ffn", "ffn.fc1.weight", {ffn_width, m.d_model}, "ffn width * model.d_model"},
       {"model.batch", "the tokens", {m.batch, m.seq_len + 1}, "model.batch * (model.seq_len + 1)"},
@@ -666,6 +668,12 @@ void check_sizes_and_counts(const Config& c) {
     reject("model.kv_heads", "must divide model.heads (" + std::to_string(m.heads) + " % " +
                                  std::to_string(m.kv_heads) + " != 0): each K/V head serves a group of query heads");
   }
+  if (m.positions == PositionEncoding::rope && m.head_dim() % 2 != 0)
+    reject("model.positions", "rope rotates pairs of a head's values: the head width model.d_model / model.heads = " +
+                                  std::to_string(m.head_dim()) + " must be even");
+  if (!(m.rope_theta > 1.0))
+    reject("model.rope_theta", "must be > 1 (RoPE's frequencies are its negative powers), got " +
+                                   number_text(m.rope_theta));
 }
 
 // Tensor parallelism splits heads and FFN units over parallel.tp ranks.

@@ -12,6 +12,9 @@ namespace miniattn {
 // The deck's enumerations: parsed once into these, compared as these; their
 // deck words come from enum_names<E>() (declaration order), in one place.
 enum class Precision { fp32, fp64, bf16 };
+// How the model knows where a token is: a learned table wpe, or rotary
+// embeddings of q and k (docs/design.md section 1.1).
+enum class PositionEncoding { learned, rope };
 enum class Strategy { local, rsa, ring, ulysses, hybrid, allgather };
 enum class Layout { contiguous, zigzag, striped };
 enum class CommBackend { mpi, nccl };
@@ -27,6 +30,8 @@ template <class E>
 const std::vector<std::string>& enum_names();
 template <>
 const std::vector<std::string>& enum_names<Precision>();
+template <>
+const std::vector<std::string>& enum_names<PositionEncoding>();
 template <>
 const std::vector<std::string>& enum_names<Strategy>();
 template <>
@@ -67,6 +72,8 @@ struct ModelConfig {
   bool causal = true;
   std::int64_t window = 0;  // sliding window: keys fewer than `window` positions away; 0 = all
   Precision precision = Precision::fp64;
+  PositionEncoding positions = PositionEncoding::learned;
+  double rope_theta = 10000.0;  // RoPE's base: inv_freq_i = rope_theta^(-2i/Dh)
 
   std::int64_t head_dim() const { return d_model / heads; }
   std::int64_t kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }

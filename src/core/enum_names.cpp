@@ -9,6 +9,12 @@ const std::vector<std::string>& enum_names<Precision>() {
   return names;
 }
 template <>
+const std::vector<std::string>& enum_names<PositionEncoding>() {
+  static const std::vector<std::string> names = {"learned", "rope"};
+  return names;
+}
+
+template <>
 const std::vector<std::string>& enum_names<Strategy>() {
   static const std::vector<std::string> names = {"local", "rsa", "ring", "ulysses", "hybrid", "allgather"};
   return names;

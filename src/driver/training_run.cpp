@@ -99,7 +99,8 @@ void sum_gradients(TrainingState<T>& s) {
     s.comm->allreduce_sum(whole, grid.stage_comm, "gradients.replicated");
     s.comm->allreduce_sum(shards, grid.shard_comm, "gradients.tensor_parallel");
   }
-  if (s.layout.holds_embedding()) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, "gradients.wpe");
+  const bool wpe = s.layout.holds_embedding() && s.layout.sharded_size() > 0;  // not with rotary positions
+  if (wpe) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, "gradients.wpe");
   if (grid.tied_embedding_comm != MPI_COMM_NULL) {
     const index_t wte = s.layout.wte(), size = s.config.model.vocab * s.config.model.d_model;
     s.comm->allreduce_sum(View1<Param<T>>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
@@ -119,7 +120,7 @@ double gradient_sum_of_squares(TrainingState<T>& s) {
   double shards_sq = s.gradient_sum.template sum_of_squares<Param<T>>(shards);
   if (grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, grid.tp_comm, "grad_norm");
   double wpe_sq = 0.0;
-  if (s.layout.holds_embedding())
+  if (s.layout.holds_embedding() && s.layout.sharded_size() > 0)  // a layout decision: every rank's the same
     wpe_sq = s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<Param<T>>(s.grads.sharded), grid.sp_comm,
                                    "grad_norm");
   const double stage_sq =

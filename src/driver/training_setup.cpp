@@ -70,11 +70,12 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
               to_string(c.run.mode), to_string(m.precision), grid.world_size, grid.dp_size, grid.pp_size,
               grid.tp_size, grid.sp_size, to_string(c.parallel.strategy),
               static_cast<long long>(layout.total_global_count()), static_cast<long long>(c.train.micro_batches));
-  std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s; planned memory per rank %s "
-              "(available %s)\n",
+  std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s, %s positions; planned memory "
+              "per rank %s (available %s)\n",
               static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
               static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
               static_cast<long long>(m.seq_len), static_cast<long long>(m.batch), m.causal ? "causal" : "non-causal",
+              to_string(m.positions),
               format_bytes(static_cast<double>(memory.plan.total())).c_str(),
               memory.available.bytes ? format_bytes(static_cast<double>(memory.available.bytes)).c_str()
                                      : "not checked");
@@ -213,7 +214,8 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
                                          pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count())),
       model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
             TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
-            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches)),
+            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches),
+            RotaryPositions<T>(c.model, positions, attention.documents)),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents} {

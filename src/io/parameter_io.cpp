@@ -127,6 +127,8 @@ void write_config_attributes(Hdf5File& file, const Config& c, int world_size) {
   file.set_attribute("/", "kv_heads", m.kv_head_count());
   file.set_attribute("/", "documents", static_cast<std::int64_t>(c.data.documents ? 1 : 0));
   file.set_attribute("/", "precision", std::string(to_string(m.precision)));
+  file.set_attribute("/", "positions", std::string(to_string(m.positions)));
+  file.set_attribute("/", "rope_theta", m.rope_theta);
   file.set_attribute("/", "seed", static_cast<std::int64_t>(c.train.seed));
   file.set_attribute("/", "strategy", std::string(to_string(c.parallel.strategy)));
   file.set_attribute("/", "layout", std::string(to_string(c.parallel.layout)));

@@ -36,11 +36,11 @@ void check_shapes(const char* where, index_t rows, index_t d, const View1<const 
     os << "tokens has " << tokens.extent(0) << " entries but x/dx has " << rows << " rows";
   } else if (first_row < 0 || (n == 0 && rows != 0)) {
     os << "first_row (" << first_row << ") is negative or there are rows but no local positions";
-  } else if (wte_d != d || wpe_d != d) {
+  } else if (wte_d != d || (wpe_rows > 0 && wpe_d != d)) {
     os << "wte, wpe_local and x must have the same width";
   } else if (count_out_of_range(tokens, vocab) != 0) {
     os << "a token is outside [0, " << vocab << ")";
-  } else if (count_out_of_range(wpe_row, wpe_rows) != 0) {
+  } else if (wpe_rows > 0 && count_out_of_range(wpe_row, wpe_rows) != 0) {
     os << "a wpe_row entry is outside [0, " << wpe_rows << ")";
   } else {
     return;
@@ -61,11 +61,12 @@ void embedding_forward(const View1<const index_t>& tokens, const View1<const ind
                                  static_cast<index_t>(wpe_local.extent(1)), first_row);
   if (rows == 0 || d == 0) return;
   const index_t n = static_cast<index_t>(wpe_row.extent(0));
+  const bool learned = wpe_local.extent(0) > 0;
   using V = typename simd::Pack<Acc<T>>::type;
   simd::row_packs<Acc<T>>("miniattn::embedding_forward", rows, d,
                           KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
-                            const V sum = simd::load_n(&wte(tokens(r), c0), width) +
-                                          simd::load_n(&wpe_local(wpe_row((first_row + r) % n), c0), width);
+                            V sum = simd::load_n(&wte(tokens(r), c0), width);
+                            if (learned) sum += simd::load_n(&wpe_local(wpe_row((first_row + r) % n), c0), width);
                             simd::store_n(&x(r, c0), sum, width);
                           });
 }
@@ -110,7 +111,7 @@ void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, c
   const index_t vocab = static_cast<index_t>(dwte.extent(0));
   if (static_cast<index_t>(token_rows.rows.extent(0)) != rows ||
       static_cast<index_t>(token_rows.offsets.extent(0)) != vocab + 1 || first_row < 0 || (n == 0 && rows != 0) ||
-      dwte.extent(1) != dx.extent(1) || dwpe_local.extent(1) != dx.extent(1))
+      dwte.extent(1) != dx.extent(1) || (dwpe_local.extent(0) > 0 && dwpe_local.extent(1) != dx.extent(1)))
     throw std::invalid_argument("kernels::embedding_backward: dx [R, D], token_rows (vocab + 1 offsets, R rows), "
                                 "dwte [vocab, D] and dwpe_local [., D] disagree, or first_row < 0");
   if (rows == 0 || d == 0) return;
@@ -127,6 +128,7 @@ void embedding_backward(const View2<const T>& dx, const TokenRows& token_rows, c
                        for (index_t i = begin + 1; i < end; ++i) sum += simd::load_n(&dx(grouped(i), c0), width);
                        simd::store_n(&dwte(v, c0), V(simd::load_n(&dwte(v, c0), width) + sum), width);
                      });
+  if (dwpe_local.extent(0) == 0) return;  // no learned positions
   simd::row_packs<A>("miniattn::embedding_backward_wpe", n, d,
                      KOKKOS_LAMBDA(const index_t i, const index_t c0, const int width) {
                        // The held rows of position i, r = g - first_row with g = s * n + i.

@@ -2,6 +2,8 @@
 // Token + learned position embedding. Positions are indexed by GLOBAL sequence
 // position; each rank holds only the wpe rows of the positions it owns, so the
 // caller passes, for each local position, the row of its local wpe block.
+// A wpe_local (and dwpe_local) of no rows means no learned positions (rotary
+// positions, model.positions rope): x is the token embedding alone.
 #include "core/types.hpp"
 
 namespace miniattn::kernels {

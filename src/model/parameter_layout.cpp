@@ -82,11 +82,13 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
   params_[wte].held = holds_embedding() || holds_head();
   params_[wte].tied_copy = !holds_embedding() && holds_head();
   tied_copy_size_ = params_[wte].tied_copy ? V * D : 0;  // wte comes first in the buffer
-  ParameterInfo& wpe = params_[add("wpe", {N, D}, InitKind::normal, 0.01, true)];
-  wpe.sharded = true;
-  wpe.held = holds_embedding();
-  wpe.local_size = wpe.held ? local_positions * D : 0;
-  sharded_size_ = wpe.local_size;
+  if (m.positions == PositionEncoding::learned) {  // rotary positions have no table
+    ParameterInfo& wpe = params_[add("wpe", {N, D}, InitKind::normal, 0.01, true)];
+    wpe.sharded = true;
+    wpe.held = holds_embedding();
+    wpe.local_size = wpe.held ? local_positions * D : 0;
+    sharded_size_ = wpe.local_size;
+  }
 
   std::vector<std::array<std::size_t, 12>> block_params;
   for (index_t l = 0; l < m.layers; ++l) {

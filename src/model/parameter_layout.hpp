@@ -8,7 +8,8 @@
 //    TP index, their gradients summed over those (the shard group). With tp = 1
 //    a shard is the whole tensor.
 //  * sharded: the wpe rows of the positions this rank owns (sequence-split
-//    embeddings); read, written and reduced by rows.
+//    embeddings); read, written and reduced by rows. Empty with rotary
+//    positions (model.positions rope), which have no wpe.
 // With pipeline parallelism a rank holds only its stage's tensors (held):
 // its blocks, wte and wpe on the first stage, ln_f and wte (the tied head) on
 // the last. The list names every parameter of the model on every rank, in

@@ -60,12 +60,12 @@ void fill_with_index(const View1<index_t>& v) {
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
                             index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention,
-                            const TensorParallelGroup& tp, index_t slots)
+                            const TensorParallelGroup& tp, index_t slots, RotaryPositions<T> rotary)
     : model_(model), layout_(layout), layers_(layout.layers()), tp_(tp), local_batch_(micro_batch),
       local_positions_(local_positions), rows_(micro_batch * local_positions), chunk_rows_(tp.chunk_rows(rows_)),
       first_row_(tp.first_row(rows_)), d_shard_(model.d_model / tp.size),
       kv_shard_(model.kv_head_count() / tp.size * model.head_dim()), ffn_shard_(model.ffn_width() / tp.size),
-      attention_(std::move(attention)) {
+      attention_(std::move(attention)), rotary_(std::move(rotary)) {
   const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
   const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = qkv_rows(), KV = KVs / Dh;
   const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
@@ -143,6 +143,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
+  rotary_.rotate(slot, q_, k_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_forward", [&] { attention.forward(q_, k_, v_, a.attention_out, a.lse); });
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
@@ -170,8 +171,9 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, 
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
+  rotary_.refresh(slot);
   if (layout_.holds_embedding()) {
-    const auto wpe = matrix_at(params.sharded, 0, local_positions_, D);
+    const auto wpe = matrix_at(params.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D);
     kernels::embedding_forward<T>(chunk_of(inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
   }
   for (index_t l = layers_.first; l < layers_.end; ++l) block_forward(params, slot, l);
@@ -229,10 +231,12 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
+  rotary_.rotate(slot, q_, k_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_backward", [&] {
     attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   });
+  rotary_.rotate_gradients(slot, d_q_, d_k_);
   const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
   kernels::linear_backward<T>(d_qkv, all_rows_, w.qkv_weight, d_all_rows_in_, g.qkv_weight, g.qkv_bias,
@@ -274,7 +278,8 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   const index_t D = model_.d_model, V = model_.vocab;
   kernels::group_rows_by_token(chunk_of(inputs), token_rows_);
   kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, matrix_at(grads.replicated, layout_.wte(), V, D),
-                                 matrix_at(grads.sharded, 0, local_positions_, D), first_row_);
+                                 matrix_at(grads.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D),
+                                 first_row_);
 }
 
 template <class T>
@@ -314,7 +319,7 @@ std::size_t Transformer<T>::allocated_bytes() const {
   bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(Acc<T>) + row_loss_.span() * sizeof(double) +
            loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
   for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
-  return bytes;
+  return bytes + rotary_.allocated_bytes();
 }
 
 template class Transformer<float>;

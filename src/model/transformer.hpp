@@ -21,6 +21,7 @@
 #include "core/types.hpp"
 #include "kernels/embedding.hpp"
 #include "kernels/ordered_sum.hpp"
+#include "model/rotary_positions.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 #include "model/tensor_parallel.hpp"
@@ -56,9 +57,10 @@ class Transformer {
  public:
   // attention: one strategy per slot and layer of the stage (each keeps what
   // its backward pass needs; slot-major) over this rank's H / tp heads.
+  // rotary: the rotations of q and k with model.positions rope (none by default).
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch, index_t local_positions,
               std::vector<std::unique_ptr<AttentionStrategy<T>>> attention, const TensorParallelGroup& tp = {},
-              index_t slots = 1);
+              index_t slots = 1, RotaryPositions<T> rotary = {});
 
   // Runs the stage on one micro-batch (the group's inputs and targets, all
   // rows) in `slot`. On the first stage it starts from the embedding, on the
@@ -126,6 +128,7 @@ class Transformer {
                                             // columns and F / tp FFN units
   index_t qkv_rows() const { return d_shard_ + 2 * kv_shard_; }
   std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
+  RotaryPositions<T> rotary_;
 
   View1<index_t> wpe_row_;  // local wpe row of each local position (identity)
   std::vector<SlotActivations<T>> slots_;

@@ -46,10 +46,11 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
     bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * p;
   if (in.world_size > 1) bytes["loss"] = sizeof(double);
   if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * p;
-  if (first_stage && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * p;
+  const bool wpe = first_stage && in.local_wpe_parameters > 0;  // none with rotary positions
+  if (wpe && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * p;
   if (in.pp > 1 && (first_stage || last_stage))
     bytes["gradients.tied_embedding"] = static_cast<double>(m.vocab * m.d_model) * p;
-  const int norm_shares = (first_stage && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
+  const int norm_shares = (wpe && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
   if (norm_shares > 0) bytes["grad_norm"] = sizeof(double) * norm_shares;
   if (!last_stage) bytes["pipeline.activations"] = b * n * D / t * s;
   if (!first_stage) bytes["pipeline.gradients"] = b * n * D / t * s;

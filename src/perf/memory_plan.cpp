@@ -19,6 +19,7 @@
 #include "kernels/ordered_sum.hpp"
 #include "kernels/reduction.hpp"
 #include "model/parameter_layout.hpp"
+#include "model/rotary_positions.hpp"
 
 namespace miniattn {
 
@@ -54,13 +55,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t G = static_cast<std::size_t>(in.sp) / U;
 
   MemoryPlan plan;
-  const std::size_t wpe = first_stage ? n * D : 0, replicated = static_cast<std::size_t>(in.replicated_parameters);
+  const bool learned_positions = m.positions == PositionEncoding::learned;
+  const std::size_t wpe = first_stage && learned_positions ? n * D : 0;
+  const std::size_t replicated = static_cast<std::size_t>(in.replicated_parameters);
   const std::size_t parameters = replicated + wpe;
   // Master parameters and gradients, and (bf16) the weights rounded for compute.
   plan.parts["parameters+gradients"] = 2 * parameters * p + (s != p ? parameters * s : 0);
   if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * p;
   plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib +
                                    (in.documents ? slots * b * N * ib : 0);  // packed documents' ids
+  if (!learned_positions)
+    plan.parts["rotary positions"] = rotary_table_bytes(m, static_cast<index_t>(n), static_cast<index_t>(b),
+                                                        in.documents, static_cast<index_t>(slots), a);
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
   // attention output, LayerNorm statistics, log-sum-exp), the residual stream,

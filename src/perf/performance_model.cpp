@@ -461,7 +461,8 @@ void add_optimizer(const MachineDescription& machine, const StepConfig& c, StepP
   const double s = static_cast<double>(c.sizes().param), D = static_cast<double>(c.model.d_model);
   const double n = static_cast<double>(c.model.seq_len / c.sp);
   const double optimizer_passes = (c.optimizer == OptimizerKind::adamw ? 7.0 : 3.0) + 2.0;
-  const double local_parameters = static_cast<double>(replicated_parameter_count(c.model, c.tp, c.pp, 0)) + n * D;
+  const double wpe = c.model.positions == PositionEncoding::learned ? n * D : 0.0;
+  const double local_parameters = static_cast<double>(replicated_parameter_count(c.model, c.tp, c.pp, 0)) + wpe;
   out.compute_parts["optimizer"] = optimizer_passes * local_parameters * s / machine.elementwise_bandwidth;
 }
 
@@ -630,7 +631,8 @@ std::map<std::string, double> exchange_bytes(const StepConfig& c, int stage) {
   const ParameterLayout layout(c.model, 0, c.tp, 0, c.pp, stage);
   in.replicated_parameters = layout.replicated_size();
   in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
-  in.local_wpe_parameters = c.model.seq_len / c.sp * c.model.d_model;
+  in.local_wpe_parameters =
+      c.model.positions == PositionEncoding::learned ? c.model.seq_len / c.sp * c.model.d_model : 0;
   return modelled_exchange_bytes(in);
 }
 
