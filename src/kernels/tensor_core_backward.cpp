@@ -34,14 +34,6 @@ struct BackwardArgs {
   float scale, scale_log2;  // 1/sqrt(Dh), and times log2(e): scores in log2 units, for exp2
 };
 
-__device__ __forceinline__ index_t rows_left(index_t n, index_t first) {
-  const index_t left = n - first;
-  return left < 0 ? 0 : left < mma::kRows ? left : mma::kRows;
-}
-__device__ __forceinline__ Range with(Range r, index_t pos) {
-  return {pos < r.lo ? pos : r.lo, pos > r.hi ? pos : r.hi};
-}
-
 // ---------------------------------------------------------------------------
 // Key gradients.
 
@@ -266,20 +258,14 @@ __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const Backwar
   QueryGradientRows<Dh> x;
   const Range queries = load_query_gradient_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
-  for (index_t first_key = 0; first_key < a.nk; first_key += kTile) {
-    __syncthreads();  // the previous block's readers are done
-    stage_positions(a.k_pos, first_key, a.nk, kpos);
-    __syncthreads();
-    const Range keys = staged_range(kpos, a.nk - first_key);
-    bool partly = false;
-    if (team.empty() || !a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
-    stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
-    stage_transposed<Dh>(a.k + kv_rows, first_key, a.nk, kt);
-    stage_rows<Dh>(a.v + kv_rows, first_key, a.nk, vs);
-    __syncthreads();
-    if (queries.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
-    add_key_block<Dh>(a, sample, ks, kt, vs, kpos, first_key, partly || first_key + kTile > a.nk, x);
-  }
+  for_each_visible_key_block(
+      a.mask, sample, a.k_pos, a.nk, kpos, queries, team,
+      [&](index_t first_key) {
+        stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+        stage_transposed<Dh>(a.k + kv_rows, first_key, a.nk, kt);
+        stage_rows<Dh>(a.v + kv_rows, first_key, a.nk, vs);
+      },
+      [&](index_t first_key, bool partly) { add_key_block<Dh>(a, sample, ks, kt, vs, kpos, first_key, partly, x); });
   store_query_gradients<Dh>(a, x);
 }
 

@@ -42,8 +42,7 @@ struct QueryRows {
 template <int Dh>
 __device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
   const index_t first_query = blockIdx.x * kTile + warp_id() * mma::kRows;
-  const index_t left = a.nq - first_query;
-  x.valid = left < 0 ? 0 : left < mma::kRows ? left : mma::kRows;
+  x.valid = rows_left(a.nq, first_query);
   x.first = blockIdx.y * a.nq + first_query;
   load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
   const float neg_inf = -compat::infinity<float>();
@@ -55,7 +54,7 @@ __device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
     x.m[slot] = exists ? a.row_max[r] * kLog2e : neg_inf;
     x.l[slot] = exists ? a.row_sum[r] : 0.0f;
     x.pos[slot] = exists ? a.q_pos[first_query + row] : 0;
-    if (exists) rows = {x.pos[slot] < rows.lo ? x.pos[slot] : rows.lo, x.pos[slot] > rows.hi ? x.pos[slot] : rows.hi};
+    if (exists) rows = with(rows, x.pos[slot]);
     for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
       const index_t at = r * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
       x.o[j][2 * slot] = exists ? a.out_acc[at] : 0.0f;
@@ -131,8 +130,6 @@ constexpr int forward_shared_bytes() {
   return 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + kTile * static_cast<int>(sizeof(index_t));
 }
 
-// Blocks of keys the whole team skips are not staged; a warp skips the
-// blocks its own rows cannot see.
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) {
   extern __shared__ uint4 shared[];
@@ -145,19 +142,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) 
   QueryRows<Dh> x;
   const Range queries = load_query_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
-  for (index_t first_key = 0; first_key < a.nk; first_key += kTile) {
-    __syncthreads();  // the previous block's readers are done
-    stage_positions(a.k_pos, first_key, a.nk, kpos);
-    __syncthreads();
-    const Range keys = staged_range(kpos, a.nk - first_key);
-    bool partly = false;
-    if (team.empty() || !a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
-    stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
-    stage_transposed<Dh>(a.v + kv_rows, first_key, a.nk, vt);
-    __syncthreads();
-    if (queries.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
-    fold_key_block<Dh>(a, sample, ks, vt, kpos, first_key, partly || first_key + kTile > a.nk, x);
-  }
+  for_each_visible_key_block(
+      a.mask, sample, a.k_pos, a.nk, kpos, queries, team,
+      [&](index_t first_key) {
+        stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+        stage_transposed<Dh>(a.v + kv_rows, first_key, a.nk, vt);
+      },
+      [&](index_t first_key, bool partly) { fold_key_block<Dh>(a, sample, ks, vt, kpos, first_key, partly, x); });
   store_query_rows<Dh>(a, x);
 }
 

@@ -87,6 +87,14 @@ __device__ __forceinline__ Range warp_range(Range r) {
   }
   return r;
 }
+// The rows of a warp's 16 starting at `first` that exist in [0, n).
+__device__ __forceinline__ index_t rows_left(index_t n, index_t first) {
+  const index_t left = n - first;
+  return left < 0 ? 0 : left < mma::kRows ? left : mma::kRows;
+}
+__device__ __forceinline__ Range with(Range r, index_t pos) {
+  return {pos < r.lo ? pos : r.lo, pos > r.hi ? pos : r.hi};
+}
 constexpr Range kNoRows = {Kokkos::reduction_identity<index_t>::min(), Kokkos::reduction_identity<index_t>::max()};
 
 // The range of the team's rows from each warp's (parts: kWarps in shared memory).
@@ -101,8 +109,7 @@ __device__ __forceinline__ Range team_range(Range warp_rows, Range* parts) {
 // The position range of a staged block's kTile positions, of which `count` exist.
 __device__ __forceinline__ Range staged_range(const index_t* pos, index_t count) {
   Range r = kNoRows;
-  for (int i = lane_id(); i < kTile && i < count; i += mma::kWarpLanes)
-    r = {pos[i] < r.lo ? pos[i] : r.lo, pos[i] > r.hi ? pos[i] : r.hi};
+  for (int i = lane_id(); i < kTile && i < count; i += mma::kWarpLanes) r = with(r, pos[i]);
   return warp_range(r);
 }
 
@@ -180,6 +187,30 @@ __device__ __forceinline__ void stage_transposed(const bf16* src, index_t first,
 }
 __device__ __forceinline__ void stage_positions(const index_t* pos, index_t first, index_t n, index_t* dst) {
   for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) dst[i] = first + i < n ? pos[first + i] : 0;
+}
+
+// The key blocks of [0, nk) a team of query rows walks (forward, query
+// gradients): each block's positions are staged (kpos, kTile entries); a
+// block the mask hides from every row of the team is skipped before its
+// operands are staged by stage(first_key); fold(first_key, partly) runs in
+// each warp whose own rows may see some key of it (partly: some pair may be
+// hidden, or the block runs past nk).
+template <class Stage, class Fold>
+__device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& mask, index_t sample,
+                                                           const index_t* k_pos, index_t nk, index_t* kpos,
+                                                           Range queries, Range team, Stage stage, Fold fold) {
+  for (index_t first_key = 0; first_key < nk; first_key += kTile) {
+    __syncthreads();  // the previous block's readers are done
+    stage_positions(k_pos, first_key, nk, kpos);
+    __syncthreads();
+    const Range keys = staged_range(kpos, nk - first_key);
+    bool partly = false;
+    if (team.empty() || !mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
+    stage(first_key);
+    __syncthreads();
+    if (queries.empty() || !mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
+    fold(first_key, partly || first_key + kTile > nk);
+  }
 }
 
 // The two rows (g and g + 8 of its warp's 16) whose C values a lane holds:
