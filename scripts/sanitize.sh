@@ -14,5 +14,6 @@ cmake --build "$build" --parallel "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 cd "$build"
-ctest --output-on-failure --no-tests=error -L unit
-ctest --output-on-failure --no-tests=error -R "^(reference\.fp64\.causal\.np2\.step2|driver\.sp\.ring\.np2\.dp1|driver\.sp\.ulysses\.np2\.dp1|driver\.tp\.local\.np2\.dp1\.tp2)$"
+# Both cores: the tests are independent processes (one rank or two each).
+ctest --output-on-failure --no-tests=error -j "$(nproc)" -L unit
+ctest --output-on-failure --no-tests=error -j "$(nproc)" -R "^(reference\.fp64\.causal\.np2\.step2|driver\.sp\.ring\.np2\.dp1|driver\.sp\.ulysses\.np2\.dp1|driver\.tp\.local\.np2\.dp1\.tp2)$"
