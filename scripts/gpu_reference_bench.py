@@ -141,14 +141,14 @@ def measure_sdpa_case(n, heads, dh, causal, dtype, backends):
     return entry
 
 
-def sdpa_attention_forward(self, x, document_ids=None):
+def sdpa_attention_forward(self, x, document_ids=None, rope=None):
     """reference_model.Attention.forward with the attention itself fused (no N x N matrix):
     the plain causal or full mask only (the benchmark's model has no window, K/V groups or
     documents, and says so rather than computing something else)."""
     import torch.nn.functional as F
     cfg = self.cfg
-    if document_ids is not None or cfg.window or cfg.kv_head_count != cfg.heads:
-        raise ValueError("sdpa_attention_forward: no windows, grouped K/V heads or documents")
+    if document_ids is not None or rope is not None or cfg.window or cfg.kv_head_count != cfg.heads:
+        raise ValueError("sdpa_attention_forward: no windows, grouped K/V heads, documents or rotary positions")
     B, N, D = x.shape
     H, Dh = self.heads, D // self.heads
     q, k, v = self.qkv(x).split(D, dim=-1)

@@ -65,6 +65,9 @@ void print_summary(const nlohmann::json& r, const Config& config) {
   if (tiles.at("kernel") == "gemm") {
     std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows\n",
                 tiles.at("chunk").get<long long>());
+  } else if (tiles.at("kernel") == "tensor_core") {
+    std::printf("miniattn: attention kernel tensor_core (bf16 mma.sync, teams of %lld query rows)\n",
+                tiles.at("query_block").get<long long>());
   } else {
     print_fused_tiles(tiles);
   }
