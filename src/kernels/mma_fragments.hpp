@@ -57,4 +57,22 @@ KOKKOS_INLINE_FUNCTION constexpr int b_pair_offset(int lane, int r, int ld) {
 KOKKOS_INLINE_FUNCTION constexpr int c_tile_of_a(int r) { return r / 2; }
 KOKKOS_INLINE_FUNCTION constexpr int c_value_of_a(int r) { return 2 * (r % 2); }
 
+// ldmatrix.sync.aligned.m8n8.x4.b16 (PTX ISA, "Warp-level matrix load
+// instruction: ldmatrix"): lane l gives the address of row l % 8 of matrix
+// l / 8 (8 rows of 8 bf16 in shared memory); register m of lane l receives
+// matrix m's elements (row l / 4, columns 2 (l % 4) and + 1), or with .trans
+// (rows 2 (l % 4) and + 1, column l / 4): element i of the pair is ldsm_element(l, i).
+KOKKOS_INLINE_FUNCTION constexpr Element ldsm_element(int lane, int i, bool trans) {
+  return trans ? Element{2 * (lane % 4) + i, lane / 4} : Element{lane / 4, 2 * (lane % 4) + i};
+}
+// The row a lane addresses to load B fragments with one ldmatrix.x4:
+// - n-major B (B(k, n) at n ld + k; K's rows for S = Q K^T): two k-steps of one
+//   8-column tile, registers (0, 1) for the first step and (2, 3) for the next;
+//   returns {n, k} of the row's first element.
+// - k-major B (B(k, n) at k ld + n; V's rows for O += P V), with .trans: one
+//   k-step of two 8-column tiles, registers (0, 1) for the first tile and (2, 3)
+//   for the next; returns {k, n}.
+KOKKOS_INLINE_FUNCTION constexpr Element b_nmajor_row(int lane) { return {lane % 8, 8 * (lane / 8)}; }
+KOKKOS_INLINE_FUNCTION constexpr Element b_kmajor_row(int lane) { return {lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)}; }
+
 }  // namespace miniattn::kernels::mma

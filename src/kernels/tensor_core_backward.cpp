@@ -78,11 +78,11 @@ __device__ void store_key_gradients(const BackwardArgs& a, const KeyRows<Dh>& x)
   }
 }
 
-// A query block staged in shared memory: Q and dO row-major and transposed,
-// lse in log2 units (+inf where the row saw no key or does not exist: P = 0),
-// delta and positions.
+// A query block staged in shared memory: Q and dO row-major (read as n-major
+// and as k-major operands), lse in log2 units (+inf where the row saw no key
+// or does not exist: P = 0), delta and positions.
 struct QueryBlock {
-  bf16 *q, *q_t, *dout, *dout_t;
+  bf16 *q, *dout;
   float *lse2, *delta;
   index_t* pos;
 };
@@ -90,12 +90,12 @@ template <int Dh>
 __device__ QueryBlock query_block_in(uint4* shared) {
   bf16* const m = reinterpret_cast<bf16*>(shared);
   constexpr int block = Widths<Dh>::block_bf16;
-  float* const stats = reinterpret_cast<float*>(m + 4 * block);
-  return {m, m + block, m + 2 * block, m + 3 * block, stats, stats + kTile, reinterpret_cast<index_t*>(stats + 2 * kTile)};
+  float* const stats = reinterpret_cast<float*>(m + 2 * block);
+  return {m, m + block, stats, stats + kTile, reinterpret_cast<index_t*>(stats + 2 * kTile)};
 }
 template <int Dh>
 constexpr int key_gradients_shared_bytes() {
-  return 4 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
+  return 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
          kTile * static_cast<int>(2 * sizeof(float) + sizeof(index_t));
 }
 
@@ -115,9 +115,7 @@ template <int Dh>
 __device__ void stage_query_operands(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
   const index_t rows = bh * a.nq * Dh;
   stage_rows<Dh>(a.q + rows, first_query, a.nq, b.q);
-  stage_transposed<Dh>(a.q + rows, first_query, a.nq, b.q_t);
   stage_rows<Dh>(a.dout + rows, first_query, a.nq, b.dout);
-  stage_transposed<Dh>(a.dout + rows, first_query, a.nq, b.dout_t);
 }
 
 template <int Dh>
@@ -138,9 +136,9 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
     }
   Word operand[kTileK][mma::kARegisters];
   as_a_fragments<kTileN>(p, operand);
-  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, b.dout_t, Widths<Dh>::cols_ld, x.dv);  // dV += P^T dO
+  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.dout, Widths<Dh>::rows_ld, x.dv);  // dV += P^T dO
   as_a_fragments<kTileN>(ds, operand);
-  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, b.q_t, Widths<Dh>::cols_ld, x.dk);  // dK += dS^T Q
+  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.q, Widths<Dh>::rows_ld, x.dk);  // dK += dS^T Q
 }
 
 template <int Dh>
@@ -218,15 +216,15 @@ __device__ void store_query_gradients(const BackwardArgs& a, const QueryGradient
   }
 }
 
-// A key block staged in shared memory: K row-major and transposed, V row-major.
+// Two buffers of a key block staged in shared memory: K and V row-major.
 template <int Dh>
 constexpr int query_gradients_shared_bytes() {
-  return 3 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + kTile * static_cast<int>(sizeof(index_t));
+  return 2 * 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16));
 }
 
 template <int Dh>
-__device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* kt, const bf16* vs,
-                              const index_t* kpos, index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
+__device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
+                              index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
   const int lane = lane_id();
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
@@ -236,22 +234,19 @@ __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16*
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
       const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
-      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], kpos[key]));
+      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]));
       const float prob = hidden ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - x.lse2[slot]));
       ds[j][e] = prob * (ds[j][e] - x.delta[slot]);
     }
   Word operand[kTileK][mma::kARegisters];
   as_a_fragments<kTileN>(ds, operand);
-  accumulate_product<kTile, Widths<Dh>::n_tiles>(operand, kt, Widths<Dh>::cols_ld, x.dq);  // dQ += dS K
+  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, ks, Widths<Dh>::rows_ld, x.dq);  // dQ += dS K
 }
 
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const BackwardArgs a) {
   extern __shared__ uint4 shared[];
-  bf16* const ks = reinterpret_cast<bf16*>(shared);
-  bf16* const kt = ks + Widths<Dh>::block_bf16;
-  bf16* const vs = kt + Widths<Dh>::block_bf16;
-  index_t* const kpos = reinterpret_cast<index_t*>(vs + Widths<Dh>::block_bf16);
+  bf16* const staged = reinterpret_cast<bf16*>(shared);  // buffer b: K at 2 b blocks, V after it
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
   const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
@@ -259,13 +254,16 @@ __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const Backwar
   const Range queries = load_query_gradient_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
   for_each_visible_key_block(
-      a.mask, sample, a.k_pos, a.nk, kpos, queries, team,
-      [&](index_t first_key) {
-        stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
-        stage_transposed<Dh>(a.k + kv_rows, first_key, a.nk, kt);
-        stage_rows<Dh>(a.v + kv_rows, first_key, a.nk, vs);
+      a.mask, sample, a.k_pos, a.nk, queries, team,
+      [&](index_t first_key, int buffer) {
+        bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
+        stage_rows_async<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+        stage_rows_async<Dh>(a.v + kv_rows, first_key, a.nk, ks + Widths<Dh>::block_bf16);
       },
-      [&](index_t first_key, bool partly) { add_key_block<Dh>(a, sample, ks, kt, vs, kpos, first_key, partly, x); });
+      [&](index_t first_key, bool partly, int buffer) {
+        const bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
+        add_key_block<Dh>(a, sample, ks, ks + Widths<Dh>::block_bf16, first_key, partly, x);
+      });
   store_query_gradients<Dh>(a, x);
 }
 

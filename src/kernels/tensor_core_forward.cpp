@@ -85,8 +85,8 @@ __device__ void store_query_rows(const ForwardArgs& a, const QueryRows<Dh>& x) {
 // n_k) score -inf; a row that has seen no key keeps m = -inf and subtracts 0.
 // The row sum adds the probabilities rounded to bf16, as P V multiplies them.
 template <int Dh>
-__device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vt,
-                               const index_t* kpos, index_t first_key, bool partly, QueryRows<Dh>& x) {
+__device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
+                               index_t first_key, bool partly, QueryRows<Dh>& x) {
   const int lane = lane_id();
   const float neg_inf = -compat::infinity<float>();
   float s[kTileN][mma::kCValues] = {};
@@ -97,7 +97,7 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
       const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
-      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], kpos[key]));
+      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]));
       s[j][e] = hidden ? neg_inf : s[j][e] * a.scale_log2;
       block_max[slot] = fmaxf(block_max[slot], s[j][e]);
     }
@@ -122,20 +122,19 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
     for (int e = 0; e < mma::kCValues; ++e) x.o[j][e] *= alpha[e / 2];
   Word p[kTileK][mma::kARegisters];
   as_a_fragments<kTileN>(s, p);
-  accumulate_product<kTile, Widths<Dh>::n_tiles>(p, vt, Widths<Dh>::cols_ld, x.o);
+  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(p, vs, Widths<Dh>::rows_ld, x.o);
 }
 
+// Two buffers of a K block and a V block.
 template <int Dh>
 constexpr int forward_shared_bytes() {
-  return 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + kTile * static_cast<int>(sizeof(index_t));
+  return 2 * 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16));
 }
 
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) {
   extern __shared__ uint4 shared[];
-  bf16* const ks = reinterpret_cast<bf16*>(shared);
-  bf16* const vt = ks + Widths<Dh>::block_bf16;
-  index_t* const kpos = reinterpret_cast<index_t*>(vt + Widths<Dh>::block_bf16);
+  bf16* const staged = reinterpret_cast<bf16*>(shared);  // buffer b: K at 2 b blocks, V after it
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
   const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
@@ -143,12 +142,16 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) 
   const Range queries = load_query_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
   for_each_visible_key_block(
-      a.mask, sample, a.k_pos, a.nk, kpos, queries, team,
-      [&](index_t first_key) {
-        stage_rows<Dh>(a.k + kv_rows, first_key, a.nk, ks);
-        stage_transposed<Dh>(a.v + kv_rows, first_key, a.nk, vt);
+      a.mask, sample, a.k_pos, a.nk, queries, team,
+      [&](index_t first_key, int buffer) {
+        bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
+        stage_rows_async<Dh>(a.k + kv_rows, first_key, a.nk, ks);
+        stage_rows_async<Dh>(a.v + kv_rows, first_key, a.nk, ks + Widths<Dh>::block_bf16);
       },
-      [&](index_t first_key, bool partly) { fold_key_block<Dh>(a, sample, ks, vt, kpos, first_key, partly, x); });
+      [&](index_t first_key, bool partly, int buffer) {
+        const bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
+        fold_key_block<Dh>(a, sample, ks, ks + Widths<Dh>::block_bf16, first_key, partly, x);
+      });
   store_query_rows<Dh>(a, x);
 }
 

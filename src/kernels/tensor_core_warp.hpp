@@ -31,13 +31,11 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 template <int Dh>
 struct Widths {
-  static_assert(Dh % mma::kDepth == 0, "head width must be a multiple of 16");
+  static_assert(Dh % (2 * mma::kDepth) == 0, "head width must be a multiple of 32 (ldmatrix.x4 takes two k-steps)");
   static constexpr int rows_ld = Dh + kPad;         // a block staged row-major: [kTile][Dh + kPad]
-  static constexpr int cols_ld = kTile + kPad;      // a block staged transposed: [Dh][kTile + kPad]
   static constexpr int k_steps = Dh / mma::kDepth;  // A fragments across a head
   static constexpr int n_tiles = Dh / mma::kCols;   // C fragments across a head
-  // The room for one staged block, either way (16-byte multiples: uint4 stores).
-  static constexpr int block_bf16 = kTile * rows_ld > Dh * cols_ld ? kTile * rows_ld : Dh * cols_ld;
+  static constexpr int block_bf16 = kTile * rows_ld;  // one staged block
   static_assert(block_bf16 % 8 == 0, "staged blocks start on 16-byte boundaries");
 };
 
@@ -60,6 +58,29 @@ __device__ __forceinline__ void mma_bf16(const Word (&a)[mma::kARegisters], cons
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
   __trap();  // unreachable: tensor_core_unavailable_reason refuses devices before compute capability 8.0
+#endif
+}
+
+// Four 8 x 8 bf16 matrices from shared memory (mma_fragments.hpp: ldsm_element);
+// `row` is the row this lane addresses.
+__device__ __forceinline__ void load_matrices(const bf16* row, Word (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void load_matrices_transposed(const bf16* row, Word (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<std::uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(at));
+#else
+  __trap();
 #endif
 }
 
@@ -113,22 +134,41 @@ __device__ __forceinline__ Range staged_range(const index_t* pos, index_t count)
   return warp_range(r);
 }
 
-// C += A B over a 16-row A of Depth columns (Depth / 16 fragments) and an
-// n-major B of N 8-column tiles: b_rows[n ld + k] = B(k, n).
+// C += A B over a 16-row A of Depth columns (Depth / 16 fragments) and a B of
+// N 8-column tiles staged in shared memory with leading dimension ld, either
+// n-major (b_rows[n ld + k] = B(k, n): K's rows for S = Q K^T) or k-major
+// (b_rows[k ld + n] = B(k, n): V's rows for O += P V), one ldmatrix for two mma.
 template <int Depth, int N>
 __device__ __forceinline__ void accumulate_product(const Word (&a)[Depth / mma::kDepth][mma::kARegisters],
                                                    const bf16* b_rows, int ld, float (&c)[N][mma::kCValues]) {
-  const int lane = lane_id();
+  static_assert(Depth % (2 * mma::kDepth) == 0, "two k-steps a load");
+  const mma::Element at = mma::b_nmajor_row(lane_id());
+  const bf16* const lane_row = b_rows + at.row * ld + at.col;
 #pragma unroll
-  for (int j = 0; j < N; ++j) {
+  for (int j = 0; j < N; ++j)
 #pragma unroll
-    for (int s = 0; s < Depth / mma::kDepth; ++s) {
-      const bf16* tile = b_rows + j * mma::kCols * ld + s * mma::kDepth;
-      const Word b[mma::kBRegisters] = {load_word(tile + mma::b_pair_offset(lane, 0, ld)),
-                                        load_word(tile + mma::b_pair_offset(lane, 1, ld))};
-      mma_bf16(a[s], b, c[j]);
+    for (int s = 0; s < Depth / mma::kDepth; s += 2) {
+      Word b[4];
+      load_matrices(lane_row + j * mma::kCols * ld + s * mma::kDepth, b);
+      mma_bf16(a[s], {b[0], b[1]}, c[j]);
+      mma_bf16(a[s + 1], {b[2], b[3]}, c[j]);
     }
-  }
+}
+template <int Depth, int N>
+__device__ __forceinline__ void accumulate_product_kmajor(const Word (&a)[Depth / mma::kDepth][mma::kARegisters],
+                                                          const bf16* b_rows, int ld, float (&c)[N][mma::kCValues]) {
+  static_assert(N % 2 == 0, "two 8-column tiles a load");
+  const mma::Element at = mma::b_kmajor_row(lane_id());
+  const bf16* const lane_row = b_rows + at.row * ld + at.col;
+#pragma unroll
+  for (int s = 0; s < Depth / mma::kDepth; ++s)
+#pragma unroll
+    for (int j = 0; j < N; j += 2) {
+      Word b[4];
+      load_matrices_transposed(lane_row + s * mma::kDepth * ld + j * mma::kCols, b);
+      mma_bf16(a[s], {b[0], b[1]}, c[j]);
+      mma_bf16(a[s], {b[2], b[3]}, c[j + 1]);
+    }
 }
 
 // A 16-row result of N 8-column C tiles, rounded to bf16, as the A operand of
@@ -161,8 +201,7 @@ __device__ __forceinline__ void load_a_fragments(const bf16* rows, index_t valid
 }
 
 // Rows [first, first + kTile) of a row-major [n, Dh] matrix staged row-major
-// (dst[row * (Dh + kPad) + d]) or transposed (dst[d * (kTile + kPad) + row]);
-// rows at or past n are 0. 16-byte loads: the caller checks the alignment.
+// (dst[row * (Dh + kPad) + d]); rows at or past n are 0. 16-byte loads: the caller checks the alignment.
 template <int Dh>
 __device__ __forceinline__ void stage_rows(const bf16* src, index_t first, index_t n, bf16* dst) {
   constexpr int vectors = Dh / 8;
@@ -173,43 +212,88 @@ __device__ __forceinline__ void stage_rows(const bf16* src, index_t first, index
     *reinterpret_cast<uint4*>(dst + row * Widths<Dh>::rows_ld + col) = x;
   }
 }
+// The same rows copied asynchronously (cp.async, 16 bytes a copy, zero-filled
+// past n): they land while the team computes on the other buffer, and are
+// there once wait_for_copies has returned in every thread and the team has
+// passed a barrier.
+__device__ __forceinline__ void copy_async(bf16* dst, const bf16* src, bool exists) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto at = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(src), "r"(exists ? 16 : 0));
+#else
+  __trap();
+#endif
+}
 template <int Dh>
-__device__ __forceinline__ void stage_transposed(const bf16* src, index_t first, index_t n, bf16* dst) {
+__device__ __forceinline__ void stage_rows_async(const bf16* src, index_t first, index_t n, bf16* dst) {
   constexpr int vectors = Dh / 8;
   for (int i = static_cast<int>(threadIdx.x); i < kTile * vectors; i += kThreads) {
-    const int row = i % kTile, col = 8 * (i / kTile);  // neighbouring threads write neighbouring rows
-    uint4 x = {0, 0, 0, 0};
-    if (first + row < n) x = *reinterpret_cast<const uint4*>(src + (first + row) * Dh + col);
-    const bf16* values = reinterpret_cast<const bf16*>(&x);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) dst[(col + e) * Widths<Dh>::cols_ld + row] = values[e];
+    const int row = i / vectors, col = 8 * (i % vectors);
+    const bool exists = first + row < n;
+    copy_async(dst + row * Widths<Dh>::rows_ld + col, src + (exists ? (first + row) * Dh + col : 0), exists);
   }
 }
-__device__ __forceinline__ void stage_positions(const index_t* pos, index_t first, index_t n, index_t* dst) {
-  for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) dst[i] = first + i < n ? pos[first + i] : 0;
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// All committed groups of this thread but the newest have landed.
+__device__ __forceinline__ void wait_for_copies_but_newest() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 1;\n" ::);
+#endif
+}
+
+// The positions of the key block starting at first_key (every lane of a warp
+// gets the range; a layout may shuffle positions, so not first and last).
+__device__ __forceinline__ Range key_block_range(const index_t* k_pos, index_t first_key, index_t nk) {
+  Range r = kNoRows;
+  for (int i = lane_id(); i < kTile && first_key + i < nk; i += mma::kWarpLanes) r = with(r, k_pos[first_key + i]);
+  return warp_range(r);
+}
+struct KeyBlock {
+  index_t first;  // nk: none left
+  Range keys;
+};
+// The first key block at or after first_key that the mask lets some row of
+// the team see. Every warp finds the same one (team is the team's range).
+__device__ __forceinline__ KeyBlock next_visible_key_block(const AttentionMask& mask, index_t sample,
+                                                           const index_t* k_pos, index_t nk, Range team,
+                                                           index_t first_key) {
+  for (; !team.empty() && first_key < nk; first_key += kTile) {
+    const Range keys = key_block_range(k_pos, first_key, nk);
+    bool partly = false;
+    if (mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return {first_key, keys};
+  }
+  return {nk, kNoRows};
 }
 
 // The key blocks of [0, nk) a team of query rows walks (forward, query
-// gradients): each block's positions are staged (kpos, kTile entries); a
-// block the mask hides from every row of the team is skipped before its
-// operands are staged by stage(first_key); fold(first_key, partly) runs in
-// each warp whose own rows may see some key of it (partly: some pair may be
-// hidden, or the block runs past nk).
+// gradients), double-buffered: while the warps fold one block, the next
+// visible one is copied into the other buffer (stage(first_key, buffer)
+// issues the copies). Blocks the mask hides from every row of the team are
+// never staged; fold(first_key, partly, buffer) runs in each warp whose own
+// rows may see some key of the block (partly: some pair may be hidden, or
+// the block runs past nk).
 template <class Stage, class Fold>
 __device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& mask, index_t sample,
-                                                           const index_t* k_pos, index_t nk, index_t* kpos,
-                                                           Range queries, Range team, Stage stage, Fold fold) {
-  for (index_t first_key = 0; first_key < nk; first_key += kTile) {
-    __syncthreads();  // the previous block's readers are done
-    stage_positions(k_pos, first_key, nk, kpos);
-    __syncthreads();
-    const Range keys = staged_range(kpos, nk - first_key);
+                                                           const index_t* k_pos, index_t nk, Range queries,
+                                                           Range team, Stage stage, Fold fold) {
+  KeyBlock block = next_visible_key_block(mask, sample, k_pos, nk, team, 0);
+  if (block.first < nk) stage(block.first, 0);
+  commit_copies();
+  for (int buffer = 0; block.first < nk; buffer ^= 1) {
+    const KeyBlock next = next_visible_key_block(mask, sample, k_pos, nk, team, block.first + kTile);
+    if (next.first < nk) stage(next.first, buffer ^ 1);
+    commit_copies();
+    wait_for_copies_but_newest();
+    __syncthreads();  // every thread's copies of this block have landed
     bool partly = false;
-    if (team.empty() || !mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) continue;
-    stage(first_key);
-    __syncthreads();
-    if (queries.empty() || !mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
-    fold(first_key, partly || first_key + kTile > nk);
+    if (!queries.empty() && mask.blocks_meet(sample, queries.lo, queries.hi, block.keys.lo, block.keys.hi, partly))
+      fold(block.first, partly || block.first + kTile > nk, buffer);
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    block = next;
   }
 }
 

@@ -187,4 +187,60 @@ TEST(MmaFragments, WarpProductsOfTheAttentionKernelsMatchLoops) {
       }
 }
 
+// ldmatrix.x4 on the host: matrix m's 8 rows start where lanes 8m .. 8m + 7
+// point (element offsets into `m`); each lane's registers filled as the PTX
+// ISA distributes them.
+std::array<std::array<Word, 4>, kLanes> emulate_ldmatrix_x4(const std::vector<bf16>& m,
+                                                            const std::array<int, kLanes>& row_at, bool trans) {
+  std::array<std::array<Word, 4>, kLanes> loaded{};
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (int matrix = 0; matrix < 4; ++matrix)
+      for (int i = 0; i < 2; ++i) {
+        const auto at = mma::ldsm_element(lane, i, trans);
+        const int offset = row_at[static_cast<std::size_t>(8 * matrix + at.row)] + at.col;
+        loaded[lane][matrix] |= Word(m[static_cast<std::size_t>(offset)].bits) << (16 * i);
+      }
+  return loaded;
+}
+
+// The kernels load B fragments with ldmatrix from rows staged with padding:
+// K's rows (n-major B, two k-steps a load) and V's rows (k-major B through
+// .trans, two 8-column tiles a load). Each register must hold the pair the
+// B layout (b_element) asks for.
+TEST(MmaFragments, LdmatrixLoadsTheBFragments) {
+  constexpr int kLd = 64 + 8;     // a staged row: 64 values and the kernels' padding
+  constexpr int kTile = 3, kStep = 2;  // an interior 8-column tile and k-step
+  std::mt19937 rng(11);
+  const auto m = random_bf16(64 * kLd, rng);
+  std::array<int, kLanes> row_at{};
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const auto at = mma::b_nmajor_row(lane);
+    row_at[static_cast<std::size_t>(lane)] = (kTile * mma::kCols + at.row) * kLd + kStep * mma::kDepth + at.col;
+  }
+  const auto nmajor = emulate_ldmatrix_x4(m, row_at, false);
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (int step = 0; step < 2; ++step)
+      for (int r = 0; r < mma::kBRegisters; ++r)
+        EXPECT_EQ(nmajor[lane][2 * step + r],
+                  pair_at(m, kTile * mma::kCols * kLd + (kStep + step) * mma::kDepth + mma::b_pair_offset(lane, r, kLd)))
+            << "n-major lane " << lane << " k-step +" << step << " b" << r;
+
+  for (int lane = 0; lane < kLanes; ++lane) {
+    const auto at = mma::b_kmajor_row(lane);
+    row_at[static_cast<std::size_t>(lane)] = (kStep * mma::kDepth + at.row) * kLd + kTile * mma::kCols + at.col;
+  }
+  const auto kmajor = emulate_ldmatrix_x4(m, row_at, true);
+  for (int lane = 0; lane < kLanes; ++lane)
+    for (int tile = 0; tile < 2; ++tile)
+      for (int r = 0; r < mma::kBRegisters; ++r) {
+        Word expected = 0;
+        for (int i = 0; i < 2; ++i) {
+          const auto kn = mma::b_element(lane, 2 * r + i);
+          const int offset = (kStep * mma::kDepth + kn.row) * kLd + (kTile + tile) * mma::kCols + kn.col;
+          expected |= Word(m[static_cast<std::size_t>(offset)].bits) << (16 * i);
+        }
+        EXPECT_EQ(kmajor[lane][2 * tile + r], expected) << "k-major lane " << lane << " tile +" << tile << " b" << r;
+      }
+}
+
 }  // namespace
