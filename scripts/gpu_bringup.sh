@@ -473,7 +473,7 @@ step_reference() {
 # V = D = 256, H = 4 (Dh = 64), L = 2, FFN 1024, B = 1, fp32, AdamW, clip 1.0.
 bench_model=(--set model.vocab=256 --set model.d_model=256 --set model.heads=4 --set model.ffn=0
              --set model.layers=2 --set model.batch=1 --set model.precision=fp32 --set model.positions=learned
-             --set parallel.strategy=local
+             --set data.task=copy --set parallel.strategy=local
              --set parallel.layout=contiguous --set parallel.dp=1 --set train.steps=8 --set train.lr=1e-3
              --set train.weight_decay=0.01 --set train.grad_clip=1.0 --set run.mode=bench)
 

@@ -89,6 +89,7 @@ const std::vector<Field>& fields() {
       {"kernels", "chunk", MINIATTN_CONFIG_REF(kernels, chunk)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
+      {"data", "task", MINIATTN_CONFIG_ENUM(data, task)},
       {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
   };
   return table;
@@ -837,6 +838,13 @@ void check_files(const Config& c) {
   }
 }
 
+void check_data(const Config& c) {
+  if (c.data.task == DataTask::lookup && c.model.vocab < LookupTokens::kVocab)
+    reject("data.task", "lookup needs model.vocab >= " + std::to_string(LookupTokens::kVocab) + " (" +
+                            std::to_string(LookupTokens::kKeys) + " key tokens and one token per (key, value) pair); "
+                            "model.vocab is " + std::to_string(c.model.vocab));
+}
+
 }  // namespace
 
 std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size) {
@@ -848,6 +856,7 @@ void validate_config(const Config& c, int world_size) {
   check_enums_and_reals(c);
   check_sizes_and_counts(c);
   check_training(c);
+  check_data(c);
   check_process_grid(c, world_size);
   check_files(c);
 }

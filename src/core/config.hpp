@@ -25,6 +25,14 @@ enum class RunMode { train, bench, predict, calibrate };
 // The attention kernels: the tiled online-softmax kernel or chunked attention
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
 enum class AttentionKernel { automatic, fused, gemm, tensor_core };
+// The synthetic task (model/synthetic_task.hpp): copy (each sample's second
+// half repeats its first) or lookup (key-value pairs defined in the first
+// quarter, then retrieved from context).
+enum class DataTask { copy, lookup };
+// lookup's tokens: kKeys key tokens, then one token per (key, value) pair.
+struct LookupTokens {
+  static constexpr std::int64_t kKeys = 8, kValues = 8, kVocab = kKeys + kKeys * kValues;
+};
 
 template <class E>
 const std::vector<std::string>& enum_names();
@@ -46,6 +54,8 @@ template <>
 const std::vector<std::string>& enum_names<RunMode>();
 template <>
 const std::vector<std::string>& enum_names<AttentionKernel>();
+template <>
+const std::vector<std::string>& enum_names<DataTask>();
 template <class E>
 const char* to_string(E value) {
   return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
@@ -162,6 +172,7 @@ inline std::int64_t kv_heads_after_all_to_all(std::int64_t kv_heads, std::int64_
 }
 
 struct DataConfig {
+  DataTask task = DataTask::copy;
   bool documents = false;  // pack documents of random lengths into each sample; attention stays within one
 };
 

@@ -51,4 +51,10 @@ const std::vector<std::string>& enum_names<AttentionKernel>() {
   return names;
 }
 
+template <>
+const std::vector<std::string>& enum_names<DataTask>() {
+  static const std::vector<std::string> names = {"copy", "lookup"};
+  return names;
+}
+
 }  // namespace miniattn

@@ -54,13 +54,14 @@ void print_summary(const nlohmann::json& r, const Config& config) {
               r.at("tokens_per_second").get<double>(), r.at("tokens_per_second_per_rank").get<double>(),
               format_bytes(exchanged).c_str(), format_bytes(r.at("peak_memory_bytes_per_rank").at("max")).c_str());
   const auto& losses = r.at("losses");
-  const double vocab = static_cast<double>(config.model.vocab);
-  const double alphabet = std::min(vocab, static_cast<double>(SyntheticTask::kAlphabetSize));
+  const SyntheticTask task{config.model.vocab, config.model.seq_len, config.train.seed, config.data.documents,
+                           config.data.task};
+  const SyntheticTask::LossLevels level = task.loss_levels();
   if (!losses.empty() && losses.front().is_number() && losses.back().is_number())
-    std::printf("miniattn: loss %.4f -> %.4f (ln %.0f = %.4f: guessing; ln %.0f = %.4f: each sample's alphabet known; "
-                "below: copying)\n",
-                losses.front().get<double>(), losses.back().get<double>(), vocab, std::log(vocab), alphabet,
-                std::log(alphabet));
+    std::printf("miniattn: loss %.4f -> %.4f (task %s: %.4f = ln %lld: guessing; %.4f: %s; %.4f: %s)\n",
+                losses.front().get<double>(), losses.back().get<double>(), to_string(config.data.task),
+                level.guessing, static_cast<long long>(config.model.vocab), level.known, level.known_means,
+                level.solved, level.solved_means);
   const auto& tiles = r.at("attention_tiles");
   if (tiles.at("kernel") == "gemm") {
     std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows\n",

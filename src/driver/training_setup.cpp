@@ -218,7 +218,7 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
             RotaryPositions<T>(c.model, positions, attention.documents)),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
-      task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents} {
+      task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents, c.data.task} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);
 }
 

@@ -1,6 +1,26 @@
 #include "model/synthetic_task.hpp"
 
+#include <algorithm>
+#include <cmath>
+
 namespace miniattn {
+
+// Over the N targets (positions 1..N of the stream).
+SyntheticTask::LossLevels SyntheticTask::loss_levels() const {
+  const double n = static_cast<double>(seq_len), guessing = std::log(static_cast<double>(vocab));
+  if (kind == DataTask::copy) {
+    const double alphabet = std::log(static_cast<double>(vocab < kAlphabetSize ? vocab : kAlphabetSize));
+    return {guessing, alphabet, alphabet / 2, "each sample's alphabet known", "copying"};
+  }
+  const double keys = std::log(static_cast<double>(LookupTokens::kKeys));
+  const double pairs = std::log(static_cast<double>(LookupTokens::kKeys * LookupTokens::kValues));
+  const double values = std::log(static_cast<double>(LookupTokens::kValues));
+  const double definitions = std::min(n, static_cast<double>(lookup_definitions() - 1));
+  const double answers = std::floor((n - definitions) / 2), queries = n - definitions - answers;
+  return {guessing, (definitions * pairs + queries * keys + answers * values) / n,
+          (definitions + queries) * keys / n, "the task's form known, no pair found",
+          "every pair found in context"};
+}
 
 void SyntheticTask::fill(index_t step, index_t first_sample, index_t local_batch,
                          const View1<const index_t>& positions, const View1<index_t>& inputs,

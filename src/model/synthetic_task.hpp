@@ -1,16 +1,29 @@
 #pragma once
-// The synthetic long-range task (docs/design.md section 2). Each sample is a stream
-// of N+1 tokens whose second half repeats the first: token[p] depends only on
-// p mod P with P = ceil((N+1)/2). The first half draws from a small per-sample
-// alphabet of min(V, 16) tokens, so a model first learns which tokens a sample
-// uses (loss falls from ln V towards ln 16 on the first half) and then learns
-// to copy from P-1 positions back (loss towards 0 on the second half): a
-// falling loss beyond ln 16 / 2 proves attention across the whole sequence.
+// The synthetic long-range tasks (docs/design.md section 2, data.task).
+//
+// copy (the default): each sample is a stream of N+1 tokens whose second half
+// repeats the first: token[p] depends only on p mod P with P = ceil((N+1)/2).
+// The first half draws from a small per-sample alphabet of min(V, 16) tokens,
+// so a model first learns which tokens a sample uses (loss falls from ln V
+// towards ln 16 on the first half) and then learns to copy from P-1 positions
+// back (loss towards 0 on the second half): a falling loss beyond ln 16 / 2
+// proves attention across the whole sequence.
+//
+// lookup: each sample draws a map of 8 keys to 8 values. Its first quarter
+// (R = floor((N+4)/4) positions) holds pair tokens, each the pair (k, map(k))
+// of a random key k; after it, key tokens of random keys alternate with the
+// pair token that answers them. Predicting an answer needs the sample's pair
+// of that key from context: from the first quarter (on another rank under
+// the zigzag layout, for the ranks holding the middle chunks) or an earlier
+// answer. Unlike the copy, it is found by content (the query's key matches
+// the pair's), not by an exact position, so rope learns it in a few hundred
+// steps at 4096 tokens.
 //
 // A token is a pure function of (seed, step, sample, position), so any rank
 // computes any token without communication.
 #include <cstdint>
 
+#include "core/config.hpp"
 #include "core/counter_rng.hpp"
 #include "core/types.hpp"
 
@@ -21,6 +34,7 @@ struct SyntheticTask {
   index_t seq_len = 0;
   std::uint64_t seed = 0;
   bool documents = false;  // data.documents: pack documents of random lengths into each sample
+  DataTask kind = DataTask::copy;
 
   static constexpr index_t kAlphabetSize = 16;
   // Packed documents: a document starts at each position p > 0 with
@@ -36,6 +50,10 @@ struct SyntheticTask {
   }
 
   KOKKOS_INLINE_FUNCTION index_t token(index_t step, index_t sample, index_t position) const {
+    return kind == DataTask::lookup ? lookup_token(step, sample, position) : copy_token(step, sample, position);
+  }
+
+  KOKKOS_INLINE_FUNCTION index_t copy_token(index_t step, index_t sample, index_t position) const {
     const index_t period = (seq_len + 2) / 2;
     const index_t alphabet = vocab < kAlphabetSize ? vocab : kAlphabetSize;
     const std::uint64_t stream = rng::kStreamData ^ rng::mix64(seed);
@@ -45,6 +63,37 @@ struct SyntheticTask {
     return rng::uniform_int(vocab, rng::mix64(stream), static_cast<std::uint64_t>(step),
                             static_cast<std::uint64_t>(sample), static_cast<std::uint64_t>(slot));
   }
+
+  // lookup: key tokens 0..kKeys-1, pair (k, v) as kKeys + k kValues + v.
+  KOKKOS_INLINE_FUNCTION index_t lookup_definitions() const { return (seq_len + 4) / 4; }
+  KOKKOS_INLINE_FUNCTION index_t lookup_key(index_t step, index_t sample, index_t position) const {
+    return rng::uniform_int(LookupTokens::kKeys, rng::kStreamData ^ rng::mix64(seed), static_cast<std::uint64_t>(step),
+                            static_cast<std::uint64_t>(sample), static_cast<std::uint64_t>(position));
+  }
+  KOKKOS_INLINE_FUNCTION index_t lookup_pair(index_t step, index_t sample, index_t key) const {
+    const index_t value =
+        rng::uniform_int(LookupTokens::kValues, rng::mix64(rng::kStreamData ^ rng::mix64(seed)),
+                         static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(sample),
+                         static_cast<std::uint64_t>(key));
+    return LookupTokens::kKeys + key * LookupTokens::kValues + value;
+  }
+  KOKKOS_INLINE_FUNCTION index_t lookup_token(index_t step, index_t sample, index_t position) const {
+    const index_t defined = lookup_definitions();
+    if (position < defined) return lookup_pair(step, sample, lookup_key(step, sample, position));
+    if ((position - defined) % 2 == 0) return lookup_key(step, sample, position);
+    return lookup_pair(step, sample, lookup_key(step, sample, position - 1));
+  }
+
+  // The mean losses (nats) that mark a run's progress on this task, for the
+  // console summary: guessing (ln V); `known`, a model that knows the task's
+  // form but none of the sample's content; `solved`, one that uses it all
+  // (copy: ln 16 each sample's alphabet, then 0 on the second half; lookup:
+  // the pairs' and keys' ln 8 where they are random, 0 on every answer).
+  struct LossLevels {
+    double guessing, known, solved;
+    const char *known_means, *solved_means;
+  };
+  LossLevels loss_levels() const;
 
   // Inputs and next-token targets of local rows r = s * n + i (s < local_batch,
   // i < n = positions.extent(0)): inputs[r] = token(first_sample + s, positions[i]),

@@ -208,6 +208,8 @@ BAD_SETTINGS = [
     (2, ["parallel.pp=2", "train.micro_batches=0"], "train.micro_batches"),
     (1, ["parallel.layout=zigzag", "model.seq_len=21"], "model.seq_len"),
     (1, ["model.heads=0"], "model.heads"),
+    (1, ["data.task=lookup"], "data.task"),  # vocab 32 < 72
+    (1, ["data.task=retrieval"], "data.task"),
     (1, ["model.ffn=-1"], "model.ffn"),
     (1, ["model.layers=0"], "model.layers"),
     (1, ["model.seq_len=0"], "model.seq_len"),
