@@ -2,18 +2,24 @@
 // Analytic bytes one rank hands to MPI per training step (payload sent to
 // other ranks), by strategy. With P = sp ranks, U = Ulysses degree, G = P / U
 // ring ranks, t = tp ranks, b = local batch, n = N / P local positions,
-// s = sizeof(scalar), X = b n (D / t) s the bytes of one local [b, H / t, n, Dh]
-// tensor, per layer:
-//   ring (G = P):    forward 2 (G-1) X;           backward 2 (G-1) X + 2 G X  (G > 1)
-//   rsa:             forward 2 (P-1) X;           backward 2 (P-1) X + 2 P X  (P > 1)
-//   ulysses/hybrid:  forward (4 X + b (H/t) n s)(U-1)/U + ring over G ranks;
-//                    backward 4 X (U-1)/U + ring over G ranks
+// s = bytes of a value (model.precision; 2 in bf16), X = b n (D / t) s the
+// bytes of one local [b, H / t, n, Dh] tensor, Xkv = b n (KV / t) Dh s those
+// of a local K or V (KV = kv_heads; X with KV = H), Xkv' the same as a Ulysses
+// all-to-all leaves it (K/V heads split over U, or one replicated per rank),
+// S = ring steps (G, fewer under model.window: attention/block_reach.hpp), per layer:
+//   ring:            forward 2 (S-1) Xkv;  backward 2 (S-1) Xkv + 2 S Xkv   (S > 1)
+//   rsa:             forward 2 (P-1) Xkv;  backward 2 (P-1) Xkv + 2 P Xkv   (P > 1)
+//   allgather:       forward 2 (P-1) Xkv;  backward 2 (P-1) Xkv (gathered again)
+//                    + 2 (P-1) Xkv (dK, dV reduce-scattered)               (P > 1)
+//   ulysses/hybrid:  forward (2 X + 2 Xkv' + b (H/t) n 4)(U-1)/U (q k v, out, lse);
+//                    backward (2 X + 2 Xkv')(U-1)/U (dout, dq dk dv); each plus
+//                    the ring above over G ranks with Xkv'
 //   tensor parallel: 6 all-gathers (2 forward, 4 backward: two recomputed
 //                    LayerNorm outputs, two output gradients) and 4
 //                    reduce-scatters (2 + 2) of the [b n / t, D] chunk, each
 //                    sending (t-1) b n D s / t  (t > 1)
-// over the stage's layers (all of them with pp = 1), plus, per step: the
-// gradients of the tensors whole on every rank of the stage (dp sp t > 1), of
+// over the stage's layers (all of them with pp = 1), plus, per step (gradients
+// in 4-byte parameters for bf16, as fp32): the gradients of the tensors whole on every rank of the stage (dp sp t > 1), of
 // the tensor-parallel shards (dp sp > 1, with t > 1), of the wpe rows (first
 // stage, dp t > 1), of the tied wte (first and last stage, pp > 1), the loss
 // (ranks > 1) and the gradient norm's shares of wpe (first stage, sp > 1), of

@@ -5,8 +5,9 @@
 // really allocated (they must agree exactly; a test holds that).
 //
 // With R = (batch / dp) * (N / sp) rows per TP group, activation memory is
-// linear in R for every strategy but rsa, whose (N / sp) x N score rows are
-// its defining cost. Tensor parallelism divides all of it by tp: the residual
+// linear in R for every strategy but two: rsa, whose (N / sp) x N score rows
+// are its defining cost, and allgather, whose gathered K and V (and dK, dV)
+// hold all N positions of the K/V heads: O(N) per rank, not O(N / sp). Tensor parallelism divides all of it by tp: the residual
 // stream and LayerNorm regions hold R / tp rows (Megatron sequence
 // parallelism), the attention and FFN regions H / tp heads and F / tp units;
 // it adds two [R, D] exchange buffers. With micro-batches, R is one micro-

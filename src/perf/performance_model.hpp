@@ -1,6 +1,6 @@
 #pragma once
 // An alpha-beta performance model of one training step, per strategy (local,
-// ring, rsa, ulysses, hybrid), from a machine description (rates, bandwidths,
+// ring, rsa, ulysses, hybrid, allgather), from a machine description (rates, bandwidths,
 // latencies, memory) and the deck's sizes. It reuses the analytic byte counts
 // (exchange_model), the memory planner (memory_plan) and the FLOP counts
 // (flop_count), so that prediction and measurement count the same things.
@@ -9,8 +9,9 @@
 //  compute   dense GEMMs (forward 1x, backward 2x of the dense FLOPs) / gemm_flops
 //            + attention kernel work / attention (or rsa) FLOP/s, counted as the
 //              tiles the blockwise kernel really computes (causal: the tiles on
-//              and below the diagonal of each chunk pair), with the slowest
-//              rank of each ring step setting its pace
+//              and below the diagonal of each chunk pair, and under model.window
+//              only the tiles the window reaches: attention_work), with the
+//              slowest rank of each ring step setting its pace
 //            + elementwise bytes (LayerNorm, GELU, head layouts, residual adds,
 //              cross-entropy, Ulysses packing, optimizer) / elementwise_bandwidth;
 //              (RSA's softmax over its n x N rows is part of its calibrated rate)
