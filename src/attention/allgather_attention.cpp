@@ -34,8 +34,7 @@ AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View
       workspace_(std::move(workspace)) {
   MPI_Comm_rank(group, &rank_);
   MPI_Comm_size(group, &size_);
-  const std::vector<std::vector<index_t>> rows = host_rows(group_positions);
-  for (const auto& keys : rows) sees_.push_back(block_visible(rows[static_cast<std::size_t>(rank_)], keys, mask));
+  sees_ = rows_seen_from(group_positions, rank_, mask);
 }
 
 template <class T>

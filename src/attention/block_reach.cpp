@@ -31,12 +31,14 @@ bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> key
   return false;
 }
 
-std::vector<std::vector<index_t>> host_rows(const View2<const index_t>& table) {
+std::vector<char> rows_seen_from(const View2<const index_t>& table, int own, const kernels::AttentionMask& mask) {
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), table);
   std::vector<std::vector<index_t>> rows(host.extent(0));
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (std::size_t i = 0; i < host.extent(1); ++i) rows[r].push_back(host(r, i));
-  return rows;
+  std::vector<char> sees;
+  for (const auto& keys : rows) sees.push_back(block_visible(rows[static_cast<std::size_t>(own)], keys, mask));
+  return sees;
 }
 
 }  // namespace miniattn

@@ -26,7 +26,8 @@ int ring_steps(const ModelConfig& model, Layout layout, int sp, int ulysses);
 // positions in any order).
 bool block_visible(const std::vector<index_t>& queries, std::vector<index_t> keys, const kernels::AttentionMask& mask);
 
-// Row r of a [G, m] positions table, on the host.
-std::vector<std::vector<index_t>> host_rows(const View2<const index_t>& table);
+// sees[g]: whether the queries of row `own` of a [G, m] positions table (one
+// row per rank of a ring or all-gather group) see some key of row g.
+std::vector<char> rows_seen_from(const View2<const index_t>& table, int own, const kernels::AttentionMask& mask);
 
 }  // namespace miniattn

@@ -37,8 +37,7 @@ RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const ind
       name_(std::move(name)), workspace_(std::move(workspace)) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
-  const std::vector<std::vector<index_t>> rows = host_rows(ring_positions);
-  for (const auto& keys : rows) sees_.push_back(block_visible(rows[static_cast<std::size_t>(rank_)], keys, mask));
+  sees_ = rows_seen_from(ring_positions, rank_, mask);
 }
 
 template <class T>

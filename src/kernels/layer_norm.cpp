@@ -1,27 +1,14 @@
 #include "kernels/layer_norm.hpp"
 
-#include <sstream>
-#include <stdexcept>
 #include <type_traits>
 
 #include "core/kokkos_compat.hpp"
 #include "kernels/reduction.hpp"
+#include "kernels/require_shape.hpp"
 
 namespace miniattn::kernels {
 
 using namespace simd;
-
-namespace {
-
-void require_shape(bool ok, const char* where, const char* what) {
-  if (!ok) {
-    std::ostringstream os;
-    os << "kernels::" << where << ": " << what;
-    throw std::invalid_argument(os.str());
-  }
-}
-
-}  // namespace
 
 // One team per row: the row's mean, then its (biased) variance about that mean
 // (two passes: no cancellation), then y.

@@ -2,23 +2,9 @@
 
 #include "kernels/gemm.hpp"
 #include "kernels/reduction.hpp"
-
-#include <sstream>
-#include <stdexcept>
+#include "kernels/require_shape.hpp"
 
 namespace miniattn::kernels {
-
-namespace {
-
-void require_shape(bool ok, const char* where, const char* what) {
-  if (!ok) {
-    std::ostringstream os;
-    os << "kernels::" << where << ": " << what;
-    throw std::invalid_argument(os.str());
-  }
-}
-
-}  // namespace
 
 // y = x W^T + b: the bias is broadcast into y first and the product added
 // with beta = 1, so the whole layer is one BLAS call plus one cheap pass.
