@@ -216,10 +216,9 @@ __device__ void store_query_gradients(const BackwardArgs& a, const QueryGradient
   }
 }
 
-// Two buffers of a key block staged in shared memory: K and V row-major.
 template <int Dh>
 constexpr int query_gradients_shared_bytes() {
-  return 2 * 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16));
+  return key_block_buffers_bytes<Dh>();
 }
 
 template <int Dh>
@@ -246,24 +245,17 @@ __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16*
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const BackwardArgs a) {
   extern __shared__ uint4 shared[];
-  bf16* const staged = reinterpret_cast<bf16*>(shared);  // buffer b: K at 2 b blocks, V after it
+  bf16* const staged = reinterpret_cast<bf16*>(shared);
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
   const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
   QueryGradientRows<Dh> x;
   const Range queries = load_query_gradient_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
-  for_each_visible_key_block(
-      a.mask, sample, a.k_pos, a.nk, queries, team,
-      [&](index_t first_key, int buffer) {
-        bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
-        stage_rows_async<Dh>(a.k + kv_rows, first_key, a.nk, ks);
-        stage_rows_async<Dh>(a.v + kv_rows, first_key, a.nk, ks + Widths<Dh>::block_bf16);
-      },
-      [&](index_t first_key, bool partly, int buffer) {
-        const bf16* const ks = staged + 2 * buffer * Widths<Dh>::block_bf16;
-        add_key_block<Dh>(a, sample, ks, ks + Widths<Dh>::block_bf16, first_key, partly, x);
-      });
+  for_each_visible_key_block<Dh>(a.mask, sample, a.k + kv_rows, a.v + kv_rows, a.k_pos, a.nk, staged, queries, team,
+                                 [&](index_t first_key, bool partly, const bf16* ks, const bf16* vs) {
+                                   add_key_block<Dh>(a, sample, ks, vs, first_key, partly, x);
+                                 });
   store_query_gradients<Dh>(a, x);
 }
 

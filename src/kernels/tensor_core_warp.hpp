@@ -269,17 +269,28 @@ __device__ __forceinline__ KeyBlock next_visible_key_block(const AttentionMask& 
   return {nk, kNoRows};
 }
 
-// The key blocks of [0, nk) a team of query rows walks (forward, query
-// gradients), double-buffered: while the warps fold one block, the next
-// visible one is copied into the other buffer (stage(first_key, buffer)
-// issues the copies). Blocks the mask hides from every row of the team are
-// never staged; fold(first_key, partly, buffer) runs in each warp whose own
-// rows may see some key of the block (partly: some pair may be hidden, or
-// the block runs past nk).
-template <class Stage, class Fold>
-__device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& mask, index_t sample,
-                                                           const index_t* k_pos, index_t nk, Range queries,
-                                                           Range team, Stage stage, Fold fold) {
+// Shared memory of the key-block walk below: two buffers of a K block and a V block.
+template <int Dh>
+constexpr int key_block_buffers_bytes() {
+  return 2 * 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16));
+}
+
+// The K/V blocks of [0, nk) a team of query rows walks (forward, query
+// gradients; k and v point at the K/V head's [nk, Dh] rows), double-buffered
+// in `staged` (key_block_buffers_bytes): while the warps fold one block, the
+// next visible one is copied into the other buffer. Blocks the mask hides
+// from every row of the team are never staged; fold(first_key, partly, ks, vs)
+// runs in each warp whose own rows may see some key of the block (partly:
+// some pair may be hidden, or the block runs past nk).
+template <int Dh, class Fold>
+__device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& mask, index_t sample, const bf16* k,
+                                                           const bf16* v, const index_t* k_pos, index_t nk,
+                                                           bf16* staged, Range queries, Range team, Fold fold) {
+  auto keys_of = [&](int buffer) { return staged + 2 * buffer * Widths<Dh>::block_bf16; };
+  auto stage = [&](index_t first_key, int buffer) {
+    stage_rows_async<Dh>(k, first_key, nk, keys_of(buffer));
+    stage_rows_async<Dh>(v, first_key, nk, keys_of(buffer) + Widths<Dh>::block_bf16);
+  };
   KeyBlock block = next_visible_key_block(mask, sample, k_pos, nk, team, 0);
   if (block.first < nk) stage(block.first, 0);
   commit_copies();
@@ -291,7 +302,7 @@ __device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& 
     __syncthreads();  // every thread's copies of this block have landed
     bool partly = false;
     if (!queries.empty() && mask.blocks_meet(sample, queries.lo, queries.hi, block.keys.lo, block.keys.hi, partly))
-      fold(block.first, partly || block.first + kTile > nk, buffer);
+      fold(block.first, partly || block.first + kTile > nk, keys_of(buffer), keys_of(buffer) + Widths<Dh>::block_bf16);
     __syncthreads();  // every warp is done with this buffer before it is refilled
     block = next;
   }
