@@ -29,7 +29,7 @@
 #include "perf/memory_plan.hpp"
 #include "perf/performance_model.hpp"
 #include "io/text_file.hpp"
-#include "perf/phase_timer.hpp"
+#include "core/phase_timer.hpp"
 
 namespace miniattn {
 

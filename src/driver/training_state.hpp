@@ -21,7 +21,7 @@
 #include "model/synthetic_task.hpp"
 #include "model/transformer.hpp"
 #include "perf/memory_plan.hpp"
-#include "perf/phase_timer.hpp"
+#include "core/phase_timer.hpp"
 
 namespace miniattn {
 

@@ -25,7 +25,7 @@
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 #include "model/tensor_parallel.hpp"
-#include "perf/phase_timer.hpp"
+#include "core/phase_timer.hpp"
 
 namespace miniattn {
 

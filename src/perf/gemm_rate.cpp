@@ -14,7 +14,7 @@
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
 #include "kernels/gemm.hpp"
-#include "perf/phase_timer.hpp"
+#include "core/phase_timer.hpp"
 
 namespace miniattn {
 

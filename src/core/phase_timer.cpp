@@ -1,4 +1,4 @@
-#include "perf/phase_timer.hpp"
+#include "core/phase_timer.hpp"
 
 #include <algorithm>
 #include <chrono>
