@@ -217,11 +217,6 @@ __device__ void store_query_gradients(const BackwardArgs& a, const QueryGradient
 }
 
 template <int Dh>
-constexpr int query_gradients_shared_bytes() {
-  return key_block_buffers_bytes<Dh>();
-}
-
-template <int Dh>
 __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                               index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
   const int lane = lane_id();
@@ -247,8 +242,7 @@ __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const Backwar
   extern __shared__ uint4 shared[];
   bf16* const staged = reinterpret_cast<bf16*>(shared);
   __shared__ Range parts[kWarps];
-  const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
-  const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
+  const index_t sample = blockIdx.y / a.heads, kv_rows = kv_head_offset(a.heads, a.kv_heads, a.nk, Dh);
   QueryGradientRows<Dh> x;
   const Range queries = load_query_gradient_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
@@ -261,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) query_gradients_kernel(const Backwar
 
 template <int Dh>
 void launch_backward(const BackwardArgs& a, index_t batch) {
-  constexpr int key_bytes = key_gradients_shared_bytes<Dh>(), query_bytes = query_gradients_shared_bytes<Dh>();
+  constexpr int key_bytes = key_gradients_shared_bytes<Dh>(), query_bytes = key_block_buffers_bytes<Dh>();
   static const bool allowed = (allow_shared_memory(key_gradients_kernel<Dh>, key_bytes),
                                allow_shared_memory(query_gradients_kernel<Dh>, query_bytes), true);
   (void)allowed;

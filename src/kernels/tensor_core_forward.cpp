@@ -126,17 +126,11 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
 }
 
 template <int Dh>
-constexpr int forward_shared_bytes() {
-  return key_block_buffers_bytes<Dh>();
-}
-
-template <int Dh>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) {
   extern __shared__ uint4 shared[];
   bf16* const staged = reinterpret_cast<bf16*>(shared);
   __shared__ Range parts[kWarps];
-  const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads;
-  const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * a.nk * Dh;
+  const index_t sample = blockIdx.y / a.heads, kv_rows = kv_head_offset(a.heads, a.kv_heads, a.nk, Dh);
   QueryRows<Dh> x;
   const Range queries = load_query_rows<Dh>(a, x);
   const Range team = team_range(queries, parts);
@@ -149,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) 
 
 template <int Dh>
 void launch_forward(const ForwardArgs& a, index_t batch) {
-  constexpr int bytes = forward_shared_bytes<Dh>();
+  constexpr int bytes = key_block_buffers_bytes<Dh>();
   static const bool allowed = (allow_shared_memory(forward_kernel<Dh>, bytes), true);
   (void)allowed;
   const dim3 grid(grid_side(a.nq), static_cast<unsigned>(batch * a.heads));

@@ -269,6 +269,14 @@ __device__ __forceinline__ KeyBlock next_visible_key_block(const AttentionMask& 
   return {nk, kNoRows};
 }
 
+// The first of the [nk, Dh] rows of the K/V head that serves query head
+// blockIdx.y % heads of sample blockIdx.y / heads (GQA: heads / kv_heads
+// query heads a K/V head).
+__device__ __forceinline__ index_t kv_head_offset(index_t heads, index_t kv_heads, index_t nk, int dh) {
+  const index_t sample = blockIdx.y / heads, head = blockIdx.y % heads;
+  return (sample * kv_heads + head / (heads / kv_heads)) * nk * dh;
+}
+
 // Shared memory of the key-block walk below: two buffers of a K block and a V block.
 template <int Dh>
 constexpr int key_block_buffers_bytes() {
