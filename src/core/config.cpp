@@ -833,7 +833,7 @@ void check_files(const Config& c) {
     reject("io.checkpoint_every", "is " + std::to_string(io.checkpoint_every) +
                                       " but io.checkpoint is empty (give io.checkpoint a PATH.h5)");
   }
-  if (!io.restart.empty() && io.init != "random") {
+  if (!io.restart.empty() && !io.random_init()) {
     reject("io.init", "cannot be combined with io.restart (a checkpoint already holds the parameters)");
   }
 }

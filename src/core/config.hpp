@@ -121,12 +121,14 @@ struct TrainConfig {
 };
 
 struct IoConfig {
-  std::string init = "random";  // random | PATH.h5
+  static constexpr const char* kRandomInit = "random";  // io.init's word for the seeded initialisation
+  std::string init = kRandomInit;  // random | PATH.h5
   std::string snapshot;         // empty: none
   std::int64_t snapshot_step = 0;
   std::string checkpoint;
   std::int64_t checkpoint_every = 0;
   std::string restart;
+  bool random_init() const { return init == kRandomInit; }
 };
 
 struct RunConfig {

@@ -262,7 +262,7 @@ template <class T>
 index_t read_or_initialize_parameters(TrainingState<T>& s) {
   const Config& c = s.config;
   if (!c.io.restart.empty()) return restart(s);
-  if (c.io.init == "random") {
+  if (c.io.random_init()) {
     initialize_parameters<Param<T>>(s.layout, c.train.seed, s.positions, c.model.d_model, s.params);
     return 0;
   }
