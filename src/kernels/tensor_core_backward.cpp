@@ -105,7 +105,7 @@ __device__ void stage_query_statistics(const BackwardArgs& a, index_t bh, index_
     const index_t r = first_query + i;
     const bool exists = r < a.nq;
     const float lse = exists ? a.lse[bh * a.nq + r] : -inf;
-    b.lse2[i] = lse == -inf ? inf : lse * kLog2e;
+    b.lse2[i] = lse_log2(lse);
     b.delta[i] = exists ? a.delta[bh * a.nq + r] : 0.0f;
     b.pos[i] = exists ? a.q_pos[r] : 0;
   }
@@ -193,7 +193,7 @@ __device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRo
     const bool exists = slot_row(slot) < x.valid;
     const index_t r = x.first + slot_row(slot);
     const float lse = exists ? a.lse[r] : -inf;
-    x.lse2[slot] = lse == -inf ? inf : lse * kLog2e;
+    x.lse2[slot] = lse_log2(lse);
     x.delta[slot] = exists ? a.delta[r] : 0.0f;
     x.pos[slot] = exists ? a.q_pos[first_query + slot_row(slot)] : 0;
     if (exists) rows = with(rows, x.pos[slot]);

@@ -92,6 +92,12 @@ __device__ __forceinline__ Word pack_bf16(float lo, float hi) {
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ Word load_word(const bf16* p) { return *reinterpret_cast<const Word*>(p); }
 
+// A row's log-sum-exp in log2 units for P = exp2(S log2(e) / sqrt(Dh) - lse2);
+// a row that saw no key (lse -inf) or does not exist gets +inf: P = 0.
+__device__ __forceinline__ float lse_log2(float lse) {
+  return lse == -compat::infinity<float>() ? compat::infinity<float>() : lse * kLog2e;
+}
+
 // Over the 4 lanes of a group, which hold the same two rows of a C fragment.
 __device__ __forceinline__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));

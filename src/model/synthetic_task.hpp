@@ -53,10 +53,13 @@ struct SyntheticTask {
     return kind == DataTask::lookup ? lookup_token(step, sample, position) : copy_token(step, sample, position);
   }
 
+  // The counter-based stream both tasks draw their tokens from.
+  KOKKOS_INLINE_FUNCTION std::uint64_t data_stream() const { return rng::kStreamData ^ rng::mix64(seed); }
+
   KOKKOS_INLINE_FUNCTION index_t copy_token(index_t step, index_t sample, index_t position) const {
     const index_t period = (seq_len + 2) / 2;
     const index_t alphabet = vocab < kAlphabetSize ? vocab : kAlphabetSize;
-    const std::uint64_t stream = rng::kStreamData ^ rng::mix64(seed);
+    const std::uint64_t stream = data_stream();
     const index_t slot = rng::uniform_int(alphabet, stream, static_cast<std::uint64_t>(step),
                                           static_cast<std::uint64_t>(sample),
                                           static_cast<std::uint64_t>(position % period));
@@ -67,12 +70,12 @@ struct SyntheticTask {
   // lookup: key tokens 0..kKeys-1, pair (k, v) as kKeys + k kValues + v.
   KOKKOS_INLINE_FUNCTION index_t lookup_definitions() const { return (seq_len + 4) / 4; }
   KOKKOS_INLINE_FUNCTION index_t lookup_key(index_t step, index_t sample, index_t position) const {
-    return rng::uniform_int(LookupTokens::kKeys, rng::kStreamData ^ rng::mix64(seed), static_cast<std::uint64_t>(step),
+    return rng::uniform_int(LookupTokens::kKeys, data_stream(), static_cast<std::uint64_t>(step),
                             static_cast<std::uint64_t>(sample), static_cast<std::uint64_t>(position));
   }
   KOKKOS_INLINE_FUNCTION index_t lookup_pair(index_t step, index_t sample, index_t key) const {
     const index_t value =
-        rng::uniform_int(LookupTokens::kValues, rng::mix64(rng::kStreamData ^ rng::mix64(seed)),
+        rng::uniform_int(LookupTokens::kValues, rng::mix64(data_stream()),
                          static_cast<std::uint64_t>(step), static_cast<std::uint64_t>(sample),
                          static_cast<std::uint64_t>(key));
     return LookupTokens::kKeys + key * LookupTokens::kValues + value;
