@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "driver/run_miniattn.hpp"
 #include "perf/gemm_rate.hpp"
+#include "perfmodel/predict_mode.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -30,7 +31,7 @@ int main(int argc, char** argv) {
         if (rank == 0) std::printf("%s", cli.help_text.c_str());
       } else {
         const miniattn::Config config = miniattn::parse_config(cli.deck_path, cli.overrides, size);
-        status = miniattn::run_miniattn(config, MPI_COMM_WORLD);
+        status = miniattn::run_miniattn(config, MPI_COMM_WORLD, miniattn::run_model_mode);
       }
     } catch (const miniattn::InputError& e) {
       // Input errors are detected identically on every rank (same deck, same

@@ -51,7 +51,7 @@ run:
 CASES = [
     ("local", 1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
     ("ring zigzag", 2, ["parallel.strategy=ring", "parallel.layout=zigzag"]),
-    # A sliding window: the tiles it leaves per ring step (src/perf/attention_work.*).
+    # A sliding window: the tiles it leaves per ring step (perfmodel/attention_work.*).
     ("local w=512", 1, ["parallel.strategy=local", "parallel.layout=contiguous", "model.window=512"]),
     ("ring w=512", 2, ["parallel.strategy=ring", "parallel.layout=zigzag", "model.window=512"]),
     ("rsa", 2, ["parallel.strategy=rsa", "parallel.layout=contiguous"]),

@@ -137,7 +137,7 @@ struct RunConfig {
   std::string result;  // JSON file; empty: stdout line only
   // Memory one rank may use, GiB; 0: this node's available memory shared by its ranks.
   double memory_per_rank_gib = 0.0;
-  // Machine description YAML (src/perf/performance_model.hpp): read by run.mode
+  // Machine description YAML (perfmodel/performance_model.hpp): read by run.mode
   // predict (required), written by run.mode calibrate (required).
   std::string machine;
   // run.mode predict: rank counts 1, 2, 4, ... up to this one.

@@ -11,7 +11,6 @@
 
 #include "comm/agree.hpp"
 #include "core/error.hpp"
-#include "driver/predict_mode.hpp"
 #include "driver/training_run.hpp"
 #include "io/text_file.hpp"
 #include "model/synthetic_task.hpp"
@@ -78,7 +77,7 @@ void print_summary(const nlohmann::json& r, const Config& config) {
 
 }  // namespace
 
-int run_miniattn(const Config& config, MPI_Comm world) {
+int run_miniattn(const Config& config, MPI_Comm world, const ModelModes& model_modes) {
   const RunMode mode = config.run.mode;
   const bool model_mode = mode == RunMode::predict || mode == RunMode::calibrate;
   if (model_mode && config.run.machine.empty())
@@ -94,10 +93,8 @@ int run_miniattn(const Config& config, MPI_Comm world) {
 
   const Precision precision = config.model.precision;
   nlohmann::json result;
-  if (mode == RunMode::predict) {
-    result = run_predict(config, world);
-  } else if (mode == RunMode::calibrate) {  // fp32 or fp64 (validate_config)
-    result = precision == Precision::fp32 ? run_calibrate<float>(config, world) : run_calibrate<double>(config, world);
+  if (model_mode) {
+    result = model_modes(config, world);
   } else {
     result = precision == Precision::fp32   ? run_training<float>(config, world)
              : precision == Precision::bf16 ? run_training<bf16>(config, world)

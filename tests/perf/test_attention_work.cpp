@@ -1,4 +1,4 @@
-// The attention work per ring step (src/perf/attention_work.*): the count
+// The attention work per ring step (perfmodel/attention_work.*): the count
 // under a mask against a brute force over the layout's own positions
 // (owned_positions), tiled as the kernel tiles a group's rows and judged by
 // the kernel's tile rule (kernels::tiles_meet), and against the closed forms
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
-#include "perf/attention_work.hpp"
+#include "perfmodel/attention_work.hpp"
 
 namespace miniattn {
 namespace {

@@ -1,4 +1,4 @@
-// The performance model (src/perf/performance_model.hpp) on hand-made machine
+// The performance model (perfmodel/performance_model.hpp) on hand-made machine
 // descriptions: each test changes one figure and checks the direction and, where
 // the model is exact, the size of the effect.
 #include <gtest/gtest.h>
@@ -17,11 +17,11 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "driver/predict_mode.hpp"
+#include "perfmodel/predict_mode.hpp"
 #include "model/parameter_layout.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/memory_plan.hpp"
-#include "perf/performance_model.hpp"
+#include "perfmodel/performance_model.hpp"
 
 namespace miniattn {
 namespace {

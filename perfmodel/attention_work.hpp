@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "perf/performance_model.hpp"
+#include "perfmodel/performance_model.hpp"
 
 namespace miniattn {
 

@@ -1,4 +1,4 @@
-#include "driver/predict_mode.hpp"
+#include "perfmodel/predict_mode.hpp"
 
 #include <cstdio>
 #include <string>
@@ -8,7 +8,7 @@
 #include "core/error.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "perf/memory_plan.hpp"
-#include "perf/performance_model.hpp"
+#include "perfmodel/performance_model.hpp"
 
 namespace miniattn {
 
@@ -208,6 +208,12 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   result["prediction_for_deck"] = full_json(own, predict_step(machine, own));
   print_report(c, machine, result);
   return result;
+}
+
+nlohmann::json run_model_mode(const Config& config, MPI_Comm world) {
+  if (config.run.mode == RunMode::predict) return run_predict(config, world);
+  return config.model.precision == Precision::fp32 ? run_calibrate<float>(config, world)
+                                                   : run_calibrate<double>(config, world);
 }
 
 }  // namespace miniattn

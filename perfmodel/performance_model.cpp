@@ -1,4 +1,4 @@
-#include "perf/performance_model.hpp"
+#include "perfmodel/performance_model.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -16,7 +16,7 @@
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/pipeline_schedule.hpp"
-#include "perf/attention_work.hpp"
+#include "perfmodel/attention_work.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
 #include "perf/memory_plan.hpp"

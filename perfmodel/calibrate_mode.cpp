@@ -15,7 +15,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
-#include "driver/predict_mode.hpp"
+#include "perfmodel/predict_mode.hpp"
 #include "kernels/attention.hpp"
 #include "kernels/dense_attention.hpp"
 #include "kernels/elementwise.hpp"
@@ -27,7 +27,7 @@
 #include "perf/flop_count.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perf/memory_plan.hpp"
-#include "perf/performance_model.hpp"
+#include "perfmodel/performance_model.hpp"
 #include "io/text_file.hpp"
 #include "core/phase_timer.hpp"
 

@@ -1,6 +1,6 @@
 #pragma once
 // run.mode predict and run.mode calibrate: the performance model
-// (src/perf/performance_model.hpp) against a machine description.
+// (perfmodel/performance_model.hpp) against a machine description.
 //
 // predict: reads run.machine and prints, for rank counts 1, 2, 4, ... up to
 // run.predict_max_ranks and each of run.predict_seq_lens, every strategy's
@@ -34,5 +34,9 @@ nlohmann::json run_predict(const Config& config, MPI_Comm world);
 // Collective over `world`.
 template <class T>
 nlohmann::json run_calibrate(const Config& config, MPI_Comm world);
+
+// run.mode predict, or calibrate in the deck's precision (fp32 or fp64:
+// validate_config): what src/main.cpp hands run_miniattn as its model modes.
+nlohmann::json run_model_mode(const Config& config, MPI_Comm world);
 
 }  // namespace miniattn

@@ -1,4 +1,4 @@
-#include "perf/attention_work.hpp"
+#include "perfmodel/attention_work.hpp"
 
 #include <algorithm>
 
