@@ -732,11 +732,10 @@ void check_ulysses_kv_heads(const ModelConfig& m, const ParallelConfig& p, std::
                                std::string(to_string(p.strategy)) + " (" + degree_text + ")");
 }
 
-// The process grid: world = dp x pp x tp x sp.
-void check_process_grid(const Config& c, int world_size) {
+// The process grid: world = dp x pp x tp x sp; the first three and the batch.
+void check_grid_divides(const Config& c, std::int64_t world) {
   const ModelConfig& m = c.model;
   const ParallelConfig& p = c.parallel;
-  const std::int64_t world = world_size;
   if (world % p.dp != 0) {
     reject("parallel.dp", "must divide the number of MPI ranks (" + std::to_string(world) + " % " +
                               std::to_string(p.dp) + " != 0)");
@@ -756,18 +755,24 @@ void check_process_grid(const Config& c, int world_size) {
     reject("parallel.pp", "must be <= model.layers (" + std::to_string(p.pp) + " stages > " +
                               std::to_string(m.layers) + " layers): each stage holds at least one layer");
   }
-  const std::int64_t sp = sp_size(p, world);
   if (m.batch % p.dp != 0) {
     reject("model.batch", "must be divisible by parallel.dp (" + std::to_string(m.batch) + " % " +
                               std::to_string(p.dp) + " != 0)");
   }
-  const std::int64_t micro_batch = m.batch / p.dp / c.train.micro_batches;
   if ((m.batch / p.dp) % c.train.micro_batches != 0) {
     reject("train.micro_batches", "must divide the samples of each DP group, model.batch / parallel.dp (" +
                                       std::to_string(m.batch / p.dp) + " % " +
                                       std::to_string(c.train.micro_batches) + " != 0)");
   }
   check_tensor_parallel(m, p);
+}
+
+// The sequence split over sp = world / (dp pp tp) ranks: layout, rows, heads.
+void check_sequence_split(const Config& c, std::int64_t world) {
+  const ModelConfig& m = c.model;
+  const ParallelConfig& p = c.parallel;
+  const std::int64_t sp = sp_size(p, world);
+  const std::int64_t micro_batch = m.batch / p.dp / c.train.micro_batches;
   const std::string sp_text = "sp = " + std::to_string(world) + " ranks / (parallel.dp " + std::to_string(p.dp) +
                               " x parallel.pp " + std::to_string(p.pp) + " x parallel.tp " + std::to_string(p.tp) +
                               ") = " + std::to_string(sp);
@@ -857,7 +862,8 @@ void validate_config(const Config& c, int world_size) {
   check_sizes_and_counts(c);
   check_training(c);
   check_data(c);
-  check_process_grid(c, world_size);
+  check_grid_divides(c, world_size);
+  check_sequence_split(c, world_size);
   check_files(c);
 }
 

@@ -345,14 +345,11 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
   file.commit();  // flushes, closes, syncs and renames onto `path`
 }
 
-template <class T>
-CheckpointState read_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
-                                const ProcessGrid& grid, const std::vector<index_t>& positions,
-                                const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m,
-                                const ParameterBuffers<T>* adam_v) {
-  Hdf5File file = Hdf5File::open_read(path, grid.world);
+namespace {
 
-  // 1. Is it a checkpoint, of this model?
+// 1. Is it a checkpoint, of this model? Its step counts and the stored precision.
+CheckpointState read_checkpoint_header(const Hdf5File& file, const std::string& path, const ModelConfig& m,
+                                       std::string& precision) {
   CheckpointState state;
   state.step = required_int(file, "step");
   state.optimizer_steps = required_int(file, "optimizer_steps");
@@ -361,7 +358,6 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
     throw InputError(path + ": checkpoint holds step " + std::to_string(state.step) + " and optimizer_steps " +
                      std::to_string(state.optimizer_steps) + ", expected non-negative values");
   }
-  const ModelConfig& m = config.model;
   const struct {
     const char* key;
     std::int64_t deck;
@@ -374,7 +370,6 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
                        std::to_string(s.deck));
     }
   }
-  std::string precision;
   try {
     precision = file.get_string_attribute("/", "precision");
   } catch (const InputError& e) {
@@ -383,10 +378,12 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
   if (precision != "fp32" && precision != "fp64") {
     throw InputError(path + ": attribute precision on / is \"" + precision + "\", expected fp32 or fp64");
   }
+  return state;
+}
 
-  // 2. Every dataset we need is there, with its checksum.
-  const auto [groups, buffers] = checkpoint_groups(params, adam_m, adam_v);
-  const std::vector<Dataset> datasets = list_datasets(groups, layout);
+// 2. Every dataset we need is there (agreed over `world`), with its checksum.
+std::vector<std::uint64_t> stored_checksums(const Hdf5File& file, const std::string& path,
+                                            const std::vector<Dataset>& datasets, MPI_Comm world) {
   std::string error;
   for (const Dataset& d : datasets) {
     if (!file.has_dataset(d.name)) {
@@ -397,7 +394,7 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
       break;
     }
   }
-  agree(grid.world, error);
+  agree(world, error);
   std::vector<std::uint64_t> stored(datasets.size());
   for (std::size_t id = 0; id < datasets.size(); ++id) {
     std::int64_t value = 0;
@@ -413,6 +410,23 @@ CheckpointState read_checkpoint(const std::string& path, const Config& config, c
     }
     stored[id] = static_cast<std::uint64_t>(value);
   }
+  return stored;
+}
+
+}  // namespace
+
+template <class T>
+CheckpointState read_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
+                                const ProcessGrid& grid, const std::vector<index_t>& positions,
+                                const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m,
+                                const ParameterBuffers<T>* adam_v) {
+  Hdf5File file = Hdf5File::open_read(path, grid.world);
+  std::string precision;
+  const CheckpointState state = read_checkpoint_header(file, path, config.model, precision);
+  const auto [groups, buffers] = checkpoint_groups(params, adam_m, adam_v);
+  const std::vector<Dataset> datasets = list_datasets(groups, layout);
+  const std::vector<std::uint64_t> stored = stored_checksums(file, path, datasets, grid.world);
+  std::string error;
 
   // 3. Read in the stored type, checksum, convert.
   std::vector<HostBuffers<T>> host;

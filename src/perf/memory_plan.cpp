@@ -29,41 +29,97 @@ std::size_t MemoryPlan::total() const {
   return sum;
 }
 
+namespace {
+
+// This rank's sizes, in elements unless named bytes. Bytes of an activation
+// (s), of a statistic or accumulator (a) and of a parameter, gradient or
+// optimizer value (p): all equal but for bf16 (2, 4, 4).
+struct RankSizes {
+  std::size_t s, a, p, ib, tp;
+  std::size_t local_batch, b, n, D, V, N;  // b: a micro-batch; n: local positions
+  std::size_t L, slots;                    // this stage's layers, each held once per micro-batch in flight
+  bool first_stage, last_stage;
+  // This rank's share over TP: heads, attention columns, K/V heads (GQA) and
+  // their columns Dk, the QKV projection's columns Dq, FFN units.
+  std::size_t H, Da, Dh, KV, Dk, Dq, F;
+  std::size_t R, r, U, G;  // rows of a micro-batch, per TP rank; Ulysses degree, ring size
+};
+
+RankSizes rank_sizes(const MemoryPlanInput& in) {
+  const ModelConfig& m = in.model;
+  const ElementSizes sizes = element_sizes(m.precision);
+  RankSizes z{};
+  z.s = sizes.value, z.a = sizes.acc, z.p = sizes.param;
+  z.ib = sizeof(index_t), z.tp = static_cast<std::size_t>(in.tp);
+  z.local_batch = static_cast<std::size_t>(m.batch / in.dp);
+  z.b = z.local_batch / static_cast<std::size_t>(in.micro_batches);
+  z.n = static_cast<std::size_t>(m.seq_len / in.sp);
+  z.D = static_cast<std::size_t>(m.d_model), z.V = static_cast<std::size_t>(m.vocab);
+  z.N = static_cast<std::size_t>(m.seq_len);
+  z.L = static_cast<std::size_t>(stage_layers(m.layers, in.pp, in.stage).count());
+  z.slots = static_cast<std::size_t>(pipeline_slots(in.stage, in.pp, in.micro_batches));
+  z.first_stage = in.stage == 0, z.last_stage = in.stage == in.pp - 1;
+  z.H = static_cast<std::size_t>(m.heads) / z.tp, z.Da = z.D / z.tp;
+  z.Dh = z.D / static_cast<std::size_t>(m.heads), z.KV = static_cast<std::size_t>(m.kv_head_count()) / z.tp;
+  z.Dk = z.KV * z.Dh, z.Dq = static_cast<std::size_t>(m.qkv_rows()) / z.tp;
+  z.F = static_cast<std::size_t>(m.ffn_width()) / z.tp;
+  z.R = z.b * z.n, z.r = z.R / z.tp, z.U = static_cast<std::size_t>(in.ulysses);
+  z.G = static_cast<std::size_t>(in.sp) / z.U;
+  return z;
+}
+
+// The attention strategies, one per layer and slot, plus the ring workspace they share.
+std::size_t attention_bytes(const MemoryPlanInput& in, const RankSizes& z) {
+  const std::size_t s = z.s, a = z.a, b = z.b, n = z.n, R = z.R, H = z.H, Dh = z.Dh, U = z.U, G = z.G;
+  const std::size_t per_layer = z.slots * z.L;
+  // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
+  const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
+    const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
+    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, a);
+  };
+  if (in.strategy == Strategy::rsa) {
+    const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));
+    // Per layer: scores, dS rows, the ring's buffers; delta; (bf16) the output and dq accumulators.
+    return per_layer * ((R * H * z.N + R * H * dense_rows + 8 * R * z.Dk) * s + R * H * a +
+                        (s != a ? 2 * R * z.Da * a : 0));
+  }
+  if (in.strategy == Strategy::allgather) {
+    // Its shared workspace: row statistics, the kernels' scratch for one block,
+    // and the whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
+    return 2 * R * H * a + kernel_workspace(H, z.KV, n) + (G > 1 ? 4 * G * R * z.Dk * s : 0);
+  }
+  // The shared ring workspace (local when G == 1): row statistics, the
+  // kernels' scratch, and the travelling K/V/dK/dV double buffers. After
+  // a Ulysses all-to-all a rank holds KVu K/V heads of U n rows: R Du values.
+  const std::size_t KVu =
+      static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(z.KV), in.ulysses));
+  const std::size_t Du = U * KVu * Dh;
+  std::size_t bytes = 2 * R * H * a + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
+  // All-to-all buffers, head-split tensors, their lse; (bf16) the lse's own all-to-all buffers.
+  if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
+    bytes += per_layer * ((2 * R * z.Da + 4 * R * z.Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0));
+  return bytes;
+}
+
+}  // namespace
+
 MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const ModelConfig& m = in.model;
-  // Bytes of an activation (s), of a statistic or accumulator (a) and of a
-  // parameter, gradient or optimizer value (p): all equal but for bf16 (2, 4, 4).
-  const ElementSizes sizes = element_sizes(m.precision);
-  const std::size_t s = sizes.value, a = sizes.acc, p = sizes.param;
-  const std::size_t ib = sizeof(index_t), tp = static_cast<std::size_t>(in.tp);
-  const std::size_t local_batch = static_cast<std::size_t>(m.batch / in.dp);
-  const std::size_t b = local_batch / static_cast<std::size_t>(in.micro_batches);  // a micro-batch
-  const std::size_t n = static_cast<std::size_t>(m.seq_len / in.sp);
-  const std::size_t D = static_cast<std::size_t>(m.d_model), V = static_cast<std::size_t>(m.vocab);
-  const std::size_t N = static_cast<std::size_t>(m.seq_len);
-  // This stage's layers, each held once per micro-batch in flight.
-  const std::size_t L = static_cast<std::size_t>(stage_layers(m.layers, in.pp, in.stage).count());
-  const std::size_t slots = static_cast<std::size_t>(pipeline_slots(in.stage, in.pp, in.micro_batches));
-  const bool first_stage = in.stage == 0, last_stage = in.stage == in.pp - 1;
-  // This rank's share: heads, attention columns and FFN units over TP.
-  const std::size_t H = static_cast<std::size_t>(m.heads) / tp, Da = D / tp;
-  // K/V heads (GQA), their columns Dk, and the QKV projection's columns Dq.
-  const std::size_t Dh = D / static_cast<std::size_t>(m.heads), KV = static_cast<std::size_t>(m.kv_head_count()) / tp;
-  const std::size_t Dk = KV * Dh, Dq = static_cast<std::size_t>(m.qkv_rows()) / tp;
-  const std::size_t F = static_cast<std::size_t>(m.ffn_width()) / tp;
-  const std::size_t R = b * n, r = R / tp, U = static_cast<std::size_t>(in.ulysses);
-  const std::size_t G = static_cast<std::size_t>(in.sp) / U;
+  const RankSizes z = rank_sizes(in);
+  const std::size_t s = z.s, a = z.a, p = z.p, ib = z.ib, tp = z.tp, b = z.b, n = z.n, D = z.D, V = z.V;
+  const std::size_t R = z.R, r = z.r, Da = z.Da, Dk = z.Dk, Dq = z.Dq, F = z.F, H = z.H;
+  const std::size_t L = z.L, slots = z.slots;
 
   MemoryPlan plan;
   const bool learned_positions = m.positions == PositionEncoding::learned;
-  const std::size_t wpe = first_stage && learned_positions ? n * D : 0;
+  const std::size_t wpe = z.first_stage && learned_positions ? n * D : 0;
   const std::size_t replicated = static_cast<std::size_t>(in.replicated_parameters);
   const std::size_t parameters = replicated + wpe;
   // Master parameters and gradients, and (bf16) the weights rounded for compute.
   plan.parts["parameters+gradients"] = 2 * parameters * p + (s != p ? parameters * s : 0);
   if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * p;
-  plan.parts["tokens+positions"] = 2 * local_batch * n * ib + n * ib + n * ib + G * U * n * ib +
-                                   (in.documents ? slots * b * N * ib : 0);  // packed documents' ids
+  plan.parts["tokens+positions"] = 2 * z.local_batch * n * ib + n * ib + n * ib + z.G * z.U * n * ib +
+                                   (in.documents ? slots * b * z.N * ib : 0);  // packed documents' ids
   if (!learned_positions)
     plan.parts["rotary positions"] = rotary_table_bytes(m, static_cast<index_t>(n), static_cast<index_t>(b),
                                                         in.documents, static_cast<index_t>(slots), a);
@@ -80,8 +136,8 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // (kernels/embedding.hpp).
   const std::size_t per_block = (r * D + R * Da) * s + (4 * r + R * H) * a;
   plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
-                              (last_stage ? r * V : 0) * s + r * sizeof(double);
-  if (!first_stage) plan.parts["pipeline send buffer"] = r * D * s;
+                              (z.last_stage ? r * V : 0) * s + r * sizeof(double);
+  if (!z.first_stage) plan.parts["pipeline send buffer"] = r * D * s;
   plan.parts["workspaces"] =
       (R * Dq + r * D + R * std::max(Dq, F) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
@@ -90,35 +146,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
   plan.parts["reduction workspaces"] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
-
-  // Attention strategies, one per layer and slot, plus the ring workspace they share.
-  std::size_t attention = 0;
-  // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
-  const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
-    const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
-    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, a);
-  };
-  if (in.strategy == Strategy::rsa) {
-    const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));
-    // Per layer: scores, dS rows, the ring's buffers; delta; (bf16) the output and dq accumulators.
-    attention = slots * L * ((R * H * N + R * H * dense_rows + 8 * R * Dk) * s + R * H * a + (s != a ? 2 * R * Da * a : 0));
-  } else if (in.strategy == Strategy::allgather) {
-    // Its shared workspace: row statistics, the kernels' scratch for one block,
-    // and the whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
-    attention = 2 * R * H * a + kernel_workspace(H, KV, n) + (G > 1 ? 4 * G * R * Dk * s : 0);
-  } else {
-    // The shared ring workspace (local when G == 1): row statistics, the
-    // kernels' scratch, and the travelling K/V/dK/dV double buffers. After
-    // a Ulysses all-to-all a rank holds KVu K/V heads of U n rows: R Du values.
-    const std::size_t KVu =
-        static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(KV), in.ulysses));
-    const std::size_t Du = U * KVu * Dh;
-    attention = 2 * R * H * a + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
-    // All-to-all buffers, head-split tensors, their lse; (bf16) the lse's own all-to-all buffers.
-    if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
-      attention += slots * L * ((2 * R * Da + 4 * R * Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0));
-  }
-  plan.parts["attention"] = attention;
+  plan.parts["attention"] = attention_bytes(in, z);
   return plan;
 }
 
