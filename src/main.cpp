@@ -10,6 +10,7 @@
 
 #include "core/command_line.hpp"
 #include "core/config.hpp"
+#include "core/denormals.hpp"
 #include "core/error.hpp"
 #include "driver/run_miniattn.hpp"
 #include "perf/gemm_rate.hpp"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int status = 0;
+  miniattn::flush_denormals_to_zero();  // before Kokkos starts threads: they inherit it
   {
     // Kokkos removes its own --kokkos-* arguments from argv.
     Kokkos::ScopeGuard kokkos(argc, argv);

@@ -5,6 +5,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "core/denormals.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
@@ -15,6 +17,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
   }
   int result = 0;
+  miniattn::flush_denormals_to_zero();  // as miniattn does (src/main.cpp)
   {
     Kokkos::ScopeGuard kokkos(argc, argv);
     result = RUN_ALL_TESTS();
