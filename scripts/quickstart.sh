@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and trains the two example decks on 2
 # ranks of ring attention: a 4096-token sequence on the lookup task
-# (inputs/example.yaml), then a short one on which the copy task is learned
-# (inputs/example_copy.yaml).
+# (inputs/example.yaml), then a 2048-token one on which the copy across 1025
+# positions and both ranks is learned (inputs/example_copy.yaml).
 # Re-running skips what is already installed and built.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -9,8 +9,18 @@ namespace miniattn {
 SyntheticTask::LossLevels SyntheticTask::loss_levels() const {
   const double n = static_cast<double>(seq_len), guessing = std::log(static_cast<double>(vocab));
   if (kind == DataTask::copy) {
-    const double alphabet = std::log(static_cast<double>(vocab < kAlphabetSize ? vocab : kAlphabetSize));
-    return {guessing, alphabet, alphabet / 2, "each sample's alphabet known", "copying"};
+    // A token's count c among the V slots is Binomial(V, 1/V); the expected
+    // entropy of the frequencies c / V is -V E[(c/V) ln(c/V)].
+    const double v = static_cast<double>(vocab);
+    double entropy = 0;
+    for (index_t c = 1; c <= vocab; ++c) {
+      const double k = static_cast<double>(c);
+      const double log_pmf = std::lgamma(v + 1) - std::lgamma(k + 1) - std::lgamma(v - k + 1) + k * std::log(1 / v) +
+                             (v - k) * std::log1p(-1 / v);
+      entropy -= v * std::exp(log_pmf) * (k / v) * std::log(k / v);
+    }
+    const double first_half = static_cast<double>((seq_len + 2) / 2 - 1);  // targets 1 .. period - 1
+    return {guessing, entropy, entropy * first_half / n, "each sample's token frequencies known", "copying"};
   }
   const double keys = std::log(static_cast<double>(LookupTokens::kKeys));
   const double pairs = std::log(static_cast<double>(LookupTokens::kKeys * LookupTokens::kValues));

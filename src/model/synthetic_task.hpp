@@ -3,11 +3,18 @@
 //
 // copy (the default): each sample is a stream of N+1 tokens whose second half
 // repeats the first: token[p] depends only on p mod P with P = ceil((N+1)/2).
-// The first half draws from a small per-sample alphabet of min(V, 16) tokens,
-// so a model first learns which tokens a sample uses (loss falls from ln V
-// towards ln 16 on the first half) and then learns to copy from P-1 positions
-// back (loss towards 0 on the second half): a falling loss beyond ln 16 / 2
-// proves attention across the whole sequence.
+// The first half draws from a per-sample alphabet of V slots, each slot a
+// token drawn from the vocabulary (with replacement): a sample uses about 63%
+// of the tokens, some twice or more as often as others. Two things lower the
+// loss: the sample's token frequencies, read from context (towards `known`),
+// then the twin P positions back (the second half towards 0). The twin is
+// found by content: the pair (previous token, token) recurs about
+// N / (2 (0.63 V)^2) times in the first half, so an induction head (one head
+// reads the previous position, the next matches the pair) finds it at any
+// distance. The frequencies are the stepping stone: with uniform tokens a
+// model settles on the uniform guess and stays there (1000 steps at N = 2048),
+// and with a 16-token alphabet (this task's first form) pairs are ambiguous
+// and only the exact offset finds the twin (not learned beyond N = 128).
 //
 // lookup: each sample draws a map of 8 keys to 8 values. Its first quarter
 // (R = floor((N+4)/4) positions) holds pair tokens, each the pair (k, map(k))
@@ -36,7 +43,6 @@ struct SyntheticTask {
   bool documents = false;  // data.documents: pack documents of random lengths into each sample
   DataTask kind = DataTask::copy;
 
-  static constexpr index_t kAlphabetSize = 16;
   // Packed documents: a document starts at each position p > 0 with
   // probability kDocumentsPerSample / N, so a sample holds about that many
   // more documents, of geometric lengths that need divide nothing.
@@ -58,9 +64,8 @@ struct SyntheticTask {
 
   KOKKOS_INLINE_FUNCTION index_t copy_token(index_t step, index_t sample, index_t position) const {
     const index_t period = (seq_len + 2) / 2;
-    const index_t alphabet = vocab < kAlphabetSize ? vocab : kAlphabetSize;
     const std::uint64_t stream = data_stream();
-    const index_t slot = rng::uniform_int(alphabet, stream, static_cast<std::uint64_t>(step),
+    const index_t slot = rng::uniform_int(vocab, stream, static_cast<std::uint64_t>(step),
                                           static_cast<std::uint64_t>(sample),
                                           static_cast<std::uint64_t>(position % period));
     return rng::uniform_int(vocab, rng::mix64(stream), static_cast<std::uint64_t>(step),
@@ -90,7 +95,8 @@ struct SyntheticTask {
   // The mean losses (nats) that mark a run's progress on this task, for the
   // console summary: guessing (ln V); `known`, a model that knows the task's
   // form but none of the sample's content; `solved`, one that uses it all
-  // (copy: ln 16 each sample's alphabet, then 0 on the second half; lookup:
+  // (copy: the entropy of a sample's slot frequencies on the first half, 0 on
+  // the second; lookup:
   // the pairs' and keys' ln 8 where they are random, 0 on every answer).
   struct LossLevels {
     double guessing, known, solved;

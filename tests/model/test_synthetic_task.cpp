@@ -1,5 +1,5 @@
-// The synthetic tasks' streams (data.task): copy repeats the first half in
-// the second; lookup defines one value per key in its first quarter and then
+// The synthetic tasks' streams (data.task): copy repeats the first half, drawn
+// from V slots of the vocabulary, in the second; lookup defines one value per key in its first quarter and then
 // alternates key tokens with the pair token that answers them, the same
 // pair for a key everywhere in a sample. And the loss levels the console
 // summary prints, recounted here from the stream's form.
@@ -22,6 +22,48 @@ TEST(SyntheticTask, CopyRepeatsTheFirstHalf) {
   const index_t period = (kSeqLen + 2) / 2;
   for (index_t s = 0; s < kBatch; ++s)
     for (index_t p = 0; p + period <= kSeqLen; ++p) ASSERT_EQ(streams(s, p), streams(s, p + period)) << p;
+}
+
+// A first half drawn from V slots of uniform tokens shows V (1 - (1 - 1/V)^V)
+// = 40.6 distinct tokens of V = 64 once every slot is used (499 positions use
+// all 64 but with odds < 1e-3); a 16-token alphabet (the task's first form)
+// would show at most 16, uniform tokens about 64.
+TEST(SyntheticTask, CopyDrawsFromVSlotsOfTheVocabulary) {
+  const SyntheticTask task{64, kSeqLen, 5, false};
+  const auto streams = task.full_streams(2, 0, kBatch);
+  const index_t period = (kSeqLen + 2) / 2;
+  double mean = 0;
+  for (index_t s = 0; s < kBatch; ++s) {
+    std::map<index_t, int> seen;
+    for (index_t p = 0; p < period; ++p) ++seen[streams(s, p)];
+    EXPECT_GE(seen.begin()->first, 0);
+    EXPECT_LT(seen.rbegin()->first, 64);
+    mean += static_cast<double>(seen.size()) / kBatch;
+  }
+  EXPECT_NEAR(mean, 64 * (1 - std::pow(63.0 / 64, 64)), 3.0);
+}
+
+// `known` recounted from long streams: the entropy of each first half's token
+// frequencies (10^4 draws from 64 slots: within 0.01 of the slots' entropy),
+// averaged over 64 samples (the slots' entropy varies by about 0.1 between
+// samples). Copying predicts the targets at positions >= period; the others
+// stay at `known`.
+TEST(SyntheticTask, CopyLossLevelsCountTheStream) {
+  constexpr index_t kLong = 20000, kSamples = 64;
+  const SyntheticTask task{64, kLong, 5, false};
+  const auto streams = task.full_streams(0, 0, kSamples);
+  const index_t period = (kLong + 2) / 2;
+  double entropy = 0;
+  for (index_t s = 0; s < kSamples; ++s) {
+    std::map<index_t, double> count;
+    for (index_t p = 0; p < period; ++p) ++count[streams(s, p)];
+    for (const auto& [token, c] : count) entropy -= c / period * std::log(c / period) / kSamples;
+  }
+  const SyntheticTask::LossLevels levels = task.loss_levels();
+  EXPECT_NEAR(levels.guessing, std::log(64.0), 1e-12);
+  EXPECT_NEAR(levels.known, entropy, 0.05);
+  EXPECT_NEAR(levels.solved, levels.known * (period - 1) / kLong, 1e-12);
+  EXPECT_LT(levels.known, levels.guessing - 0.3);
 }
 
 TEST(SyntheticTask, LookupAnswersEveryKeyWithItsPair) {
