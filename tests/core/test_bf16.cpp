@@ -58,6 +58,11 @@ TEST(Bf16, RoundsToNearestEvenLikeAnIndependentReference) {
     float x;
     std::memcpy(&x, &u, sizeof x);
     if (std::isnan(x)) continue;
+    // Subnormal inputs: miniattn and its tests run with DAZ on
+    // (core/denormals.hpp), under which the reference's double arithmetic
+    // reads them as 0; bf16's rounding is integer bit logic, the same in
+    // every binade, so the normal ones cover it.
+    if ((u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0) continue;
     ASSERT_EQ(bf16(x).bits, reference_round(x)) << std::hexfloat << x;
     ++checked;
   }
