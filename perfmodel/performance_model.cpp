@@ -474,18 +474,18 @@ void add_optimizer(const MachineDescription& machine, const StepConfig& c, StepP
 // stage), one over the TP group (the shards') and one over the stages.
 void add_allreduces(const MachineDescription& machine, const StepConfig& c, const Placement& where, StepPrediction& out) {
   const double world = c.world_size(), stage = c.stage_ranks(), dp = c.dp, sp = c.sp, tp = c.tp, pp = c.pp;
-  const std::tuple<const char*, double, bool> allreduces[] = {{"gradients.replicated", stage, where.stage_inter},
-                                                             {"loss", world, where.world_inter},
-                                                             {"gradients.tensor_parallel", dp * sp, where.shard_inter},
-                                                             {"gradients.wpe", dp * tp, where.position_inter},
-                                                             {"gradients.tied_embedding", 2, where.pp_inter},
-                                                             {"grad_norm", sp, where.sp_inter},
-                                                             {"grad_norm", tp, where.tp_inter},
-                                                             {"grad_norm", pp, where.pp_inter}};
+  const std::tuple<Exchange, double, bool> allreduces[] = {{Exchange::gradients_replicated, stage, where.stage_inter},
+                                                             {Exchange::loss, world, where.world_inter},
+                                                             {Exchange::gradients_tensor_parallel, dp * sp, where.shard_inter},
+                                                             {Exchange::gradients_wpe, dp * tp, where.position_inter},
+                                                             {Exchange::gradients_tied_embedding, 2, where.pp_inter},
+                                                             {Exchange::grad_norm, sp, where.sp_inter},
+                                                             {Exchange::grad_norm, tp, where.tp_inter},
+                                                             {Exchange::grad_norm, pp, where.pp_inter}};
   for (const auto& [label, p, inter] : allreduces) {
     const auto bytes = out.exchange_bytes.find(label);
     if (p < 2 || bytes == out.exchange_bytes.end()) continue;
-    const double call_bytes = std::string(label) == "grad_norm" ? sizeof(double) : bytes->second;
+    const double call_bytes = label == Exchange::grad_norm ? sizeof(double) : bytes->second;
     out.exchange_parts[label] += transfer_seconds(machine, inter, 2.0 * (p - 1) / p * call_bytes,
                                                   2.0 * std::ceil(std::log2(p)));
   }
@@ -499,8 +499,8 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
                          StepPrediction& out) {
   const double L = static_cast<double>(w.layers);
   // Per layer: forward 2 + 2, backward 4 (two recomputed LayerNorm outputs, two output gradients) + 2.
-  const std::pair<const char*, double> calls_per_layer[] = {{"tensor_parallel.gather", 6},
-                                                            {"tensor_parallel.reduce_scatter", 4}};
+  const std::pair<Exchange, double> calls_per_layer[] = {{Exchange::tensor_parallel_gather, 6},
+                                                            {Exchange::tensor_parallel_reduce_scatter, 4}};
   for (const auto& [label, calls] : calls_per_layer)
     out.exchange_parts[label] = transfer_seconds(machine, inter, out.exchange_bytes.at(label) / c.micro_batches,
                                                  L * calls * (c.tp - 1));
@@ -550,12 +550,11 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   out.hidden_seconds = L * hidden;
   if (G < 2) return;
   if (rsa)
-    out.exchange_parts["rsa.forward.k"] = out.exchange_parts["rsa.forward.v"] = L * (S - 1) * t_piece;
+    out.exchange_parts[Exchange::rsa_forward_k] = out.exchange_parts[Exchange::rsa_forward_v] = L * (S - 1) * t_piece;
   else
-    out.exchange_parts["ring.forward.kv"] = L * (S - 1) * t_piece;
-  const std::string ring = rsa ? "rsa" : "ring";
-  out.exchange_parts[ring + ".backward.kv"] = L * (S - 1) * t_kv;
-  out.exchange_parts[ring + ".backward.dkdv"] = L * (S > 1 ? S : 0) * t_kv;
+    out.exchange_parts[Exchange::ring_forward_kv] = L * (S - 1) * t_piece;
+  out.exchange_parts[rsa ? Exchange::rsa_backward_kv : Exchange::ring_backward_kv] = L * (S - 1) * t_kv;
+  out.exchange_parts[rsa ? Exchange::rsa_backward_dkdv : Exchange::ring_backward_dkdv] = L * (S > 1 ? S : 0) * t_kv;
 }
 
 // All-gather attention over the SP group of G ranks: each rank computes its
@@ -577,7 +576,7 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   out.compute_parts["attention_backward"] = L * blocks * 2.5 * block_flops / machine.attention_flops_backward;
   if (G < 2) return;
   const double t_pair = 2 * transfer_seconds(machine, inter, (G - 1) * X, G - 1);  // two collectives
-  for (const char* label : {"allgather.forward.kv", "allgather.backward.kv", "allgather.backward.dkdv"})
+  for (const Exchange label : {Exchange::allgather_forward_kv, Exchange::allgather_backward_kv, Exchange::allgather_backward_dkdv})
     out.exchange_parts[label] = L * t_pair;
 }
 
@@ -587,9 +586,9 @@ void add_alltoalls(const MachineDescription& machine, const StepConfig& c, const
                    StepPrediction& out) {
   const double L = static_cast<double>(w.layers), U = c.ulysses;
   const double latency = off_node > 0 ? machine.latency_inter : machine.latency_intra;
-  const std::pair<const char*, double> calls_per_layer[] = {{"ulysses.forward.qkv", 3}, {"ulysses.forward.out", 1},
-                                                            {"ulysses.forward.lse", 1}, {"ulysses.backward.dout", 1},
-                                                            {"ulysses.backward.dqkv", 3}};
+  const std::pair<Exchange, double> calls_per_layer[] = {{Exchange::ulysses_forward_qkv, 3}, {Exchange::ulysses_forward_out, 1},
+                                                            {Exchange::ulysses_forward_lse, 1}, {Exchange::ulysses_backward_dout, 1},
+                                                            {Exchange::ulysses_backward_dqkv, 3}};
   for (const auto& [label, calls] : calls_per_layer) {
     const double bytes = out.exchange_bytes.at(label) / c.micro_batches;
     const double on_time = (1 - off_node) * bytes / machine.bandwidth_intra;
@@ -605,7 +604,7 @@ void add_alltoalls(const MachineDescription& machine, const StepConfig& c, const
 // so every hop is on the pipeline's critical path: the sender's time counts it.
 void add_pipeline_sends(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
                         const Placement& where, StepPrediction& out) {
-  const std::pair<const char*, int> sends[] = {{"pipeline.activations", w.stage}, {"pipeline.gradients", w.stage - 1}};
+  const std::pair<Exchange, int> sends[] = {{Exchange::pipeline_activations, w.stage}, {Exchange::pipeline_gradients, w.stage - 1}};
   for (const auto& [label, boundary] : sends) {
     const auto bytes = out.exchange_bytes.find(label);
     if (bytes == out.exchange_bytes.end()) continue;
@@ -615,7 +614,7 @@ void add_pipeline_sends(const MachineDescription& machine, const StepConfig& c, 
 }
 
 // The bytes a rank of `stage` sends per step (all m micro-batches).
-std::map<std::string, double> exchange_bytes(const StepConfig& c, int stage) {
+std::map<Exchange, double> exchange_bytes(const StepConfig& c, int stage) {
   ExchangeModelInput in;
   in.model = c.model;
   in.strategy = c.strategy;

@@ -50,6 +50,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "comm/exchange_label.hpp"
 #include "core/config.hpp"
 #include "kernels/attention.hpp"
 
@@ -157,8 +158,8 @@ struct StepPrediction {
   std::string problem;  // why not valid
   double step_seconds = 0, compute_seconds = 0, exchange_seconds = 0, hidden_seconds = 0;
   std::map<std::string, double> compute_parts;   // gemm, attention_forward, attention_backward, elementwise, optimizer
-  std::map<std::string, double> exchange_parts;  // seconds by Comm label, before hiding
-  std::map<std::string, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes, stage 0)
+  std::map<Exchange, double> exchange_parts;  // seconds by Comm label, before hiding
+  std::map<Exchange, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes, stage 0)
   // Pipeline: per-micro-batch seconds of each stage; the 1F1B span
   // (m + pp - 1) x their maximum; stage 0's idle time in it; and the idle
   // fraction of the ideal pipeline, modelled_bubble_fraction(pp, m).

@@ -73,6 +73,13 @@ nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
   return j;
 }
 
+// A map by Comm label as a JSON object keyed by the labels' names.
+nlohmann::json by_name(const std::map<Exchange, double>& values) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [label, value] : values) j[to_string(label)] = value;
+  return j;
+}
+
 nlohmann::json full_json(const StepConfig& c, const StepPrediction& p) {
   nlohmann::json j = brief_json(c, p);
   j.update({{"strategy", to_string(c.strategy)},
@@ -82,8 +89,8 @@ nlohmann::json full_json(const StepConfig& c, const StepPrediction& p) {
   if (!p.valid) return j;
   // Per rank of stage 0 (with pp = 1: every rank), but memory_parts: the stage needing the most.
   j.update({{"compute", p.compute_parts},
-            {"exchange", p.exchange_parts},
-            {"exchange_bytes_per_step", p.exchange_bytes},
+            {"exchange", by_name(p.exchange_parts)},
+            {"exchange_bytes_per_step", by_name(p.exchange_bytes)},
             {"memory_parts", p.memory_parts},
             {"stage_seconds_per_micro_batch", p.stage_seconds},
             {"pipeline_seconds", p.pipeline_seconds},

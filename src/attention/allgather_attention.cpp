@@ -52,7 +52,7 @@ View4<U> AllGatherAttention<T>::block(const View4<U>& own, const View1<T>& all, 
 
 template <class T>
 void AllGatherAttention<T>::gather_keys_values(const View4<const T>& k, const View4<const T>& v,
-                                               const std::string& label) {
+                                               Exchange label) {
   if (size_ == 1) return;
   comm_.allgather(k.data(), workspace_->k_all.data(), k.span(), group_, label);
   comm_.allgather(v.data(), workspace_->v_all.data(), v.span(), group_, label);
@@ -64,7 +64,7 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
   const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
   const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
   kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
-  gather_keys_values(k, v, "allgather.forward.kv");
+  gather_keys_values(k, v, Exchange::allgather_forward_kv);
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
@@ -84,7 +84,7 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   kernels::attention_backward_delta<T>(out, dout, w.delta);
   const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, w.kernel);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
-  gather_keys_values(k, v, "allgather.backward.kv");
+  gather_keys_values(k, v, Exchange::allgather_backward_kv);
   if (size_ == 1) {
     Kokkos::deep_copy(dk, T(0.0f));
     Kokkos::deep_copy(dv, T(0.0f));
@@ -100,8 +100,8 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   kernels::round_accumulator<T>(dq_acc, dq);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.
-  comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, "allgather.backward.dkdv");
-  comm_.reduce_scatter_sum(w.dv_all.data(), dv.data(), dv.span(), group_, "allgather.backward.dkdv");
+  comm_.reduce_scatter_sum(w.dk_all.data(), dk.data(), dk.span(), group_, Exchange::allgather_backward_dkdv);
+  comm_.reduce_scatter_sum(w.dv_all.data(), dv.data(), dv.span(), group_, Exchange::allgather_backward_dkdv);
 }
 
 template struct AllGatherWorkspace<float>;

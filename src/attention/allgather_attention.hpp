@@ -55,7 +55,7 @@ class AllGatherAttention final : public AttentionStrategy<T> {
   // Block g of a gathered buffer, shaped like `own` (own itself in a group of one).
   template <class U>
   View4<U> block(const View4<U>& own, const View1<T>& all, int g) const;
-  void gather_keys_values(const View4<const T>& k, const View4<const T>& v, const std::string& label);
+  void gather_keys_values(const View4<const T>& k, const View4<const T>& v, Exchange label);
 
   Comm& comm_;
   MPI_Comm group_;

@@ -58,9 +58,9 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
     const int slot = step % 2;
     if (step + 1 < steps_) {  // the block for the next step travels while this one computes
       comm_.post_shift(k_current.data(), workspace_->k[slot].data(), k_current.span(), next, prev, ring_,
-                       "ring.forward.kv", pending);
+                       Exchange::ring_forward_kv, pending);
       comm_.post_shift(v_current.data(), workspace_->v[slot].data(), v_current.span(), next, prev, ring_,
-                       "ring.forward.kv", pending);
+                       Exchange::ring_forward_kv, pending);
     }
     const int source = (rank_ - step + size_) % size_;
     if (sees_[static_cast<std::size_t>(source)])
@@ -84,7 +84,8 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
   const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, workspace_->kernel);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
   const RingBackwardBuffers<T> buffers{workspace_->k, workspace_->v, workspace_->dk, workspace_->dv};
-  ring_backward_pass<T>(comm_, ring_, rank_, size_, steps_, k, v, dk, dv, buffers, "ring.backward",
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, steps_, k, v, dk, dv, buffers,
+                        {Exchange::ring_backward_kv, Exchange::ring_backward_dkdv},
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           if (!sees_[static_cast<std::size_t>(source)]) return;

@@ -24,13 +24,18 @@ struct RingBackwardBuffers {
   const View4<T>* dv;  // [2]
 };
 
+// The labels the pass counts its shifts under: K/V, and the dK/dV accumulators.
+struct RingBackwardLabels {
+  Exchange kv, dkdv;
+};
+
 // accumulate(source, k_block, v_block, dk_block, dv_block) adds this rank's
 // queries' contribution for the K/V block that started on rank `source`.
 // On return dk, dv hold the gradients of this rank's own keys and values.
 template <class T, class Accumulate>
 void ring_backward_pass(Comm& comm, MPI_Comm ring, int rank, int size, int steps, const View4<const T>& k,
                         const View4<const T>& v, const View4<T>& dk, const View4<T>& dv,
-                        const RingBackwardBuffers<T>& buffers, const std::string& label, const Accumulate& accumulate) {
+                        const RingBackwardBuffers<T>& buffers, RingBackwardLabels labels, const Accumulate& accumulate) {
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   // The last hop: home to the block's owner, steps - 1 ranks back.
   const int home = (rank - (steps - 1) + size) % size, away = (rank + steps - 1) % size;
@@ -43,9 +48,9 @@ void ring_backward_pass(Comm& comm, MPI_Comm ring, int rank, int size, int steps
     const int slot = step % 2;
     PendingExchange kv_pending, grad_pending;
     if (step + 1 < steps) {
-      comm.post_shift(k_current.data(), buffers.k[slot].data(), k_current.span(), next, prev, ring, label + ".kv",
+      comm.post_shift(k_current.data(), buffers.k[slot].data(), k_current.span(), next, prev, ring, labels.kv,
                       kv_pending);
-      comm.post_shift(v_current.data(), buffers.v[slot].data(), v_current.span(), next, prev, ring, label + ".kv",
+      comm.post_shift(v_current.data(), buffers.v[slot].data(), v_current.span(), next, prev, ring, labels.kv,
                       kv_pending);
     }
     accumulate((rank - step + size) % size, k_current, v_current, dk_current, dv_current);
@@ -54,9 +59,9 @@ void ring_backward_pass(Comm& comm, MPI_Comm ring, int rank, int size, int steps
       const View4<T>& dk_next = last ? dk : buffers.dk[slot];
       const View4<T>& dv_next = last ? dv : buffers.dv[slot];
       const int dest = last ? home : next, source = last ? away : prev;
-      comm.post_shift(dk_current.data(), dk_next.data(), dk_current.span(), dest, source, ring, label + ".dkdv",
+      comm.post_shift(dk_current.data(), dk_next.data(), dk_current.span(), dest, source, ring, labels.dkdv,
                       grad_pending);
-      comm.post_shift(dv_current.data(), dv_next.data(), dv_current.span(), dest, source, ring, label + ".dkdv",
+      comm.post_shift(dv_current.data(), dv_next.data(), dv_current.span(), dest, source, ring, labels.dkdv,
                       grad_pending);
       dk_current = dk_next;
       dv_current = dv_next;

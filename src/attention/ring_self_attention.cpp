@@ -47,7 +47,7 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
   for (int step = 0; step < size_; ++step) {
     PendingExchange pending;
     if (step + 1 < size_)
-      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.k",
+      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, Exchange::rsa_forward_k,
                        pending);
     const int source = (rank_ - step + size_) % size_;
     kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), mask_, probabilities_of(source));
@@ -62,7 +62,7 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
   for (int step = 0; step < size_; ++step) {
     PendingExchange pending;
     if (step + 1 < size_)
-      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, "rsa.forward.v",
+      comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, Exchange::rsa_forward_v,
                        pending);
     const int source = (rank_ - step + size_) % size_;
     kernels::apply_probabilities<T>(probabilities_of(source), current, out_acc);
@@ -81,7 +81,8 @@ void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T
   const View4<Acc<T>> dq_acc = kernels::accumulator_of(dq, dq_acc_);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
   const RingBackwardBuffers<T> buffers{buffer_, second_buffer_, dk_buffer_, dv_buffer_};
-  ring_backward_pass<T>(comm_, ring_, rank_, size_, size_, k, v, dk, dv, buffers, "rsa.backward",
+  ring_backward_pass<T>(comm_, ring_, rank_, size_, size_, k, v, dk, dv, buffers,
+                        {Exchange::rsa_backward_kv, Exchange::rsa_backward_dkdv},
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           kernels::dense_block_backward<T>(probabilities_of(source), q, k_block, v_block, dout, delta_,

@@ -60,7 +60,7 @@ UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_
 
 template <class T>
 void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const View4<T>& head_split,
-                                   const std::string& label) {
+                                   Exchange label) {
   const kernels::View5<T> send = buffer<T>(send_, head_split.extent(1), head_split.extent(3));
   const kernels::View5<T> receive = buffer<T>(receive_, head_split.extent(1), head_split.extent(3));
   kernels::pack_heads<T>(sequence_split, send);
@@ -72,7 +72,7 @@ template <class T>
 template <class U>
 void UlyssesAttention<T>::to_sequence(const View4<const U>& head_split, const View4<U>& sequence_split,
                                       const kernels::View5<U>& send_memory, const kernels::View5<U>& receive_memory,
-                                      const std::string& label) {
+                                      Exchange label) {
   const kernels::View5<U> send = buffer<U>(send_memory, head_split.extent(1), head_split.extent(3));
   const kernels::View5<U> receive = buffer<U>(receive_memory, head_split.extent(1), head_split.extent(3));
   kernels::pack_rows<U>(head_split, send);
@@ -83,12 +83,12 @@ void UlyssesAttention<T>::to_sequence(const View4<const U>& head_split, const Vi
 template <class T>
 void UlyssesAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                   const View4<T>& out, const View3<Acc<T>>& lse) {
-  to_heads(q, q_heads_, "ulysses.forward.qkv");
-  to_heads(k, k_heads_, "ulysses.forward.qkv");
-  to_heads(v, v_heads_, "ulysses.forward.qkv");
+  to_heads(q, q_heads_, Exchange::ulysses_forward_qkv);
+  to_heads(k, k_heads_, Exchange::ulysses_forward_qkv);
+  to_heads(v, v_heads_, Exchange::ulysses_forward_qkv);
   inner_->forward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_);
-  to_sequence<T>(out_heads_, out, send_, receive_, "ulysses.forward.out");
-  to_sequence<Acc<T>>(as_4d(lse_heads_), as_4d(lse), lse_send_, lse_receive_, "ulysses.forward.lse");
+  to_sequence<T>(out_heads_, out, send_, receive_, Exchange::ulysses_forward_out);
+  to_sequence<Acc<T>>(as_4d(lse_heads_), as_4d(lse), lse_send_, lse_receive_, Exchange::ulysses_forward_lse);
 }
 
 template <class T>
@@ -96,12 +96,12 @@ void UlyssesAttention<T>::backward(const View4<const T>&, const View4<const T>&,
                                    const View4<const T>&, const View3<const Acc<T>>&, const View4<const T>& dout,
                                    const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
   // q, k, v, out and lse of the forward pass are still here, head-split.
-  to_heads(dout, dout_heads_, "ulysses.backward.dout");
+  to_heads(dout, dout_heads_, Exchange::ulysses_backward_dout);
   inner_->backward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_, dout_heads_, dq_heads_, dk_heads_,
                    dv_heads_);
-  to_sequence<T>(dq_heads_, dq, send_, receive_, "ulysses.backward.dqkv");
-  to_sequence<T>(dk_heads_, dk, send_, receive_, "ulysses.backward.dqkv");
-  to_sequence<T>(dv_heads_, dv, send_, receive_, "ulysses.backward.dqkv");
+  to_sequence<T>(dq_heads_, dq, send_, receive_, Exchange::ulysses_backward_dqkv);
+  to_sequence<T>(dk_heads_, dk, send_, receive_, Exchange::ulysses_backward_dqkv);
+  to_sequence<T>(dv_heads_, dv, send_, receive_, Exchange::ulysses_backward_dqkv);
 }
 
 template <class T>

@@ -33,11 +33,11 @@ class UlyssesAttention final : public AttentionStrategy<T> {
   std::size_t allocated_bytes() const override;
 
  private:
-  void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, const std::string& label);
+  void to_heads(const View4<const T>& sequence_split, const View4<T>& head_split, Exchange label);
   // Through the exchange buffers send, receive ([U, B, H/U, n, columns] of U).
   template <class U>
   void to_sequence(const View4<const U>& head_split, const View4<U>& sequence_split, const kernels::View5<U>& send,
-                   const kernels::View5<U>& receive, const std::string& label);
+                   const kernels::View5<U>& receive, Exchange label);
 
   Comm& comm_;
   MPI_Comm ulysses_;

@@ -17,9 +17,8 @@ int group_size(MPI_Comm group) {
 }
 
 // Runs `exchange` and counts it under label as one call sending bytes_sent.
-template <class Exchange>
-void counted(std::map<std::string, ExchangeStats>& stats, const std::string& label, std::uint64_t bytes_sent,
-             Exchange&& exchange) {
+template <class Run>
+void counted(std::map<Exchange, ExchangeStats>& stats, Exchange label, std::uint64_t bytes_sent, Run&& exchange) {
   const double t0 = MPI_Wtime();
   exchange();
   auto& s = stats[label];
@@ -45,13 +44,13 @@ std::uint64_t bytes_to_others(std::size_t count_per_rank, int size) {
 }  // namespace
 
 template <class T>
-void Comm::allreduce_sum(const View1<T>& data, MPI_Comm group, const std::string& label) {
+void Comm::allreduce_sum(const View1<T>& data, MPI_Comm group, Exchange label) {
   if (group_size(group) == 1 || data.extent(0) == 0) return;
   counted(stats_, label, data.extent(0) * sizeof(T),
           [&] { allreduce_sum_impl(data.data(), data.extent(0), scalar_type_of<T>(), group); });
 }
 
-double Comm::allreduce_sum(double value, MPI_Comm group, const std::string& label) {
+double Comm::allreduce_sum(double value, MPI_Comm group, Exchange label) {
   if (group_size(group) == 1) return value;
   double result = 0.0;
   counted(stats_, label, sizeof(double), [&] { MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_SUM, group); });
@@ -60,7 +59,7 @@ double Comm::allreduce_sum(double value, MPI_Comm group, const std::string& labe
 
 template <class T>
 void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm group,
-                      const std::string& label, PendingExchange& pending) {
+                      Exchange label, PendingExchange& pending) {
   int rank = 0;
   MPI_Comm_rank(group, &rank);
   // A shift to itself moves nothing between ranks.
@@ -72,7 +71,7 @@ void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int s
 }
 
 template <class T>
-void Comm::post_send(const T* send, std::size_t count, int dest, MPI_Comm group, const std::string& label,
+void Comm::post_send(const T* send, std::size_t count, int dest, MPI_Comm group, Exchange label,
                      PendingExchange& pending) {
   counted(stats_, label, count * sizeof(T), [&] {
     post_shift_impl(send, nullptr, count, scalar_type_of<T>(), dest, MPI_PROC_NULL, group, pending);
@@ -81,7 +80,7 @@ void Comm::post_send(const T* send, std::size_t count, int dest, MPI_Comm group,
 }
 
 template <class T>
-void Comm::post_recv(T* recv, std::size_t count, int source, MPI_Comm group, const std::string& label,
+void Comm::post_recv(T* recv, std::size_t count, int source, MPI_Comm group, Exchange label,
                      PendingExchange& pending) {
   counted(stats_, label, 0, [&] {
     post_shift_impl(nullptr, recv, count, scalar_type_of<T>(), MPI_PROC_NULL, source, group, pending);
@@ -100,13 +99,13 @@ void Comm::wait(PendingExchange& pending) {
 }
 
 template <class T>
-void Comm::alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label) {
+void Comm::alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label) {
   counted(stats_, label, bytes_to_others<T>(count_per_rank, group_size(group)),
           [&] { alltoall_impl(send, recv, count_per_rank, scalar_type_of<T>(), group); });
 }
 
 template <class T>
-void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label) {
+void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label) {
   const int size = group_size(group);
   counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
     if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
@@ -116,7 +115,7 @@ void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Com
 
 template <class T>
 void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group,
-                              const std::string& label) {
+                              Exchange label) {
   const int size = group_size(group);
   counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
     if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
@@ -125,25 +124,25 @@ void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank
 }
 
 #define MINIATTN_INSTANTIATE(T)                                                                             \
-  template void Comm::allreduce_sum<T>(const View1<T>&, MPI_Comm, const std::string&);                      \
-  template void Comm::post_shift<T>(const T*, T*, std::size_t, int, int, MPI_Comm, const std::string&,      \
+  template void Comm::allreduce_sum<T>(const View1<T>&, MPI_Comm, Exchange);                      \
+  template void Comm::post_shift<T>(const T*, T*, std::size_t, int, int, MPI_Comm, Exchange,      \
                                     PendingExchange&);                                                      \
-  template void Comm::post_send<T>(const T*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&); \
-  template void Comm::post_recv<T>(T*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);       \
-  template void Comm::alltoall<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                 \
-  template void Comm::allgather<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);                \
-  template void Comm::reduce_scatter_sum<T>(const T*, T*, std::size_t, MPI_Comm, const std::string&);
+  template void Comm::post_send<T>(const T*, std::size_t, int, MPI_Comm, Exchange, PendingExchange&); \
+  template void Comm::post_recv<T>(T*, std::size_t, int, MPI_Comm, Exchange, PendingExchange&);       \
+  template void Comm::alltoall<T>(const T*, T*, std::size_t, MPI_Comm, Exchange);                 \
+  template void Comm::allgather<T>(const T*, T*, std::size_t, MPI_Comm, Exchange);                \
+  template void Comm::reduce_scatter_sum<T>(const T*, T*, std::size_t, MPI_Comm, Exchange);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE
 // bf16 activations travel; gradients (all-reduced) are fp32.
-template void Comm::post_shift<bf16>(const bf16*, bf16*, std::size_t, int, int, MPI_Comm, const std::string&,
+template void Comm::post_shift<bf16>(const bf16*, bf16*, std::size_t, int, int, MPI_Comm, Exchange,
                                      PendingExchange&);
-template void Comm::post_send<bf16>(const bf16*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);
-template void Comm::post_recv<bf16>(bf16*, std::size_t, int, MPI_Comm, const std::string&, PendingExchange&);
-template void Comm::alltoall<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
-template void Comm::allgather<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
-template void Comm::reduce_scatter_sum<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, const std::string&);
+template void Comm::post_send<bf16>(const bf16*, std::size_t, int, MPI_Comm, Exchange, PendingExchange&);
+template void Comm::post_recv<bf16>(bf16*, std::size_t, int, MPI_Comm, Exchange, PendingExchange&);
+template void Comm::alltoall<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, Exchange);
+template void Comm::allgather<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, Exchange);
+template void Comm::reduce_scatter_sum<bf16>(const bf16*, bf16*, std::size_t, MPI_Comm, Exchange);
 
 std::unique_ptr<Comm> make_comm(CommBackend backend, MPI_Comm world, GpuAwareMpi gpu_aware_mpi) {
   if (backend == CommBackend::mpi) return std::make_unique<MpiComm>(mpi_needs_host_staging(gpu_aware_mpi, world));

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "comm/exchange_label.hpp"
 #include "core/types.hpp"
 
 namespace miniattn {
@@ -57,7 +58,7 @@ struct PendingExchange {
   std::vector<MPI_Request> requests;  // MPI backend
   std::vector<HostStaging> staged;    // MPI backend staging through host memory
   bool stream_work = false;           // NCCL backend: work queued on the device stream
-  std::string label;
+  Exchange label = Exchange::loss;  // the label of the posts it holds
   bool active() const { return !requests.empty() || stream_work; }
 };
 
@@ -68,33 +69,33 @@ class Comm {
 
   // Sums data over all ranks of group, in place.
   template <class T>
-  void allreduce_sum(const View1<T>& data, MPI_Comm group, const std::string& label);
+  void allreduce_sum(const View1<T>& data, MPI_Comm group, Exchange label);
 
   // Sums one host value over group (small control reductions, always over MPI).
-  double allreduce_sum(double value, MPI_Comm group, const std::string& label);
+  double allreduce_sum(double value, MPI_Comm group, Exchange label);
 
   // Posts a non-blocking send of `count` elements at send to rank dest and a
   // receive of as many into recv from rank source (a ring shift). Several
   // posts may share one PendingExchange; the buffers are untouchable until wait().
   template <class T>
   void post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm group,
-                  const std::string& label, PendingExchange& pending);
+                  Exchange label, PendingExchange& pending);
   void wait(PendingExchange& pending);
 
   // One direction of a shift (pipeline stages): a non-blocking send of
   // `count` elements to rank dest of group, or a receive from rank source;
   // the buffer is untouchable until wait(). A send counts its bytes, a receive none.
   template <class T>
-  void post_send(const T* send, std::size_t count, int dest, MPI_Comm group, const std::string& label,
+  void post_send(const T* send, std::size_t count, int dest, MPI_Comm group, Exchange label,
                  PendingExchange& pending);
   template <class T>
-  void post_recv(T* recv, std::size_t count, int source, MPI_Comm group, const std::string& label,
+  void post_recv(T* recv, std::size_t count, int source, MPI_Comm group, Exchange label,
                  PendingExchange& pending);
 
   // All-to-all: block j of send (count_per_rank elements) goes to rank j, block
   // i of recv comes from rank i. Bytes counted exclude the block kept locally.
   template <class T>
-  void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
+  void alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label);
 
   // All-gather (entering a sequence-parallel region): the count_per_rank
   // elements at send of rank i land in block i of recv (size x count_per_rank
@@ -106,15 +107,15 @@ class Comm {
   // (size - 1) x count_per_rank elements. On a group of one they are a copy
   // in the memory space (a call of 0 bytes, no exchange).
   template <class T>
-  void allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, const std::string& label);
+  void allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label);
   template <class T>
   void reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group,
-                          const std::string& label);
+                          Exchange label);
 
   // True when exchanges copy device data through host buffers (MPI that is not GPU-aware).
   virtual bool stages_through_host() const { return false; }
 
-  const std::map<std::string, ExchangeStats>& stats() const { return stats_; }
+  const std::map<Exchange, ExchangeStats>& stats() const { return stats_; }
   void reset_stats() { stats_.clear(); }
 
  protected:
@@ -132,7 +133,7 @@ class Comm {
                                        MPI_Comm group) = 0;
 
  private:
-  std::map<std::string, ExchangeStats> stats_;
+  std::map<Exchange, ExchangeStats> stats_;
 };
 
 // The MPI backend: View data pointers go straight to MPI, or, when staging,

@@ -19,7 +19,7 @@ View1<const index_t> micro_batch_rows(const View1<index_t>& all, index_t k, inde
 }
 
 template <class T>
-void receive(Comm& comm, const View2<T>& into, int source, MPI_Comm group, const std::string& label) {
+void receive(Comm& comm, const View2<T>& into, int source, MPI_Comm group, Exchange label) {
   PendingExchange pending;
   comm.post_recv(into.data(), into.span(), source, group, label, pending);
   comm.wait(pending);
@@ -53,7 +53,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
         s.task.fill_documents(step, s.share.first_sample + op.micro_batch * static_cast<index_t>(ids.extent(0)), ids);
       }
       if (previous != MPI_PROC_NULL)
-        receive(comm, model.stage_input(slot), previous, grid.pp_comm, "pipeline.activations");
+        receive(comm, model.stage_input(slot), previous, grid.pp_comm, Exchange::pipeline_activations);
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("forward");
@@ -62,11 +62,11 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
       pass.busy_seconds += wall_seconds() - t0;
       const View2<T> output = model.stage_output(slot);
       if (next != MPI_PROC_NULL)
-        comm.post_send(output.data(), output.span(), next, grid.pp_comm, "pipeline.activations",
+        comm.post_send(output.data(), output.span(), next, grid.pp_comm, Exchange::pipeline_activations,
                        activation_sends[static_cast<std::size_t>(slot)]);
     } else {
       if (next != MPI_PROC_NULL)
-        receive(comm, model.residual_gradient(), next, grid.pp_comm, "pipeline.gradients");
+        receive(comm, model.residual_gradient(), next, grid.pp_comm, Exchange::pipeline_gradients);
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("backward");
@@ -77,7 +77,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
         comm.wait(gradient_send);
         Kokkos::deep_copy(s.pipeline_send, model.residual_gradient());
         comm.post_send(s.pipeline_send.data(), s.pipeline_send.span(), previous, grid.pp_comm,
-                       "pipeline.gradients", gradient_send);
+                       Exchange::pipeline_gradients, gradient_send);
       }
     }
   }

@@ -24,8 +24,8 @@ double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size
   const double t0 = MPI_Wtime();
   for (int i = 0; i < pairs; ++i) {
     PendingExchange pending;
-    comm.post_shift(send_a.data(), recv_a.data(), block_elements, next, prev, ring, "overlap", pending);
-    comm.post_shift(send_b.data(), recv_b.data(), block_elements, next, prev, ring, "overlap", pending);
+    comm.post_shift(send_a.data(), recv_a.data(), block_elements, next, prev, ring, Exchange::overlap_probe, pending);
+    comm.post_shift(send_b.data(), recv_b.data(), block_elements, next, prev, ring, Exchange::overlap_probe, pending);
     comm.wait(pending);
   }
   return MPI_Wtime() - t0;
@@ -39,7 +39,7 @@ RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const
   const bool has_ring = c.parallel.strategy == Strategy::ring || c.parallel.strategy == Strategy::hybrid;
   if (!has_ring || grid.ring_size < 2) return overlap;
   for (const auto& [label, s] : run_comm.stats())
-    if (label.rfind("ring.", 0) == 0) overlap.exposed_seconds += s.seconds / steps;
+    if (on_the_ring(label)) overlap.exposed_seconds += s.seconds / steps;
   const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world, c.parallel.gpu_aware_mpi);
   const int ring_step_count = ring_steps(c.model, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   double best = 0.0;

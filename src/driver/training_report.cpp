@@ -52,7 +52,7 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   in.replicated_parameters = s.layout.replicated_size();
   in.tensor_parallel_parameters = s.layout.replicated_size() - s.layout.tensor_parallel_begin();
   in.local_wpe_parameters = s.layout.sharded_size();
-  const std::map<std::string, double> modelled = modelled_exchange_bytes(in);
+  const std::map<Exchange, double> modelled = modelled_exchange_bytes(in);
   nlohmann::json table = nlohmann::json::object();
   double measured_total = 0.0, modelled_total = 0.0, seconds = 0.0;
   bool holds = true;  // every label: measured == modelled on this rank
@@ -60,7 +60,7 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
     const double per_step = static_cast<double>(stats.bytes_sent) / step_count;
     const auto model_it = modelled.find(label);
     holds = holds && per_step == (model_it == modelled.end() ? 0.0 : model_it->second);
-    table[label] = {{"bytes_per_step", per_step},
+    table[to_string(label)] = {{"bytes_per_step", per_step},
                     {"bytes_per_step_model", model_it == modelled.end() ? 0.0 : model_it->second},
                     {"calls", stats.calls},
                     {"seconds", stats.seconds}};
@@ -69,8 +69,8 @@ nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nloh
   }
   for (const auto& [label, bytes] : modelled) {
     modelled_total += bytes;
-    if (!table.contains(label)) {
-      table[label] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
+    if (!table.contains(to_string(label))) {
+      table[to_string(label)] = {{"bytes_per_step", 0.0}, {"bytes_per_step_model", bytes}};
       holds = holds && bytes == 0.0;
     }
   }
@@ -89,8 +89,7 @@ template <class T>
 double attention_busy_seconds(const TrainingState<T>& s) {
   double waited = 0;
   for (const auto& [label, stats] : s.comm->stats())
-    for (const char* prefix : {"ring.", "rsa.", "ulysses."})
-      if (label.rfind(prefix, 0) == 0) waited += stats.seconds;
+    if (inside_attention(label)) waited += stats.seconds;
   const auto calls = s.timer.samples().find("attention_forward");
   if (calls == s.timer.samples().end() || calls->second.empty()) return 0.0;
   const double total = s.timer.total("attention_forward") + s.timer.total("attention_backward");

@@ -93,18 +93,18 @@ template <class T>
 void sum_gradients(TrainingState<T>& s) {
   const ProcessGrid& grid = s.grid;
   if (grid.tp_size == 1) {
-    s.comm->allreduce_sum(s.grads.replicated, grid.stage_comm, "gradients.replicated");
+    s.comm->allreduce_sum(s.grads.replicated, grid.stage_comm, Exchange::gradients_replicated);
   } else {
     const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
-    s.comm->allreduce_sum(whole, grid.stage_comm, "gradients.replicated");
-    s.comm->allreduce_sum(shards, grid.shard_comm, "gradients.tensor_parallel");
+    s.comm->allreduce_sum(whole, grid.stage_comm, Exchange::gradients_replicated);
+    s.comm->allreduce_sum(shards, grid.shard_comm, Exchange::gradients_tensor_parallel);
   }
   const bool wpe = s.layout.holds_embedding() && s.layout.sharded_size() > 0;  // not with rotary positions
-  if (wpe) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, "gradients.wpe");
+  if (wpe) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, Exchange::gradients_wpe);
   if (grid.tied_embedding_comm != MPI_COMM_NULL) {
     const index_t wte = s.layout.wte(), size = s.config.model.vocab * s.config.model.d_model;
     s.comm->allreduce_sum(View1<Param<T>>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
-                          grid.tied_embedding_comm, "gradients.tied_embedding");
+                          grid.tied_embedding_comm, Exchange::gradients_tied_embedding);
   }
 }
 
@@ -118,14 +118,14 @@ double gradient_sum_of_squares(TrainingState<T>& s) {
   const index_t whole_size = static_cast<index_t>(whole.extent(0));
   const auto counted = Kokkos::subview(whole, Kokkos::make_pair(s.layout.tied_copy_size(), whole_size));
   double shards_sq = s.gradient_sum.template sum_of_squares<Param<T>>(shards);
-  if (grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, grid.tp_comm, "grad_norm");
+  if (grid.tp_size > 1) shards_sq = s.comm->allreduce_sum(shards_sq, grid.tp_comm, Exchange::grad_norm);
   double wpe_sq = 0.0;
   if (s.layout.holds_embedding() && s.layout.sharded_size() > 0)  // a layout decision: every rank's the same
     wpe_sq = s.comm->allreduce_sum(s.gradient_sum.template sum_of_squares<Param<T>>(s.grads.sharded), grid.sp_comm,
-                                   "grad_norm");
+                                   Exchange::grad_norm);
   const double stage_sq =
       s.gradient_sum.template sum_of_squares<Param<T>>(View1<Param<T>>(counted)) + shards_sq + wpe_sq;
-  return grid.pp_size > 1 ? s.comm->allreduce_sum(stage_sq, grid.pp_comm, "grad_norm") : stage_sq;
+  return grid.pp_size > 1 ? s.comm->allreduce_sum(stage_sq, grid.pp_comm, Exchange::grad_norm) : stage_sq;
 }
 
 // Data, the pipeline's forward and backward passes, the gradient all-reduces;
@@ -142,7 +142,7 @@ double loss_and_gradients(TrainingState<T>& s, index_t step, StepRecord& record)
   record.idle_fractions.push_back(pass.span_seconds > 0 ? 1.0 - pass.busy_seconds / pass.span_seconds : 0.0);
   auto t = s.timer.measure("gradient_exchange");
   sum_gradients(s);
-  return s.comm->allreduce_sum(pass.loss_sum, s.grid.world, "loss") / tokens;
+  return s.comm->allreduce_sum(pass.loss_sum, s.grid.world, Exchange::loss) / tokens;
 }
 
 // Clips by the global gradient norm and updates the parameters; returns the norm.

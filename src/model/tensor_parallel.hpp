@@ -30,12 +30,12 @@ struct TensorParallelGroup {
 
   // all_rows = the chunks of every rank, in rank order.
   template <class T>
-  void gather_rows(const View2<T>& chunk, const View2<T>& all_rows, const std::string& label) const {
+  void gather_rows(const View2<T>& chunk, const View2<T>& all_rows, Exchange label) const {
     if (size > 1) comm->allgather(chunk.data(), all_rows.data(), chunk.span(), group, label);
   }
   // chunk = this rank's rows of the sum over ranks of all_rows.
   template <class T>
-  void reduce_scatter_rows(const View2<T>& all_rows, const View2<T>& chunk, const std::string& label) const {
+  void reduce_scatter_rows(const View2<T>& all_rows, const View2<T>& chunk, Exchange label) const {
     if (size > 1) comm->reduce_scatter_sum(all_rows.data(), chunk.data(), chunk.span(), group, label);
   }
   // A row-parallel layer's bias (or its gradient) belongs to the partial sum of rank 0 only.

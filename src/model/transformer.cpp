@@ -140,7 +140,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   const View2<T>& x_out = saved.residual[i + 1];
 
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   rotary_.rotate(slot, q_, k_);
@@ -149,17 +149,17 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
-  tp_.reduce_scatter_rows(all_rows_, normed_, "tensor_parallel.reduce_scatter");
+  tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
   Kokkos::deep_copy(a.after_attention, x_in);
   kernels::add_inplace<T>(a.after_attention, normed_);
 
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
   kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
   const View2<T>& gelu_out = d_hidden_;  // a workspace: backward recomputes it
   kernels::gelu_forward<T>(fc1_out_, gelu_out);
   kernels::linear_forward<T>(gelu_out, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
-  tp_.reduce_scatter_rows(all_rows_, normed_, "tensor_parallel.reduce_scatter");
+  tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
   Kokkos::deep_copy(x_out, a.after_attention);
   kernels::add_inplace<T>(x_out, normed_);
 }
@@ -203,17 +203,17 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // recomputed, bitwise as in the forward pass; gelu(fc1_out) goes into
   // d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
   kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
   kernels::gelu_forward<T>(fc1_out_, d_hidden_);
-  tp_.gather_rows(d_residual_, d_all_rows_out_, "tensor_parallel.gather");
+  tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
   kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
                               tp_.on_first_rank(g.fc2_bias), column_partials_);
   kernels::gemm<T>('N', 'N', Acc<T>(1), d_all_rows_out_, w.fc2_weight, Acc<T>(0), d_hidden_);
   kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
   kernels::linear_backward<T>(d_hidden_, all_rows_, w.fc1_weight, d_all_rows_in_, g.fc1_weight, g.fc1_bias,
                               column_partials_);
-  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, "tensor_parallel.reduce_scatter");
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, Exchange::tensor_parallel_reduce_scatter);
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
                                   g.ln2_weight, g.ln2_bias, column_partials_);
 
@@ -223,12 +223,12 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // are recomputed into the arena).
   const View2<T> merged = merged_rows(normed_), d_merged = merged_rows(qkv_);
   kernels::merge_heads<T>(a.attention_out, merged);
-  tp_.gather_rows(d_residual_, d_all_rows_out_, "tensor_parallel.gather");
+  tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
   kernels::linear_backward<T>(d_all_rows_out_, merged, w.proj_weight, d_merged, g.proj_weight,
                               tp_.on_first_rank(g.proj_bias), column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  tp_.gather_rows(normed_, all_rows_, "tensor_parallel.gather");
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   rotary_.rotate(slot, q_, k_);
@@ -241,7 +241,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
   kernels::linear_backward<T>(d_qkv, all_rows_, w.qkv_weight, d_all_rows_in_, g.qkv_weight, g.qkv_bias,
                               column_partials_);
-  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, "tensor_parallel.reduce_scatter");
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, Exchange::tensor_parallel_reduce_scatter);
   kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
                                   g.ln1_bias, column_partials_);
 }

@@ -10,17 +10,16 @@ namespace {
 // Ring attention over G ranks for S steps (S = G but under a sliding window),
 // per layer, blocks of X bytes: K/V move S - 1 times each way, the dK/dV
 // accumulators S - 1 times and then home.
-void add_ring(std::map<std::string, double>& bytes, const std::string& prefix, double G, double S, double X,
-              double layers) {
+void add_ring(std::map<Exchange, double>& bytes, double G, double S, double X, double layers) {
   if (G <= 1) return;
-  bytes[prefix + ".forward.kv"] += layers * 2 * (S - 1) * X;
-  bytes[prefix + ".backward.kv"] += layers * 2 * (S - 1) * X;
-  bytes[prefix + ".backward.dkdv"] += layers * 2 * (S > 1 ? S : 0) * X;
+  bytes[Exchange::ring_forward_kv] += layers * 2 * (S - 1) * X;
+  bytes[Exchange::ring_backward_kv] += layers * 2 * (S - 1) * X;
+  bytes[Exchange::ring_backward_dkdv] += layers * 2 * (S > 1 ? S : 0) * X;
 }
 
 }  // namespace
 
-std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& in) {
+std::map<Exchange, double> modelled_exchange_bytes(const ExchangeModelInput& in) {
   const ModelConfig& m = in.model;
   // Activations travel as values (2 bytes in bf16), gradients as parameters (4), the lse as a statistic.
   const ElementSizes sizes = element_sizes(m.precision);
@@ -40,51 +39,51 @@ std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& 
   const double P = in.sp, U = in.ulysses, G = static_cast<double>(in.sp / in.ulysses);
   const double S = ring_steps(m, in.layout, in.sp, in.ulysses);
 
-  std::map<std::string, double> bytes;
+  std::map<Exchange, double> bytes;
   const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
   if (in.dp * in.sp * in.tp > 1)
-    bytes["gradients.replicated"] = (static_cast<double>(in.replicated_parameters) - shards) * p;
-  if (in.world_size > 1) bytes["loss"] = sizeof(double);
-  if (in.tp > 1 && in.dp * in.sp > 1) bytes["gradients.tensor_parallel"] = shards * p;
+    bytes[Exchange::gradients_replicated] = (static_cast<double>(in.replicated_parameters) - shards) * p;
+  if (in.world_size > 1) bytes[Exchange::loss] = sizeof(double);
+  if (in.tp > 1 && in.dp * in.sp > 1) bytes[Exchange::gradients_tensor_parallel] = shards * p;
   const bool wpe = first_stage && in.local_wpe_parameters > 0;  // none with rotary positions
-  if (wpe && in.dp * in.tp > 1) bytes["gradients.wpe"] = static_cast<double>(in.local_wpe_parameters) * p;
+  if (wpe && in.dp * in.tp > 1) bytes[Exchange::gradients_wpe] = static_cast<double>(in.local_wpe_parameters) * p;
   if (in.pp > 1 && (first_stage || last_stage))
-    bytes["gradients.tied_embedding"] = static_cast<double>(m.vocab * m.d_model) * p;
+    bytes[Exchange::gradients_tied_embedding] = static_cast<double>(m.vocab * m.d_model) * p;
   const int norm_shares = (wpe && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
-  if (norm_shares > 0) bytes["grad_norm"] = sizeof(double) * norm_shares;
-  if (!last_stage) bytes["pipeline.activations"] = b * n * D / t * s;
-  if (!first_stage) bytes["pipeline.gradients"] = b * n * D / t * s;
+  if (norm_shares > 0) bytes[Exchange::grad_norm] = sizeof(double) * norm_shares;
+  if (!last_stage) bytes[Exchange::pipeline_activations] = b * n * D / t * s;
+  if (!first_stage) bytes[Exchange::pipeline_gradients] = b * n * D / t * s;
   if (in.tp > 1) {
     const double chunk = (t - 1) * b * n * D / t * s;
-    bytes["tensor_parallel.gather"] = L * 6 * chunk;
-    bytes["tensor_parallel.reduce_scatter"] = L * 4 * chunk;
+    bytes[Exchange::tensor_parallel_gather] = L * 6 * chunk;
+    bytes[Exchange::tensor_parallel_reduce_scatter] = L * 4 * chunk;
   }
 
   if (in.strategy == Strategy::ring || in.strategy == Strategy::local) {
-    add_ring(bytes, "ring", P, S, X_kv, L);
+    add_ring(bytes, P, S, X_kv, L);
   } else if (in.strategy == Strategy::allgather) {
     // All-gathers of K and V (forward, and again in backward), reduce-scatters of dK and dV.
     if (P > 1) {
-      bytes["allgather.forward.kv"] = L * 2 * (P - 1) * X_kv;
-      bytes["allgather.backward.kv"] = L * 2 * (P - 1) * X_kv;
-      bytes["allgather.backward.dkdv"] = L * 2 * (P - 1) * X_kv;
+      bytes[Exchange::allgather_forward_kv] = L * 2 * (P - 1) * X_kv;
+      bytes[Exchange::allgather_backward_kv] = L * 2 * (P - 1) * X_kv;
+      bytes[Exchange::allgather_backward_dkdv] = L * 2 * (P - 1) * X_kv;
     }
   } else if (in.strategy == Strategy::rsa) {
     if (P > 1) {
-      bytes["rsa.forward.k"] = L * (P - 1) * X_kv;
-      bytes["rsa.forward.v"] = L * (P - 1) * X_kv;
-      bytes["rsa.backward.kv"] = L * 2 * (P - 1) * X_kv;
-      bytes["rsa.backward.dkdv"] = L * 2 * P * X_kv;
+      bytes[Exchange::rsa_forward_k] = L * (P - 1) * X_kv;
+      bytes[Exchange::rsa_forward_v] = L * (P - 1) * X_kv;
+      bytes[Exchange::rsa_backward_kv] = L * 2 * (P - 1) * X_kv;
+      bytes[Exchange::rsa_backward_dkdv] = L * 2 * P * X_kv;
     }
   } else {  // ulysses, hybrid
     // Every all-to-all is called, also on one rank, where it sends nothing.
     const double share = (U - 1) / U;
-    bytes["ulysses.forward.qkv"] = L * (X + 2 * X_kv_ulysses) * share;
-    bytes["ulysses.forward.out"] = L * X * share;
-    bytes["ulysses.forward.lse"] = L * b * H * n * static_cast<double>(sizes.acc) * share;
-    bytes["ulysses.backward.dout"] = L * X * share;
-    bytes["ulysses.backward.dqkv"] = L * (X + 2 * X_kv_ulysses) * share;
-    add_ring(bytes, "ring", G, S, X_kv_ulysses, L);
+    bytes[Exchange::ulysses_forward_qkv] = L * (X + 2 * X_kv_ulysses) * share;
+    bytes[Exchange::ulysses_forward_out] = L * X * share;
+    bytes[Exchange::ulysses_forward_lse] = L * b * H * n * static_cast<double>(sizes.acc) * share;
+    bytes[Exchange::ulysses_backward_dout] = L * X * share;
+    bytes[Exchange::ulysses_backward_dqkv] = L * (X + 2 * X_kv_ulysses) * share;
+    add_ring(bytes, G, S, X_kv_ulysses, L);
   }
   return bytes;
 }

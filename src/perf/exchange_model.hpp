@@ -31,6 +31,7 @@
 #include <map>
 #include <string>
 
+#include "comm/exchange_label.hpp"
 #include "core/config.hpp"
 
 namespace miniattn {
@@ -47,6 +48,6 @@ struct ExchangeModelInput {
 };
 
 // Bytes this rank sends per step, by the same labels the Comm counters use.
-std::map<std::string, double> modelled_exchange_bytes(const ExchangeModelInput& in);
+std::map<Exchange, double> modelled_exchange_bytes(const ExchangeModelInput& in);
 
 }  // namespace miniattn

@@ -41,7 +41,7 @@ std::vector<T> to_vector(const View1<T>& view) {
   return std::vector<T>(host.data(), host.data() + host.extent(0));
 }
 
-const ExchangeStats* find_stats(const Comm& comm, const std::string& label) {
+const ExchangeStats* find_stats(const Comm& comm, Exchange label) {
   const auto it = comm.stats().find(label);
   return it == comm.stats().end() ? nullptr : &it->second;
 }
@@ -90,8 +90,8 @@ TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
   // Two shifts sharing one PendingExchange (the K and V blocks of ring attention).
   PendingExchange pending;
   EXPECT_FALSE(pending.active());
-  this->comm->post_shift(k_send.data(), k_recv.data(), n, next, prev, world, "shift.kv", pending);
-  this->comm->post_shift(v_send.data(), v_recv.data(), n, next, prev, world, "shift.kv", pending);
+  this->comm->post_shift(k_send.data(), k_recv.data(), n, next, prev, world, Exchange::ring_forward_kv, pending);
+  this->comm->post_shift(v_send.data(), v_recv.data(), n, next, prev, world, Exchange::ring_forward_kv, pending);
   EXPECT_TRUE(pending.active());
   this->comm->wait(pending);
   EXPECT_FALSE(pending.active());
@@ -103,7 +103,7 @@ TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
     ASSERT_EQ(v_got[i], static_cast<T>(-1000 * prev - static_cast<int>(i) - 1)) << "element " << i;
   }
 
-  const ExchangeStats* s = find_stats(*this->comm, "shift.kv");
+  const ExchangeStats* s = find_stats(*this->comm, Exchange::ring_forward_kv);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->calls, 2u);
   EXPECT_GE(s->seconds, 0.0);
@@ -129,7 +129,7 @@ TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
   View1<T> current = to_view(mine, "current"), other("other", n);
   for (int hop = 1; hop <= size; ++hop) {
     PendingExchange pending;
-    this->comm->post_shift(current.data(), other.data(), n, prev, next, world, "shift.back", pending);
+    this->comm->post_shift(current.data(), other.data(), n, prev, next, world, Exchange::ring_backward_dkdv, pending);
     this->comm->wait(pending);
     std::swap(current, other);
     const int owner = (rank + hop) % size;
@@ -137,7 +137,7 @@ TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
     for (std::size_t i = 0; i < n; ++i)
       ASSERT_EQ(got[i], static_cast<T>(100 * owner + static_cast<int>(i))) << "hop " << hop << " element " << i;
   }
-  const ExchangeStats* s = find_stats(*this->comm, "shift.back");
+  const ExchangeStats* s = find_stats(*this->comm, Exchange::ring_backward_dkdv);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->calls, static_cast<std::uint64_t>(size));
   if (size > 1) {
@@ -157,7 +157,7 @@ TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
       send[static_cast<std::size_t>(j) * c + k] = static_cast<T>(10000 * rank + 100 * j + static_cast<int>(k));
   const View1<T> send_view = to_view(send, "send");
   const View1<T> recv_view("recv", send.size());
-  this->comm->alltoall(send_view.data(), recv_view.data(), c, world, "a2a");
+  this->comm->alltoall(send_view.data(), recv_view.data(), c, world, Exchange::ulysses_forward_qkv);
   const std::vector<T> got = to_vector(recv_view);
   // Block i of recv came from rank i, which addressed it to this rank.
   for (int i = 0; i < size; ++i)
@@ -165,7 +165,7 @@ TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
       ASSERT_EQ(got[static_cast<std::size_t>(i) * c + k],
                 static_cast<T>(10000 * i + 100 * rank + static_cast<int>(k)))
           << "block " << i << " element " << k;
-  const ExchangeStats* s = find_stats(*this->comm, "a2a");
+  const ExchangeStats* s = find_stats(*this->comm, Exchange::ulysses_forward_qkv);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->calls, 1u);
   EXPECT_EQ(s->bytes_sent, static_cast<std::uint64_t>(size - 1) * c * sizeof(T));  // self block excluded
@@ -194,7 +194,7 @@ T gathered(int world_rank, std::size_t k) {
 // All-gathers `count` elements per rank over group; block i of the result must
 // be the contribution of the group's rank i.
 template <class T>
-void expect_allgather(Comm& comm, MPI_Comm group, std::size_t count, const std::string& label) {
+void expect_allgather(Comm& comm, MPI_Comm group, std::size_t count, Exchange label) {
   const std::vector<int> world = world_ranks_of(group);
   const std::size_t size = world.size();
   std::vector<T> mine(count);
@@ -205,18 +205,18 @@ void expect_allgather(Comm& comm, MPI_Comm group, std::size_t count, const std::
   const std::vector<T> got = to_vector(recv);
   for (std::size_t i = 0; i < size; ++i)
     for (std::size_t k = 0; k < count; ++k)
-      ASSERT_EQ(got[i * count + k], gathered<T>(world[i], k)) << label << ": block " << i << " element " << k;
+      ASSERT_EQ(got[i * count + k], gathered<T>(world[i], k)) << to_string(label) << ": block " << i << " element " << k;
   const ExchangeStats* s = find_stats(comm, label);
-  ASSERT_NE(s, nullptr) << label;
-  EXPECT_EQ(s->calls, 1u) << label;
-  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << label;
+  ASSERT_NE(s, nullptr) << to_string(label);
+  EXPECT_EQ(s->calls, 1u) << to_string(label);
+  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << to_string(label);
 }
 
 // Reduce-scatters blocks of `count` elements over group; element k of block j
 // of world rank w is 1000 w + 100 j + k, so the group's rank i must receive
 // 1000 (sum of the group's world ranks) + size (100 i + k).
 template <class T>
-void expect_reduce_scatter(Comm& comm, MPI_Comm group, std::size_t count, const std::string& label) {
+void expect_reduce_scatter(Comm& comm, MPI_Comm group, std::size_t count, Exchange label) {
   const std::vector<int> world = world_ranks_of(group);
   const std::size_t size = world.size();
   const int rank = rank_of(group);
@@ -233,25 +233,25 @@ void expect_reduce_scatter(Comm& comm, MPI_Comm group, std::size_t count, const 
   const std::vector<T> got = to_vector(recv);
   for (std::size_t k = 0; k < count; ++k)
     ASSERT_EQ(got[k], static_cast<T>(1000 * world_sum + static_cast<int>(size) * (100 * rank + static_cast<int>(k))))
-        << label << ": element " << k;
+        << to_string(label) << ": element " << k;
   const ExchangeStats* s = find_stats(comm, label);
-  ASSERT_NE(s, nullptr) << label;
-  EXPECT_EQ(s->calls, 1u) << label;
-  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << label;
+  ASSERT_NE(s, nullptr) << to_string(label);
+  EXPECT_EQ(s->calls, 1u) << to_string(label);
+  EXPECT_EQ(s->bytes_sent, (size - 1) * count * sizeof(T)) << to_string(label);
 }
 
 TYPED_TEST(CommTest, AllgatherCollectsBlocks) {
-  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, "gather");
+  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, Exchange::allgather_forward_kv);
 }
 
 TYPED_TEST(CommTest, ReduceScatterSumsBlocks) {
-  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, "scatter");
+  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_WORLD, 5, Exchange::allgather_backward_dkdv);
 }
 
 // A group of one: both are a copy, counted as a call of no bytes.
 TYPED_TEST(CommTest, AllgatherAndReduceScatterOnOneRankCopy) {
-  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, "self.gather");
-  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, "self.scatter");
+  expect_allgather<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, Exchange::allgather_forward_kv);
+  expect_reduce_scatter<typename TypeParam::T>(*this->comm, MPI_COMM_SELF, 4, Exchange::allgather_backward_dkdv);
 }
 
 TYPED_TEST(CommTest, AllreduceSums) {
@@ -262,14 +262,14 @@ TYPED_TEST(CommTest, AllreduceSums) {
   std::vector<T> values(n);
   for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<T>(7 * rank + static_cast<int>(i));
   const View1<T> data = to_view(values, "data");
-  this->comm->allreduce_sum(data, world, "grad");
-  this->comm->allreduce_sum(data, world, "grad");  // twice: sum of sums
+  this->comm->allreduce_sum(data, world, Exchange::gradients_replicated);
+  this->comm->allreduce_sum(data, world, Exchange::gradients_replicated);  // twice: sum of sums
   const std::vector<T> got = to_vector(data);
   for (std::size_t i = 0; i < n; ++i) {
     const int once = 7 * size * (size - 1) / 2 + size * static_cast<int>(i);
     ASSERT_EQ(got[i], static_cast<T>(size * once)) << "element " << i;
   }
-  const ExchangeStats* s = find_stats(*this->comm, "grad");
+  const ExchangeStats* s = find_stats(*this->comm, Exchange::gradients_replicated);
   if (size == 1) {
     EXPECT_EQ(s, nullptr) << "a group of one exchanges nothing";
   } else {
@@ -279,16 +279,16 @@ TYPED_TEST(CommTest, AllreduceSums) {
   }
 
   // An empty buffer is not an exchange.
-  this->comm->allreduce_sum(View1<T>("empty", 0), world, "empty");
-  EXPECT_EQ(find_stats(*this->comm, "empty"), nullptr);
+  this->comm->allreduce_sum(View1<T>("empty", 0), world, Exchange::gradients_wpe);
+  EXPECT_EQ(find_stats(*this->comm, Exchange::gradients_wpe), nullptr);
 }
 
 TYPED_TEST(CommTest, ScalarAllreduce) {
   const MPI_Comm world = MPI_COMM_WORLD;
   const int rank = rank_of(world), size = size_of(world);
-  const double total = this->comm->allreduce_sum(static_cast<double>(rank + 1), world, "loss");
+  const double total = this->comm->allreduce_sum(static_cast<double>(rank + 1), world, Exchange::loss);
   EXPECT_EQ(total, size * (size + 1) / 2.0);
-  const ExchangeStats* s = find_stats(*this->comm, "loss");
+  const ExchangeStats* s = find_stats(*this->comm, Exchange::loss);
   if (size == 1) {
     EXPECT_EQ(s, nullptr);
   } else {
@@ -312,7 +312,7 @@ TYPED_TEST(CommTest, SubCommunicators) {
   int expected_sum = 0;
   for (int r = world_rank % 2; r < world_size; r += 2) expected_sum += r;
   const View1<T> data = to_view(std::vector<T>(3, static_cast<T>(world_rank)), "data");
-  this->comm->allreduce_sum(data, half, "half.sum");
+  this->comm->allreduce_sum(data, half, Exchange::gradients_tensor_parallel);
   for (const T x : to_vector(data)) EXPECT_EQ(x, static_cast<T>(expected_sum));
 
   // Ring shift inside the half: the predecessor in the half is world rank - 2 (cyclically).
@@ -320,7 +320,7 @@ TYPED_TEST(CommTest, SubCommunicators) {
   const View1<T> send = to_view(std::vector<T>(4, static_cast<T>(world_rank)), "send");
   const View1<T> recv("recv", 4);
   PendingExchange pending;
-  this->comm->post_shift(send.data(), recv.data(), 4, next, prev, half, "half.shift", pending);
+  this->comm->post_shift(send.data(), recv.data(), 4, next, prev, half, Exchange::rsa_forward_k, pending);
   this->comm->wait(pending);
   const int prev_world = world_rank % 2 + 2 * prev;
   for (const T x : to_vector(recv)) EXPECT_EQ(x, static_cast<T>(prev_world));
@@ -332,15 +332,15 @@ TYPED_TEST(CommTest, SubCommunicators) {
     for (std::size_t k = 0; k < c; ++k) blocks[static_cast<std::size_t>(j) * c + k] = static_cast<T>(10 * world_rank + j);
   const View1<T> a2a_send = to_view(blocks, "a2a_send");
   const View1<T> a2a_recv("a2a_recv", blocks.size());
-  this->comm->alltoall(a2a_send.data(), a2a_recv.data(), c, half, "half.a2a");
+  this->comm->alltoall(a2a_send.data(), a2a_recv.data(), c, half, Exchange::ulysses_forward_out);
   const std::vector<T> got = to_vector(a2a_recv);
   for (int i = 0; i < size; ++i)
     for (std::size_t k = 0; k < c; ++k)
       EXPECT_EQ(got[static_cast<std::size_t>(i) * c + k], static_cast<T>(10 * (world_rank % 2 + 2 * i) + rank));
-  EXPECT_EQ(find_stats(*this->comm, "half.a2a")->bytes_sent, static_cast<std::uint64_t>(size - 1) * c * sizeof(T));
+  EXPECT_EQ(find_stats(*this->comm, Exchange::ulysses_forward_out)->bytes_sent, static_cast<std::uint64_t>(size - 1) * c * sizeof(T));
 
-  expect_allgather<T>(*this->comm, half, 3, "half.gather");
-  expect_reduce_scatter<T>(*this->comm, half, 3, "half.scatter");
+  expect_allgather<T>(*this->comm, half, 3, Exchange::tensor_parallel_gather);
+  expect_reduce_scatter<T>(*this->comm, half, 3, Exchange::tensor_parallel_reduce_scatter);
 
   MPI_Comm_free(&half);
 }
@@ -352,10 +352,10 @@ TYPED_TEST(CommTest, CountersAccumulatePerLabelAndReset) {
   const std::size_t c = 3;
   const std::size_t capacity = 2 * c * static_cast<std::size_t>(size);
   const View1<T> send("send", capacity), recv("recv", capacity);
-  for (int repeat = 0; repeat < 3; ++repeat) this->comm->alltoall(send.data(), recv.data(), c, world, "a");
-  this->comm->alltoall(send.data(), recv.data(), 2 * c, world, "b");
-  const ExchangeStats* a = find_stats(*this->comm, "a");
-  const ExchangeStats* b = find_stats(*this->comm, "b");
+  for (int repeat = 0; repeat < 3; ++repeat) this->comm->alltoall(send.data(), recv.data(), c, world, Exchange::ulysses_backward_dout);
+  this->comm->alltoall(send.data(), recv.data(), 2 * c, world, Exchange::ulysses_backward_dqkv);
+  const ExchangeStats* a = find_stats(*this->comm, Exchange::ulysses_backward_dout);
+  const ExchangeStats* b = find_stats(*this->comm, Exchange::ulysses_backward_dqkv);
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(a->calls, 3u);

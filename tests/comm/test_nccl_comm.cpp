@@ -112,11 +112,11 @@ class NcclVsMpi : public ::testing::Test {
   void TearDown() override {
     if (nccl) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
-  void expect_same_counters(const std::string& label) const {
-    ASSERT_EQ(mpi->stats().count(label), nccl->stats().count(label)) << label;
+  void expect_same_counters(Exchange label) const {
+    ASSERT_EQ(mpi->stats().count(label), nccl->stats().count(label)) << to_string(label);
     if (mpi->stats().count(label) == 0) return;
-    EXPECT_EQ(mpi->stats().at(label).bytes_sent, nccl->stats().at(label).bytes_sent) << label;
-    EXPECT_EQ(mpi->stats().at(label).calls, nccl->stats().at(label).calls) << label;
+    EXPECT_EQ(mpi->stats().at(label).bytes_sent, nccl->stats().at(label).bytes_sent) << to_string(label);
+    EXPECT_EQ(mpi->stats().at(label).calls, nccl->stats().at(label).calls) << to_string(label);
   }
   std::unique_ptr<MpiComm> mpi;
   std::unique_ptr<NcclComm> nccl;
@@ -138,14 +138,14 @@ TYPED_TEST(NcclVsMpi, RingShift) {
   // MPI on host buffers.
   std::vector<T> k_mpi(n), v_mpi(n);
   PendingExchange mpi_pending;
-  this->mpi->post_shift(k.data(), k_mpi.data(), n, next, prev, world, "shift", mpi_pending);
-  this->mpi->post_shift(v.data(), v_mpi.data(), n, next, prev, world, "shift", mpi_pending);
+  this->mpi->post_shift(k.data(), k_mpi.data(), n, next, prev, world, Exchange::ring_forward_kv, mpi_pending);
+  this->mpi->post_shift(v.data(), v_mpi.data(), n, next, prev, world, Exchange::ring_forward_kv, mpi_pending);
   this->mpi->wait(mpi_pending);
   // NCCL on device buffers: two posts before one wait, like ring attention.
   const DeviceBuffer<T> k_send(k), v_send(v), k_recv{std::vector<T>(n)}, v_recv{std::vector<T>(n)};
   PendingExchange pending;
-  this->nccl->post_shift(k_send.data(), k_recv.data(), n, next, prev, world, "shift", pending);
-  this->nccl->post_shift(v_send.data(), v_recv.data(), n, next, prev, world, "shift", pending);
+  this->nccl->post_shift(k_send.data(), k_recv.data(), n, next, prev, world, Exchange::ring_forward_kv, pending);
+  this->nccl->post_shift(v_send.data(), v_recv.data(), n, next, prev, world, Exchange::ring_forward_kv, pending);
   EXPECT_TRUE(pending.active());
   EXPECT_TRUE(pending.requests.empty());
   this->nccl->wait(pending);
@@ -154,7 +154,7 @@ TYPED_TEST(NcclVsMpi, RingShift) {
   EXPECT_EQ(k_recv.to_host(), k_mpi);
   EXPECT_EQ(v_recv.to_host(), v_mpi);
   EXPECT_EQ(k_mpi[1], static_cast<T>(1000 * prev + 1));
-  this->expect_same_counters("shift");
+  this->expect_same_counters(Exchange::ring_forward_kv);
 }
 
 TYPED_TEST(NcclVsMpi, AllToAll) {
@@ -165,11 +165,11 @@ TYPED_TEST(NcclVsMpi, AllToAll) {
   std::vector<T> send(c * static_cast<std::size_t>(size));
   for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(10000 * rank + static_cast<int>(i));
   std::vector<T> recv_mpi(send.size());
-  this->mpi->alltoall(send.data(), recv_mpi.data(), c, world, "a2a");
+  this->mpi->alltoall(send.data(), recv_mpi.data(), c, world, Exchange::ulysses_forward_qkv);
   const DeviceBuffer<T> send_dev(send), recv_dev{std::vector<T>(send.size())};
-  this->nccl->alltoall(send_dev.data(), recv_dev.data(), c, world, "a2a");
+  this->nccl->alltoall(send_dev.data(), recv_dev.data(), c, world, Exchange::ulysses_forward_qkv);
   EXPECT_EQ(recv_dev.to_host(), recv_mpi);
-  this->expect_same_counters("a2a");
+  this->expect_same_counters(Exchange::ulysses_forward_qkv);
 }
 
 TYPED_TEST(NcclVsMpi, AllGather) {
@@ -180,11 +180,11 @@ TYPED_TEST(NcclVsMpi, AllGather) {
   std::vector<T> send(c);
   for (std::size_t i = 0; i < c; ++i) send[i] = static_cast<T>(10000 * rank + static_cast<int>(i));
   std::vector<T> recv_mpi(c * static_cast<std::size_t>(size));
-  this->mpi->allgather(send.data(), recv_mpi.data(), c, world, "gather");
+  this->mpi->allgather(send.data(), recv_mpi.data(), c, world, Exchange::allgather_forward_kv);
   const DeviceBuffer<T> send_dev(send), recv_dev{std::vector<T>(recv_mpi.size())};
-  this->nccl->allgather(send_dev.data(), recv_dev.data(), c, world, "gather");
+  this->nccl->allgather(send_dev.data(), recv_dev.data(), c, world, Exchange::allgather_forward_kv);
   EXPECT_EQ(recv_dev.to_host(), recv_mpi);
-  this->expect_same_counters("gather");
+  this->expect_same_counters(Exchange::allgather_forward_kv);
 }
 
 TYPED_TEST(NcclVsMpi, ReduceScatterSum) {
@@ -195,11 +195,11 @@ TYPED_TEST(NcclVsMpi, ReduceScatterSum) {
   std::vector<T> send(c * static_cast<std::size_t>(size));
   for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(rank + static_cast<int>(i % 1000));
   std::vector<T> recv_mpi(c);
-  this->mpi->reduce_scatter_sum(send.data(), recv_mpi.data(), c, world, "scatter");
+  this->mpi->reduce_scatter_sum(send.data(), recv_mpi.data(), c, world, Exchange::allgather_backward_dkdv);
   const DeviceBuffer<T> send_dev(send), recv_dev{std::vector<T>(c)};
-  this->nccl->reduce_scatter_sum(send_dev.data(), recv_dev.data(), c, world, "scatter");
+  this->nccl->reduce_scatter_sum(send_dev.data(), recv_dev.data(), c, world, Exchange::allgather_backward_dkdv);
   EXPECT_EQ(recv_dev.to_host(), recv_mpi);
-  this->expect_same_counters("scatter");
+  this->expect_same_counters(Exchange::allgather_backward_dkdv);
 }
 
 TYPED_TEST(NcclVsMpi, AllreduceSum) {
@@ -210,11 +210,11 @@ TYPED_TEST(NcclVsMpi, AllreduceSum) {
   std::vector<T> values(n);
   for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<T>(rank + static_cast<int>(i % 100));
   std::vector<T> host = values;
-  this->mpi->allreduce_sum(View1<T>(host.data(), n), world, "sum");
+  this->mpi->allreduce_sum(View1<T>(host.data(), n), world, Exchange::gradients_replicated);
   const DeviceBuffer<T> dev(values);
-  this->nccl->allreduce_sum(View1<T>(dev.data(), n), world, "sum");
+  this->nccl->allreduce_sum(View1<T>(dev.data(), n), world, Exchange::gradients_replicated);
   EXPECT_EQ(dev.to_host(), host);
-  this->expect_same_counters("sum");
+  this->expect_same_counters(Exchange::gradients_replicated);
 }
 
 // Groups other than the world, including groups of one rank (even and odd
@@ -233,24 +233,24 @@ TYPED_TEST(NcclVsMpi, SubGroups) {
 
     std::vector<T> shifted_mpi(n), a2a_mpi(send.size());
     PendingExchange mpi_pending;
-    this->mpi->post_shift(send.data(), shifted_mpi.data(), n, next, prev, half, "half.shift", mpi_pending);
+    this->mpi->post_shift(send.data(), shifted_mpi.data(), n, next, prev, half, Exchange::rsa_forward_k, mpi_pending);
     this->mpi->wait(mpi_pending);
-    this->mpi->alltoall(send.data(), a2a_mpi.data(), n, half, "half.a2a");
+    this->mpi->alltoall(send.data(), a2a_mpi.data(), n, half, Exchange::ulysses_forward_out);
     std::vector<T> sum_mpi = send;
-    this->mpi->allreduce_sum(View1<T>(sum_mpi.data(), sum_mpi.size()), half, "half.sum");
+    this->mpi->allreduce_sum(View1<T>(sum_mpi.data(), sum_mpi.size()), half, Exchange::gradients_tensor_parallel);
 
     const DeviceBuffer<T> send_dev(send), shifted{std::vector<T>(n)}, a2a{std::vector<T>(send.size())}, sum(send);
     this->nccl->attach(half);
     PendingExchange pending;
-    this->nccl->post_shift(send_dev.data(), shifted.data(), n, next, prev, half, "half.shift", pending);
+    this->nccl->post_shift(send_dev.data(), shifted.data(), n, next, prev, half, Exchange::rsa_forward_k, pending);
     this->nccl->wait(pending);
-    this->nccl->alltoall(send_dev.data(), a2a.data(), n, half, "half.a2a");
-    this->nccl->allreduce_sum(View1<T>(sum.data(), send.size()), half, "half.sum");
+    this->nccl->alltoall(send_dev.data(), a2a.data(), n, half, Exchange::ulysses_forward_out);
+    this->nccl->allreduce_sum(View1<T>(sum.data(), send.size()), half, Exchange::gradients_tensor_parallel);
 
     EXPECT_EQ(shifted.to_host(), shifted_mpi);
     EXPECT_EQ(a2a.to_host(), a2a_mpi);
     EXPECT_EQ(sum.to_host(), sum_mpi);
-    for (const char* label : {"half.shift", "half.a2a", "half.sum"}) this->expect_same_counters(label);
+    for (const Exchange label : {Exchange::rsa_forward_k, Exchange::ulysses_forward_out, Exchange::gradients_tensor_parallel}) this->expect_same_counters(label);
   }
   // The NCCL communicator of `half` is cached by handle: retire the backend
   // before MPI may reuse the handle for another group.

@@ -186,7 +186,7 @@ TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
   MachineDescription m = test_machine();
   // Long sequence, 4 ranks on one node: every step's block compute outlasts its K/V transfer.
   const StepPrediction p = predict_step(m, config(Strategy::ring, 4, 1 << 18));
-  const double posted = p.exchange_parts.at("ring.forward.kv") + p.exchange_parts.at("ring.backward.kv");
+  const double posted = p.exchange_parts.at(Exchange::ring_forward_kv) + p.exchange_parts.at(Exchange::ring_backward_kv);
   EXPECT_NEAR(p.hidden_seconds, posted, 1e-9 * posted);
   // The travelling dK/dV are posted after the compute and stay exposed.
   EXPECT_NEAR(p.step_seconds, p.compute_seconds + p.exchange_seconds - posted, 1e-9 * p.step_seconds);
@@ -244,9 +244,10 @@ TEST(PerformanceModel, Bf16HalvesActivationsAndExchanges) {
     const StepPrediction a = predict_step(test_machine(), fp32), b = predict_step(test_machine(), bf16);
     ASSERT_TRUE(a.valid && b.valid) << a.problem << b.problem;
     for (const auto& [label, bytes] : a.exchange_bytes) {
-      const double expected = label.rfind("gradients.", 0) == 0 || label == "loss" || label == "grad_norm"
+      const std::string name = to_string(label);  // gradients, the loss and the norm travel in fp32
+      const double expected = name.rfind("gradients.", 0) == 0 || name == "loss" || name == "grad_norm"
                                   ? bytes : bytes / 2;
-      EXPECT_EQ(b.exchange_bytes.at(label), expected) << label << " on " << sp << " ranks";
+      EXPECT_EQ(b.exchange_bytes.at(label), expected) << name << " on " << sp << " ranks";
     }
     EXPECT_EQ(2 * b.memory_parts.at("workspaces"), a.memory_parts.at("workspaces"));
     // The activations but for the row statistics (fp32 in both) and each row's loss (double).
@@ -272,13 +273,13 @@ TEST(PerformanceModel, AllGatherComputesTheRingsWorkAndExposesItsExchanges) {
     EXPECT_DOUBLE_EQ(attention_forward_ratio(g, r), 1.0) << to_string(layout);
     EXPECT_EQ(g.hidden_seconds, 0.0);
     // Per layer: 6 (P - 1) local K-sized tensors against the ring's 6 (P - 1) + 2.
-    const double ring_bytes = r.exchange_bytes.at("ring.forward.kv") + r.exchange_bytes.at("ring.backward.kv") +
-                              r.exchange_bytes.at("ring.backward.dkdv");
-    const double gather_bytes = g.exchange_bytes.at("allgather.forward.kv") +
-                                g.exchange_bytes.at("allgather.backward.kv") +
-                                g.exchange_bytes.at("allgather.backward.dkdv");
+    const double ring_bytes = r.exchange_bytes.at(Exchange::ring_forward_kv) + r.exchange_bytes.at(Exchange::ring_backward_kv) +
+                              r.exchange_bytes.at(Exchange::ring_backward_dkdv);
+    const double gather_bytes = g.exchange_bytes.at(Exchange::allgather_forward_kv) +
+                                g.exchange_bytes.at(Exchange::allgather_backward_kv) +
+                                g.exchange_bytes.at(Exchange::allgather_backward_dkdv);
     EXPECT_DOUBLE_EQ(gather_bytes / ring_bytes, 18.0 / 20.0);
-    for (const auto& [label, bytes] : g.exchange_bytes) EXPECT_TRUE(g.exchange_parts.count(label)) << label;
+    for (const auto& [label, bytes] : g.exchange_bytes) EXPECT_TRUE(g.exchange_parts.count(label)) << to_string(label);
   }
   // Its gathered K, V, dK, dV grow with N, not N / P: twice the ranks barely
   // shrink them (the row statistics and one block's K^T, V^T do halve), where
@@ -302,7 +303,7 @@ TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
   in.replicated_parameters = ParameterLayout(c.model, (1 << 14) / 8).replicated_size();
   in.local_wpe_parameters = ParameterLayout(c.model, (1 << 14) / 8).sharded_size();
   EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
-  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << label;
+  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << to_string(label);
 }
 
 TEST(PerformanceModel, ReplicatedParametersMatchTheLayout) {
@@ -454,14 +455,15 @@ TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
   in.tensor_parallel_parameters = layout.replicated_size() - layout.tensor_parallel_begin();
   in.local_wpe_parameters = layout.sharded_size();
   EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
-  for (const char* label : {"tensor_parallel.gather", "tensor_parallel.reduce_scatter", "gradients.tensor_parallel"}) {
-    EXPECT_GT(p.exchange_bytes.at(label), 0.0) << label;
-    EXPECT_GT(p.exchange_parts.at(label), 0.0) << label;
+  for (const Exchange label : {Exchange::tensor_parallel_gather, Exchange::tensor_parallel_reduce_scatter,
+                               Exchange::gradients_tensor_parallel}) {
+    EXPECT_GT(p.exchange_bytes.at(label), 0.0) << to_string(label);
+    EXPECT_GT(p.exchange_parts.at(label), 0.0) << to_string(label);
   }
   // Per layer 6 all-gathers and 4 reduce-scatters of (tp-1)/tp of the R x D rows,
   // each a ring of tp - 1 messages on the node's link.
   const double rows = (1 << 14) / 2, L = 2, chunk = rows * 256 * 4 / 2;
-  EXPECT_NEAR(p.exchange_parts.at("tensor_parallel.gather"),
+  EXPECT_NEAR(p.exchange_parts.at(Exchange::tensor_parallel_gather),
               L * 6 * (m.latency_intra + chunk / m.bandwidth_intra), 1e-12);
   // Pure tensor parallelism on one node: nothing hides, the inter-node link is unused.
   StepConfig tp4 = config(Strategy::local, 1, 1 << 14);
@@ -475,8 +477,8 @@ TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
   // Over two nodes it crosses them.
   StepConfig tp8 = tp4;
   tp8.tp = 8;
-  EXPECT_GT(predict_step(m, tp8).exchange_parts.at("tensor_parallel.gather"),
-            predict_step(test_machine(), tp8).exchange_parts.at("tensor_parallel.gather"));
+  EXPECT_GT(predict_step(m, tp8).exchange_parts.at(Exchange::tensor_parallel_gather),
+            predict_step(test_machine(), tp8).exchange_parts.at(Exchange::tensor_parallel_gather));
 }
 
 TEST(PerformanceModel, PureTensorParallelismIsAChoice) {
@@ -657,16 +659,16 @@ TEST(PerformanceModel, PipelineExchangesAreTheFirstStages) {
   in.local_wpe_parameters = layout.sharded_size();
   EXPECT_EQ(p.exchange_bytes, modelled_exchange_bytes(in));
   const double activations = 2.0 * (4096 / 2) * 256 * 4 / 2;  // b n D s / t
-  EXPECT_EQ(p.exchange_bytes.at("pipeline.activations"), activations);
-  EXPECT_EQ(p.exchange_bytes.count("pipeline.gradients"), 0u);  // the first stage receives them
-  EXPECT_GT(p.exchange_bytes.at("gradients.tied_embedding"), 0.0);
-  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << label;
+  EXPECT_EQ(p.exchange_bytes.at(Exchange::pipeline_activations), activations);
+  EXPECT_EQ(p.exchange_bytes.count(Exchange::pipeline_gradients), 0u);  // the first stage receives them
+  EXPECT_GT(p.exchange_bytes.at(Exchange::gradients_tied_embedding), 0.0);
+  for (const auto& [label, bytes] : p.exchange_bytes) EXPECT_TRUE(p.exchange_parts.count(label)) << to_string(label);
   // m messages of 1/m of the bytes, from one node to the other.
   const double inter = 2 * (m.latency_inter + activations / 2 / m.bandwidth_inter);
-  EXPECT_NEAR(p.exchange_parts.at("pipeline.activations"), inter, 1e-12 * inter);
+  EXPECT_NEAR(p.exchange_parts.at(Exchange::pipeline_activations), inter, 1e-12 * inter);
   m.ranks_per_node = 8;  // both stages on one node
   const double intra = 2 * (m.latency_intra + activations / 2 / m.bandwidth_intra);
-  EXPECT_NEAR(predict_step(m, c).exchange_parts.at("pipeline.activations"), intra, 1e-12 * intra);
+  EXPECT_NEAR(predict_step(m, c).exchange_parts.at(Exchange::pipeline_activations), intra, 1e-12 * intra);
 }
 
 TEST(PredictMode, EntriesCarryThePipeline) {
