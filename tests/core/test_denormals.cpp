@@ -24,7 +24,7 @@ TEST(Denormals, FlushedOnEveryHostThread) {
   const float tiny = 1e-30f;
   Kokkos::parallel_for(
       "test_denormals", Kokkos::RangePolicy<Host, Kokkos::Schedule<Kokkos::Static>>(0, count),
-      KOKKOS_LAMBDA(const int i) { products(i) = tiny * small(i); });
+      [=](const int i) { products(i) = tiny * small(i); });  // host threads only: no device lambda
   Kokkos::fence();
   int kept = 0;
   for (int i = 0; i < count; ++i) {
