@@ -24,6 +24,14 @@ TEST(SyntheticTask, CopyRepeatsTheFirstHalf) {
     for (index_t p = 0; p + period <= kSeqLen; ++p) ASSERT_EQ(streams(s, p), streams(s, p + period)) << p;
 }
 
+// Each token's count in sample s's first `period` positions.
+template <class Streams>
+std::map<index_t, double> first_half_counts(const Streams& streams, index_t s, index_t period) {
+  std::map<index_t, double> count;
+  for (index_t p = 0; p < period; ++p) ++count[streams(s, p)];
+  return count;
+}
+
 // A first half drawn from V slots of uniform tokens shows V (1 - (1 - 1/V)^V)
 // = 40.6 distinct tokens of V = 64 once every slot is used (499 positions use
 // all 64 but with odds < 1e-3); a 16-token alphabet (the task's first form)
@@ -34,8 +42,7 @@ TEST(SyntheticTask, CopyDrawsFromVSlotsOfTheVocabulary) {
   const index_t period = (kSeqLen + 2) / 2;
   double mean = 0;
   for (index_t s = 0; s < kBatch; ++s) {
-    std::map<index_t, int> seen;
-    for (index_t p = 0; p < period; ++p) ++seen[streams(s, p)];
+    const std::map<index_t, double> seen = first_half_counts(streams, s, period);
     EXPECT_GE(seen.begin()->first, 0);
     EXPECT_LT(seen.rbegin()->first, 64);
     mean += static_cast<double>(seen.size()) / kBatch;
@@ -55,9 +62,8 @@ TEST(SyntheticTask, CopyLossLevelsCountTheStream) {
   const index_t period = (kLong + 2) / 2;
   double entropy = 0;
   for (index_t s = 0; s < kSamples; ++s) {
-    std::map<index_t, double> count;
-    for (index_t p = 0; p < period; ++p) ++count[streams(s, p)];
-    for (const auto& [token, c] : count) entropy -= c / period * std::log(c / period) / kSamples;
+    for (const auto& [token, c] : first_half_counts(streams, s, period))
+      entropy -= c / period * std::log(c / period) / kSamples;
   }
   const SyntheticTask::LossLevels levels = task.loss_levels();
   EXPECT_NEAR(levels.guessing, std::log(64.0), 1e-12);
