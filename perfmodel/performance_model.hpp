@@ -53,6 +53,7 @@
 #include "comm/exchange_label.hpp"
 #include "core/config.hpp"
 #include "kernels/attention.hpp"
+#include "perf/memory_plan.hpp"
 
 namespace miniattn {
 
@@ -165,7 +166,7 @@ struct StepPrediction {
   // fraction of the ideal pipeline, modelled_bubble_fraction(pp, m).
   std::vector<double> stage_seconds;
   double pipeline_seconds = 0, bubble_seconds = 0, bubble_fraction = 0;
-  std::map<std::string, std::size_t> memory_parts;  // of the stage needing the most
+  std::map<MemoryPart, std::size_t> memory_parts;  // of the stage needing the most
   double memory_bytes_per_rank = 0;
   bool fits = true;
   double tokens_per_second = 0;

@@ -73,8 +73,9 @@ nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
   return j;
 }
 
-// A map by Comm label as a JSON object keyed by the labels' names.
-nlohmann::json by_name(const std::map<Exchange, double>& values) {
+// A map by Comm label or memory part as a JSON object keyed by their names.
+template <class Key, class Value>
+nlohmann::json by_name(const std::map<Key, Value>& values) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [label, value] : values) j[to_string(label)] = value;
   return j;
@@ -91,7 +92,7 @@ nlohmann::json full_json(const StepConfig& c, const StepPrediction& p) {
   j.update({{"compute", p.compute_parts},
             {"exchange", by_name(p.exchange_parts)},
             {"exchange_bytes_per_step", by_name(p.exchange_bytes)},
-            {"memory_parts", p.memory_parts},
+            {"memory_parts", by_name(p.memory_parts)},
             {"stage_seconds_per_micro_batch", p.stage_seconds},
             {"pipeline_seconds", p.pipeline_seconds},
             {"bubble_seconds", p.bubble_seconds}});

@@ -155,7 +155,7 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
 nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, std::size_t baseline_resident,
                               MPI_Comm world) {
   nlohmann::json parts = nlohmann::json::object();
-  for (const auto& [name, bytes] : memory.plan.parts) parts[name] = bytes;
+  for (const auto& [name, bytes] : memory.plan.parts) parts[to_string(name)] = bytes;
   return {{"planned_bytes_per_rank", memory.plan.total()},
           {"planned_parts", parts},
           {"allocated_bytes_per_rank", allocated},

@@ -90,7 +90,7 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_s
   if (available == 0 || needed <= available) return;
   std::string parts = most.rank == 0 ? "" : " the most of any rank, on rank " + std::to_string(most.rank) + "; rank 0:";
   for (const auto& [name, bytes] : memory.plan.parts)
-    parts += " " + name + " " + format_bytes(static_cast<double>(bytes)) + ";";
+    parts += " " + std::string(to_string(name)) + " " + format_bytes(static_cast<double>(bytes)) + ";";
   const std::string amount = format_bytes(static_cast<double>(available));
   const std::string memory_kind = memory_device_id() < 0 ? "node" : "GPU";
   const std::string where = c.run.memory_per_rank_gib > 0

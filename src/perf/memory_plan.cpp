@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -22,6 +23,21 @@
 #include "model/rotary_positions.hpp"
 
 namespace miniattn {
+
+const char* to_string(MemoryPart part) {
+  switch (part) {
+    case MemoryPart::activations: return "activations";
+    case MemoryPart::attention: return "attention";
+    case MemoryPart::optimizer: return "optimizer";
+    case MemoryPart::parameters_gradients: return "parameters+gradients";
+    case MemoryPart::pipeline_send_buffer: return "pipeline send buffer";
+    case MemoryPart::reduction_workspaces: return "reduction workspaces";
+    case MemoryPart::rotary_positions: return "rotary positions";
+    case MemoryPart::tokens_positions: return "tokens+positions";
+    case MemoryPart::workspaces: return "workspaces";
+  }
+  throw std::logic_error("to_string(MemoryPart): unknown part");
+}
 
 std::size_t MemoryPlan::total() const {
   std::size_t sum = 0;
@@ -116,12 +132,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t replicated = static_cast<std::size_t>(in.replicated_parameters);
   const std::size_t parameters = replicated + wpe;
   // Master parameters and gradients, and (bf16) the weights rounded for compute.
-  plan.parts["parameters+gradients"] = 2 * parameters * p + (s != p ? parameters * s : 0);
-  if (in.optimizer == OptimizerKind::adamw) plan.parts["optimizer"] = 2 * parameters * p;
-  plan.parts["tokens+positions"] = 2 * z.local_batch * n * ib + n * ib + n * ib + z.G * z.U * n * ib +
+  plan.parts[MemoryPart::parameters_gradients] = 2 * parameters * p + (s != p ? parameters * s : 0);
+  if (in.optimizer == OptimizerKind::adamw) plan.parts[MemoryPart::optimizer] = 2 * parameters * p;
+  plan.parts[MemoryPart::tokens_positions] = 2 * z.local_batch * n * ib + n * ib + n * ib + z.G * z.U * n * ib +
                                    (in.documents ? slots * b * z.N * ib : 0);  // packed documents' ids
   if (!learned_positions)
-    plan.parts["rotary positions"] = rotary_table_bytes(m, static_cast<index_t>(n), static_cast<index_t>(b),
+    plan.parts[MemoryPart::rotary_positions] = rotary_table_bytes(m, static_cast<index_t>(n), static_cast<index_t>(b),
                                                         in.documents, static_cast<index_t>(slots), a);
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
@@ -135,18 +151,18 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
   // (kernels/embedding.hpp).
   const std::size_t per_block = (r * D + R * Da) * s + (4 * r + R * H) * a;
-  plan.parts["activations"] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
+  plan.parts[MemoryPart::activations] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
                               (z.last_stage ? r * V : 0) * s + r * sizeof(double);
-  if (!z.first_stage) plan.parts["pipeline send buffer"] = r * D * s;
-  plan.parts["workspaces"] =
+  if (!z.first_stage) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
+  plan.parts[MemoryPart::workspaces] =
       (R * Dq + r * D + R * std::max(Dq, F) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
-  plan.parts["reduction workspaces"] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
+  plan.parts[MemoryPart::reduction_workspaces] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
-  plan.parts["attention"] = attention_bytes(in, z);
+  plan.parts[MemoryPart::attention] = attention_bytes(in, z);
   return plan;
 }
 

@@ -24,8 +24,25 @@
 
 namespace miniattn {
 
+// What the bytes are for; in the order of their names (to_string), the order
+// the report and the refusal message list them.
+enum class MemoryPart {
+  activations,           // saved per block and micro-batch in flight, the residual stream, the head
+  attention,             // the strategy's buffers and the kernels' scratch
+  optimizer,             // AdamW's moments
+  parameters_gradients,  // master parameters and gradients ((bf16) and the rounded weights)
+  pipeline_send_buffer,  // the input gradient sent to the previous stage
+  reduction_workspaces,  // fixed-order sums
+  rotary_positions,      // rope's cos/sin tables
+  tokens_positions,      // inputs, targets, positions (and document ids)
+  workspaces,            // shared by all blocks
+};
+
+// The part as the report spells it ("parameters+gradients").
+const char* to_string(MemoryPart part);
+
 struct MemoryPlan {
-  std::map<std::string, std::size_t> parts;  // bytes by purpose
+  std::map<MemoryPart, std::size_t> parts;  // bytes by purpose
   std::size_t total() const;
 };
 

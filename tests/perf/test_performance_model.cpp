@@ -210,9 +210,9 @@ TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
 // statistics, the backward's rows of dS) are a few percent of them at N = 2^15.
 TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
   const MachineDescription m = test_machine();
-  const double base = predict_step(m, config(Strategy::rsa, 4, 1 << 15)).memory_parts.at("attention");
-  const double twice_n = predict_step(m, config(Strategy::rsa, 4, 1 << 16)).memory_parts.at("attention");
-  const double twice_p = predict_step(m, config(Strategy::rsa, 8, 1 << 15)).memory_parts.at("attention");
+  const double base = predict_step(m, config(Strategy::rsa, 4, 1 << 15)).memory_parts.at(MemoryPart::attention);
+  const double twice_n = predict_step(m, config(Strategy::rsa, 4, 1 << 16)).memory_parts.at(MemoryPart::attention);
+  const double twice_p = predict_step(m, config(Strategy::rsa, 8, 1 << 15)).memory_parts.at(MemoryPart::attention);
   EXPECT_NEAR(twice_n / base, 4.0, 0.05);
   EXPECT_NEAR(twice_p / base, 0.5, 0.01);
   // Ring attention's memory stays linear in N / P.
@@ -249,12 +249,12 @@ TEST(PerformanceModel, Bf16HalvesActivationsAndExchanges) {
                                   ? bytes : bytes / 2;
       EXPECT_EQ(b.exchange_bytes.at(label), expected) << name << " on " << sp << " ranks";
     }
-    EXPECT_EQ(2 * b.memory_parts.at("workspaces"), a.memory_parts.at("workspaces"));
+    EXPECT_EQ(2 * b.memory_parts.at(MemoryPart::workspaces), a.memory_parts.at(MemoryPart::workspaces));
     // The activations but for the row statistics (fp32 in both) and each row's loss (double).
-    EXPECT_LT(b.memory_parts.at("activations"), 0.51 * a.memory_parts.at("activations"));
-    EXPECT_LT(b.memory_parts.at("attention"), 0.85 * a.memory_parts.at("attention"));
-    EXPECT_EQ(b.memory_parts.at("optimizer"), a.memory_parts.at("optimizer"));
-    EXPECT_EQ(4 * b.memory_parts.at("parameters+gradients"), 5 * a.memory_parts.at("parameters+gradients"));
+    EXPECT_LT(b.memory_parts.at(MemoryPart::activations), 0.51 * a.memory_parts.at(MemoryPart::activations));
+    EXPECT_LT(b.memory_parts.at(MemoryPart::attention), 0.85 * a.memory_parts.at(MemoryPart::attention));
+    EXPECT_EQ(b.memory_parts.at(MemoryPart::optimizer), a.memory_parts.at(MemoryPart::optimizer));
+    EXPECT_EQ(4 * b.memory_parts.at(MemoryPart::parameters_gradients), 5 * a.memory_parts.at(MemoryPart::parameters_gradients));
     const double ratio = b.memory_bytes_per_rank / a.memory_bytes_per_rank;
     if (positions == PositionEncoding::rope) EXPECT_LE(ratio, 0.6) << sp << " ranks";
     std::printf("N = 32768 on %d rank(s), %s positions: bf16 plans %.3f of fp32's memory\n", sp,
@@ -285,7 +285,7 @@ TEST(PerformanceModel, AllGatherComputesTheRingsWorkAndExposesItsExchanges) {
   // shrink them (the row statistics and one block's K^T, V^T do halve), where
   // the ring's attention memory halves.
   const auto attention_memory = [&](Strategy strategy, int sp) {
-    return static_cast<double>(predict_step(m, config(strategy, sp, 1 << 16)).memory_parts.at("attention"));
+    return static_cast<double>(predict_step(m, config(strategy, sp, 1 << 16)).memory_parts.at(MemoryPart::attention));
   };
   EXPECT_GT(attention_memory(Strategy::allgather, 8) / attention_memory(Strategy::allgather, 4), 0.9);
   EXPECT_NEAR(attention_memory(Strategy::ring, 8) / attention_memory(Strategy::ring, 4), 0.5, 0.01);
@@ -434,7 +434,7 @@ TEST(PerformanceModel, TensorParallelismSplitsGemmsAndMemory) {
     EXPECT_NEAR(p2.compute_parts.at("gemm") / p1.compute_parts.at("gemm"), 0.5, 1e-9) << to_string(strategy);
     EXPECT_NEAR(p2.compute_parts.at("attention_forward") / p1.compute_parts.at("attention_forward"), 0.5, 1e-9);
     EXPECT_LT(p2.compute_parts.at("optimizer"), p1.compute_parts.at("optimizer"));
-    EXPECT_EQ(p2.memory_parts.at("parameters+gradients"),
+    EXPECT_EQ(p2.memory_parts.at(MemoryPart::parameters_gradients),
               2 * (replicated_parameter_count(two.model, 2) + (1 << 14) / two.sp * 256) * 4);
   }
 }
@@ -590,10 +590,10 @@ TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
   ASSERT_TRUE(p4.valid) << p4.problem;
   EXPECT_LT(p4.memory_bytes_per_rank, p1.memory_bytes_per_rank);
   // The largest stage, the first, holds 2 of the 8 layers, wte and its wpe rows.
-  EXPECT_EQ(p4.memory_parts.at("parameters+gradients"),
+  EXPECT_EQ(p4.memory_parts.at(MemoryPart::parameters_gradients),
             2 * (replicated_parameter_count(split.model, 1, 4, 0) + 512 * 256) * 4);
-  const double ratio = static_cast<double>(p4.memory_parts.at("parameters+gradients")) /
-                       static_cast<double>(p1.memory_parts.at("parameters+gradients"));
+  const double ratio = static_cast<double>(p4.memory_parts.at(MemoryPart::parameters_gradients)) /
+                       static_cast<double>(p1.memory_parts.at(MemoryPart::parameters_gradients));
   EXPECT_GT(ratio, 0.25);
   EXPECT_LT(ratio, 0.3);
   // The planner's figure of the stage needing the most, as each rank of a run checks its own.
