@@ -89,7 +89,6 @@ const std::vector<Field>& fields() {
       {"kernels", "chunk", MINIATTN_CONFIG_REF(kernels, chunk)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
-      {"kernels", "fp32_gemm", MINIATTN_CONFIG_ENUM(kernels, fp32_gemm)},
       {"data", "task", MINIATTN_CONFIG_ENUM(data, task)},
       {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
   };
@@ -715,8 +714,6 @@ void check_training(const Config& c) {
     reject("kernels.attention", "the fused kernel has no bf16 version; use gemm (or auto, which picks it for bf16)");
   if (c.model.precision != Precision::bf16 && c.kernels.attention == AttentionKernel::tensor_core)
     reject("kernels.attention", "the tensor_core kernel computes bf16 only; set model.precision bf16 or use auto");
-  if (c.model.precision != Precision::fp32 && c.kernels.fp32_gemm == Fp32Gemm::split_tf32)
-    reject("kernels.fp32_gemm", std::string("3xtf32 splits fp32 operands; this run is ") + to_string(c.model.precision));
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));

@@ -25,11 +25,6 @@ enum class RunMode { train, bench, predict, calibrate };
 // The attention kernels: the tiled online-softmax kernel or chunked attention
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
 enum class AttentionKernel { automatic, fused, gemm, tensor_core };
-// How the gemm kernel's fp32 products are computed: fp32 multiply-adds
-// (sgemm), or three TF32 tensor-core products of each operand's TF32 part and
-// remainder (split_tf32, "3xtf32": fp32's accuracy; kernels/batched_gemm.hpp).
-// auto: split_tf32 on CUDA, sgemm elsewhere.
-enum class Fp32Gemm { automatic, sgemm, split_tf32 };
 // The synthetic task (model/synthetic_task.hpp): copy (each sample's second
 // half repeats its first) or lookup (key-value pairs defined in the first
 // quarter, then retrieved from context).
@@ -59,8 +54,6 @@ template <>
 const std::vector<std::string>& enum_names<RunMode>();
 template <>
 const std::vector<std::string>& enum_names<AttentionKernel>();
-template <>
-const std::vector<std::string>& enum_names<Fp32Gemm>();
 template <>
 const std::vector<std::string>& enum_names<DataTask>();
 template <class E>
@@ -161,7 +154,6 @@ struct KernelConfig {
   std::int64_t chunk = 0;        // gemm: rows of a query and of a key chunk; 0: chosen per backend
   std::int64_t query_block = 0;  // fused: 0: chosen per backend (kernels::choose_attention_tiles)
   std::int64_t key_block = 0;
-  Fp32Gemm fp32_gemm = Fp32Gemm::automatic;  // gemm, fp32 runs
 };
 
 // Sequence-parallel ranks: world = dp x pp x tp x sp.

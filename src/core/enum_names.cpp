@@ -52,12 +52,6 @@ const std::vector<std::string>& enum_names<AttentionKernel>() {
 }
 
 template <>
-const std::vector<std::string>& enum_names<Fp32Gemm>() {
-  static const std::vector<std::string> names = {"auto", "sgemm", "3xtf32"};
-  return names;
-}
-
-template <>
 const std::vector<std::string>& enum_names<DataTask>() {
   static const std::vector<std::string> names = {"copy", "lookup"};
   return names;

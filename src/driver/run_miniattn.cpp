@@ -63,9 +63,8 @@ void print_summary(const nlohmann::json& r, const Config& config) {
                 level.solved, level.solved_means);
   const auto& tiles = r.at("attention_tiles");
   if (tiles.at("kernel") == "gemm") {
-    std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows%s\n",
-                tiles.at("chunk").get<long long>(),
-                tiles.at("fp32_products") == "3xtf32" ? ", fp32 products as 3xTF32 on tensor cores" : "");
+    std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows\n",
+                tiles.at("chunk").get<long long>());
   } else if (tiles.at("kernel") == "tensor_core") {
     std::printf("miniattn: attention kernel tensor_core (bf16 mma.sync, teams of %lld query rows)\n",
                 tiles.at("query_block").get<long long>());

@@ -223,7 +223,6 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   const kernels::AttentionTiles& tiles = s.attention_tiles;
   r["attention_tiles"] = {{"kernel", to_string(tiles.blocking.kernel)},
                           {"chunk", tiles.blocking.chunk},
-                          {"fp32_products", tiles.blocking.split_tf32 ? "3xtf32" : "fp32"},
                           {"query_block", tiles.blocking.query_block},
                           {"key_block", tiles.blocking.key_block},
                           {"forward_scratch_bytes", tiles.forward_scratch_bytes},

@@ -105,8 +105,6 @@ struct AttentionBlocking {
   // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
   // product once, a block's tiles in cache). Tests run both on every backend.
   bool one_launch_backward = !kHostExecution;
-  // gemm, fp32: products as three TF32 tensor-core products (kernels.fp32_gemm).
-  bool split_tf32 = false;
   // The query and key rows of the unit of work a mask may skip whole.
   index_t query_tile() const { return tile(query_block); }
   index_t key_tile() const { return tile(key_block); }
@@ -166,8 +164,7 @@ struct AttentionShape {
 // the backward pass (they never overlap), and, gemm, a key chunk's dk and dv
 // in Acc<T>, [B, KV, min(chunk, keys), Dh] each, added to the caller's dk, dv
 // (which travel as T) with one rounding per key chunk (fp32 and fp64
-// accumulate in the caller's out, dq, dk and dv). gemm with split_tf32: the
-// split operands of the largest product, split_operand_elements.
+// accumulate in the caller's out, dq, dk and dv).
 // Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
 // put a tile's rows in the same cache sets.
 inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
@@ -177,7 +174,6 @@ struct AttentionWorkspace {
   View1<T> scores, score_grads;       // gemm
   View4<Acc<T>> acc;                 // bf16: out, then dq
   View4<Acc<T>> dk_acc, dv_acc;       // bf16, gemm
-  View1<T> split;                     // fp32, gemm, split_tf32
   AttentionWorkspace() = default;
   AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking);
   std::size_t bytes() const;

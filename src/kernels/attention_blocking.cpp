@@ -6,7 +6,6 @@
 
 #include "core/error.hpp"
 #include "kernels/attention_tiles.hpp"
-#include "kernels/split_tf32.hpp"
 #include "kernels/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
@@ -67,9 +66,6 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
   AttentionTiles tiles;
   tiles.blocking.kernel = resolved_kernel<T>(requested.attention, head_dim, limits);
   tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
-  tiles.blocking.split_tf32 = std::is_same<T, float>::value && tiles.blocking.kernel == AttentionKernel::gemm &&
-                              (requested.fp32_gemm == Fp32Gemm::split_tf32 ||
-                               (requested.fp32_gemm == Fp32Gemm::automatic && kTf32TensorCores));
   if (limits.level1_is_global) {
     const AttentionBlocking fitting = largest_fitting_tile<Tile>(requested, head_dim, limits.level0_bytes);
     tiles.blocking.query_block = fitting.query_block;
@@ -102,7 +98,6 @@ struct WorkspaceElements {
   index_t chunk_pair = 0;   // each of the score and score-gradient blocks
   index_t accumulator = 0;      // acc: the output, then dq (inputs narrower than their compute type)
   index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm: one key chunk)
-  index_t split = 0;            // the split operands of a chunk pair's largest product
 };
 
 WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking,
@@ -115,12 +110,6 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
   if (blocking.kernel == AttentionKernel::gemm)
     e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * std::min(blocking.chunk, s.keys);
-  if (blocking.kernel == AttentionKernel::gemm && blocking.split_tf32) {
-    const index_t cq = std::min(blocking.chunk, s.queries), ck = std::min(blocking.chunk, s.keys);
-    // Per (sample, K/V head): A is a score block or query-side rows, B key-side or query-side rows.
-    const index_t entries = s.batch * s.kv_heads;
-    e.split = split_operand_elements(entries * cq * std::max(ck, s.head_dim), entries * std::max(cq, ck) * s.head_dim);
-  }
   return e;
 }
 
@@ -144,19 +133,18 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
     scores = View1<T>("attention.chunk_scores", e.chunk_pair);
     score_grads = View1<T>("attention.chunk_score_grads", e.chunk_pair);
   }
-  if (e.split > 0) split = View1<T>(Kokkos::view_alloc("attention.split_operands", Kokkos::WithoutInitializing), e.split);
 }
 
 template <class T>
 std::size_t AttentionWorkspace<T>::bytes() const {
-  return (k_t.span() + v_t.span() + scores.span() + score_grads.span() + split.span()) * sizeof(T) +
+  return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T) +
          (acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
 }
 
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
                                       std::size_t value_bytes, std::size_t acc_bytes) {
   const WorkspaceElements e = workspace_elements(shape, blocking, value_bytes != acc_bytes);
-  return (2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) + static_cast<std::size_t>(e.split)) * value_bytes +
+  return 2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) * value_bytes +
          static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes;
 }
 

@@ -61,23 +61,15 @@ void check(cublasStatus_t status) {
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
 // row-major matrix read column-major is its transpose: so B goes first, each
 // with its own op, and the leading dimensions are the stored column counts.
-// tf32: fp32 operands read as TF32 by the tensor cores (split products only).
 template <class T, class C>
 void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
-               Acc<T> beta, const MatrixBatch<C>& c, index_t count, bool tf32) {
+               Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   const int m = static_cast<int>(c.rows), n = static_cast<int>(c.cols), k = static_cast<int>(op_cols(ta, a));
   const int lda = static_cast<int>(a.cols), ldb = static_cast<int>(b.cols), ldc = static_cast<int>(c.cols);
   cublasHandle_t h = cublas_handle();
   if constexpr (std::is_same<T, float>::value && std::is_same<C, float>::value) {
-    if (tf32) {
-      check(cublasGemmStridedBatchedEx(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, CUDA_R_32F, ldb,
-                                       b.stride, a.data, CUDA_R_32F, lda, a.stride, &beta, c.data, CUDA_R_32F, ldc,
-                                       c.stride, static_cast<int>(count), CUBLAS_COMPUTE_32F_FAST_TF32,
-                                       CUBLAS_GEMM_DEFAULT));
-    } else {
-      check(cublasSgemmStridedBatched(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, ldb, b.stride, a.data,
-                                      lda, a.stride, &beta, c.data, ldc, c.stride, static_cast<int>(count)));
-    }
+    check(cublasSgemmStridedBatched(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, ldb, b.stride, a.data,
+                                    lda, a.stride, &beta, c.data, ldc, c.stride, static_cast<int>(count)));
   } else if constexpr (std::is_same<T, double>::value && std::is_same<C, double>::value) {
     check(cublasDgemmStridedBatched(h, cublas_op(tb), cublas_op(ta), n, m, k, &alpha, b.data, ldb, b.stride, a.data,
                                     lda, a.stride, &beta, c.data, ldc, c.stride, static_cast<int>(count)));
@@ -169,7 +161,7 @@ void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float b
 
 template <class T, class C>
 void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
-               Acc<T> beta, const MatrixBatch<C>& c, index_t count, bool /*tf32: the host has no TF32*/) {
+               Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   for (index_t i = 0; i < count; ++i) {
     if constexpr (std::is_same<T, bf16>::value) {
       bf16_product<T, C>(ta, tb, alpha, a.data + i * a.stride, b.data + i * b.stride, beta, c.data + i * c.stride,
@@ -183,48 +175,11 @@ void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, co
 }
 #endif
 
-// Matrices [count] of x, compact, as TF32 parts: big at `to`, small at `to` + count x rows x cols.
-void split_batch(const MatrixBatch<const float>& x, index_t count, float* to) {
-  const index_t size = x.rows * x.cols, stride = x.stride, n = count * size;
-  const float* const from = x.data;
-  Kokkos::parallel_for(
-      "miniattn::split_tf32", Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, n),
-      KOKKOS_LAMBDA(const index_t e) {
-        const float value = from[(e / size) * stride + e % size];
-        const float big = tf32_big(value);
-        to[e] = big;
-        to[e + n] = value - big;
-      });
-}
-
-// C = alpha (big_A small_B + small_A big_B + big_A big_B) + beta C, the small
-// products first (split_tf32.hpp).
-template <class C>
-void split_tf32_batch(char ta, char tb, float alpha, const MatrixBatch<const float>& a,
-                      const MatrixBatch<const float>& b, float beta, const MatrixBatch<C>& c, index_t count,
-                      const SplitScratch& split) {
-  const index_t na = count * a.rows * a.cols, nb = count * b.rows * b.cols;
-  if (split_operand_elements(na, nb) > split.elements)
-    throw std::invalid_argument("kernels::batched_gemm: the split scratch holds " + std::to_string(split.elements) +
-                                " elements; this product needs " + std::to_string(split_operand_elements(na, nb)));
-  float* const parts_a = split.data;
-  float* const parts_b = split.data + 2 * na;
-  split_batch(a, count, parts_a);
-  split_batch(b, count, parts_b);
-  const auto part = [count](float* parts, const MatrixBatch<const float>& x, bool small) {
-    return MatrixBatch<const float>{parts + (small ? count * x.rows * x.cols : 0), x.rows, x.cols, x.rows * x.cols};
-  };
-  run_batch<float, C>(ta, tb, alpha, part(parts_a, a, false), part(parts_b, b, true), beta, c, count, true);
-  run_batch<float, C>(ta, tb, alpha, part(parts_a, a, true), part(parts_b, b, false), 1.0f, c, count, true);
-  run_batch<float, C>(ta, tb, alpha, part(parts_a, a, false), part(parts_b, b, false), 1.0f, c, count, true);
-}
-
 }  // namespace
 
 template <class T, class C>
 void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<const T>& a,
-                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count,
-                  const SplitScratch& split) {
+                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   const index_t depth = op_cols(trans_a, a);
   if (depth != op_rows(trans_b, b) || op_rows(trans_a, a) != c.rows || op_cols(trans_b, b) != c.cols) {
     std::ostringstream os;
@@ -234,17 +189,12 @@ void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<co
     throw std::invalid_argument(os.str());
   }
   if (count == 0 || c.rows == 0 || c.cols == 0) return;
-  if constexpr (std::is_same<T, float>::value && std::is_same<C, float>::value) {
-    if (split.data != nullptr) return split_tf32_batch<C>(trans_a, trans_b, alpha, a, b, beta, c, count, split);
-  } else if (split.data != nullptr) {
-    throw std::invalid_argument("kernels::batched_gemm: split products are for fp32 operands and results");
-  }
-  run_batch<T, C>(trans_a, trans_b, alpha, a, b, beta, c, count, false);
+  run_batch<T, C>(trans_a, trans_b, alpha, a, b, beta, c, count);
 }
 
 #define MINIATTN_INSTANTIATE_BATCHED_GEMM(T, C)                                                                 \
   template void batched_gemm<T, C>(char, char, Acc<T>, const MatrixBatch<const T>&, const MatrixBatch<const T>&, \
-                                   Acc<T>, const MatrixBatch<C>&, index_t, const SplitScratch&);
+                                   Acc<T>, const MatrixBatch<C>&, index_t);
 MINIATTN_INSTANTIATE_BATCHED_GEMM(float, float)
 MINIATTN_INSTANTIATE_BATCHED_GEMM(double, double)
 MINIATTN_INSTANTIATE_BATCHED_GEMM(bf16, bf16)

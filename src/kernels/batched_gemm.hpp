@@ -14,14 +14,8 @@
 //   bf16 elsewhere: blocks of 256 rows widened to fp32 and multiplied by the
 //     fp32 BLAS, C rounded back when it is bf16 (OpenBLAS as Debian builds it
 //     has no bf16 GEMM). The same products to rounding.
-//   fp32 with a split scratch (kernels.fp32_gemm 3xtf32, split_tf32.hpp): the
-//     operands split into TF32 parts, three products accumulated into C
-//     (CUDA: cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32, tensor
-//     cores; elsewhere the fp32 loop above on the same parts: the same
-//     arithmetic, run where it can be tested).
 // Each is deterministic for a given library, device and shape (no atomics).
 #include "core/types.hpp"
-#include "kernels/split_tf32.hpp"
 
 namespace miniattn::kernels {
 
@@ -33,11 +27,9 @@ struct MatrixBatch {
 };
 
 // trans_a / trans_b: 'N' or 'T' (bf16 with trans_a 'T': trans_b 'N' only).
-// Shapes are checked as kernels::gemm checks them. split: fp32 only; must hold
-// split_operand_elements(count x A's elements, count x B's elements).
+// Shapes are checked as kernels::gemm checks them.
 template <class T, class C>
 void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<const T>& a,
-                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count,
-                  const SplitScratch& split = {});
+                  const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count);
 
 }  // namespace miniattn::kernels

@@ -222,26 +222,18 @@ struct PairOperands {
   MatrixBatch<T> blocks(T* x, index_t g) const { return score_blocks(x, s.group, g, qc.rows, kc.rows); }
 };
 
-// fp32 runs with kernels.fp32_gemm 3xtf32: the workspace's split operands.
-template <class T>
-SplitScratch split_scratch(const AttentionWorkspace<T>& workspace) {
-  if constexpr (std::is_same<T, float>::value) return {workspace.split.data(), index_t(workspace.split.extent(0))};
-  (void)workspace;
-  return {};
-}
-
 template <class T>
 void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                        ForwardRows<T> rows, const SplitScratch& split) {
+                        ForwardRows<T> rows) {
   const PairOperands<T> at{s, rows.qc, rows.kc};
   const index_t E = s.entries();
   for (index_t g = 0; g < s.group; ++g)
     batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), Acc<T>(0),
-                    at.blocks(rows.scores, g), E, split);
+                    at.blocks(rows.scores, g), E);
   Kokkos::parallel_for("miniattn::chunked_attention_forward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
   for (index_t g = 0; g < s.group; ++g)
     batched_gemm<T>('N', 'N', Acc<T>(1), read_only(at.blocks(rows.scores, g)), at.keys(v.data()), Acc<T>(1),
-                    at.queries(rows.out_acc.data(), g), E, split);
+                    at.queries(rows.out_acc.data(), g), E);
 }
 
 // The gradients' GEMMs of one chunk pair, after the row kernel.
@@ -312,7 +304,6 @@ struct BackwardOperands {
   View4<const T> q, k, v, dout;
   View4<Acc<T>> dq;
   const KeyGradients<T>& keys;
-  SplitScratch split;
 };
 
 template <class T>
@@ -321,18 +312,18 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
   const index_t E = s.entries();
   for (index_t g = 0; g < s.group; ++g) {
     batched_gemm<T>('N', 'T', s.scale, at.queries(x.q.data(), g), at.keys(x.k.data()), Acc<T>(0),
-                    at.blocks(rows.scores, g), E, x.split);
+                    at.blocks(rows.scores, g), E);
     batched_gemm<T>('N', 'T', Acc<T>(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), Acc<T>(0),
-                    at.blocks(rows.score_grads, g), E, x.split);
+                    at.blocks(rows.score_grads, g), E);
   }
   Kokkos::parallel_for("miniattn::chunked_attention_backward_rows", row_team_policy(s.batch * s.heads * rows.qc.rows), rows);
   for (index_t g = 0; g < s.group; ++g) {
     const auto p = read_only(at.blocks(rows.scores, g)), ds = read_only(at.blocks(rows.score_grads, g));
     batched_gemm<T>('T', 'N', Acc<T>(1), p, at.queries(x.dout.data(), g), Acc<T>(1), x.keys.rows(x.keys.dv_acc, at.kc),
-                    E, x.split);
+                    E);
     batched_gemm<T>('T', 'N', Acc<T>(1), ds, at.queries(x.q.data(), g), Acc<T>(1), x.keys.rows(x.keys.dk_acc, at.kc),
-                    E, x.split);
-    batched_gemm<T>('N', 'N', Acc<T>(1), ds, at.keys(x.k.data()), Acc<T>(1), at.queries(x.dq.data(), g), E, x.split);
+                    E);
+    batched_gemm<T>('N', 'N', Acc<T>(1), ds, at.keys(x.k.data()), Acc<T>(1), at.queries(x.dq.data(), g), E);
   }
 }
 
@@ -353,7 +344,7 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
       if (!pairs.meet(qi, ki, partly_masked)) continue;
       const ForwardRows<T> rows{workspace.scores.data(), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
                                 s.heads, q_pos, k_pos, mask, partly_masked, out_acc, row_max, row_sum};
-      forward_chunk_pair<T>(s, q, k, v, rows, split_scratch(workspace));
+      forward_chunk_pair<T>(s, q, k, v, rows);
     }
 }
 
@@ -368,7 +359,7 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
   require_workspace(workspace, s, chunk, true);
   const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
   const KeyGradients<T> key_gradients(dk, dv, workspace);
-  const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients, split_scratch(workspace)};
+  const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients};
   for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
     const Chunk kc = chunk_of(ki, chunk, s.nk);
     bool started = false;

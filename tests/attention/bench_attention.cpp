@@ -9,7 +9,6 @@
 //                auto: as miniattn picks). tensor_core (bf16, CUDA) is first
 //                compared with gemm on the same operands; a mismatch exits 1.
 //   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
-//   --fp32-gemm=auto|sgemm|3xtf32   gemm's fp32 products (kernels.fp32_gemm)
 //   --precision=fp32|fp64|bf16|both   (both: fp32 and fp64; bf16 against the bf16 GEMM rate)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
 //                At n >= 4096 the warm-up is skipped (the first run is timed
@@ -212,8 +211,8 @@ template <class T>
 void print_blocking(const miniattn::kernels::AttentionTiles& tiles, std::size_t workspace_bytes) {
   const auto& b = tiles.blocking;
   if (b.kernel == miniattn::AttentionKernel::gemm) {
-    std::printf("%s kernel gemm, chunks of %ld rows%s: workspace %zu B\n", precision_name<T>(), long(b.chunk),
-                b.split_tf32 ? ", fp32 products as 3xTF32" : "", workspace_bytes);
+    std::printf("%s kernel gemm, chunks of %ld rows: workspace %zu B\n", precision_name<T>(), long(b.chunk),
+                workspace_bytes);
   } else if (b.kernel == miniattn::AttentionKernel::tensor_core) {
     std::printf("%s kernel tensor_core, teams of %ld rows\n", precision_name<T>(), long(b.query_tile()));
   } else {
@@ -286,14 +285,6 @@ Options parse(int argc, char** argv) {
         std::exit(2);
       }
       o.tiles.attention = static_cast<miniattn::AttentionKernel>(found - names.begin());
-    } else if (starts_with(a, "--fp32-gemm=")) {
-      const auto& names = miniattn::enum_names<miniattn::Fp32Gemm>();
-      const auto found = std::find(names.begin(), names.end(), std::string(a + 12));
-      if (found == names.end()) {
-        std::fprintf(stderr, "bench_attention: --fp32-gemm=auto, sgemm or 3xtf32\n");
-        std::exit(2);
-      }
-      o.tiles.fp32_gemm = static_cast<miniattn::Fp32Gemm>(found - names.begin());
     } else if (starts_with(a, "--chunk=")) {
       o.tiles.chunk = std::max(0L, std::atol(a + 8));
     } else if (starts_with(a, "--gemm=")) {

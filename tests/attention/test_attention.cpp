@@ -286,12 +286,10 @@ struct KernelUnderTest {
   AttentionKernel kernel;
   bool one_launch_backward;
   const char* name;
-  bool split_tf32 = false;  // gemm, fp32: products as three TF32 products (the host runs their arithmetic)
 };
 const KernelUnderTest kKernels[] = {{AttentionKernel::fused, false, "fused_waves"},
                                     {AttentionKernel::fused, true, "fused_one_launch"},
-                                    {AttentionKernel::gemm, false, "gemm"},
-                                    {AttentionKernel::gemm, false, "gemm_3xtf32", true}};
+                                    {AttentionKernel::gemm, false, "gemm"}};
 KernelUnderTest kernel_under_test = kKernels[0];
 void PrintTo(const KernelUnderTest& k, std::ostream* os) { *os << k.name; }
 
@@ -302,7 +300,6 @@ template <class T>
 AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.kernel = kernel_under_test.kernel;
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
-  tiles.split_tf32 = kernel_under_test.split_tf32 && std::is_same<T, float>::value;
   if (tiles.kernel == AttentionKernel::tensor_core) return tiles;  // fixed 64-row tiles
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
   for (;;) {

@@ -689,31 +689,6 @@ def bf16(c):
           f"restart bitwise")
 
 
-def fp32_gemm(c):
-    """kernels.fp32_gemm 3xtf32 (the gemm kernel's fp32 products as three TF32 products;
-    off CUDA the same split through the fp32 BLAS) on a ring of 2 with GQA and chunks
-    that divide nothing: the report names it, its split operands are planned and
-    allocated alike (more memory than sgemm's run), and its loss curve agrees with
-    sgemm's to fp32 rounding (a split that dropped the small parts misses by ~1e-4)."""
-    deck = c.path("sp.yaml")
-    with open(deck, "w") as f:
-        f.write(SP_DECK)
-    base = ["parallel.strategy=ring", "parallel.layout=zigzag", "model.kv_heads=4", "model.precision=fp32",
-            "kernels.attention=gemm", f"kernels.chunk={GEMM_CHUNK}"]
-    runs = {g: c.result(c.run(2, *base, f"kernels.fp32_gemm={g}", deck=deck)) for g in ("sgemm", "3xtf32")}
-    for g, r in runs.items():
-        want = "3xtf32" if g == "3xtf32" else "fp32"
-        if r["attention_tiles"]["fp32_products"] != want:
-            fail(f"kernels.fp32_gemm={g}: the report says {r['attention_tiles']['fp32_products']}")
-        if r["memory"]["planned_bytes_per_rank"] != r["memory"]["allocated_bytes_per_rank"]:
-            fail(f"kernels.fp32_gemm={g}: memory plan {r['memory']}")
-    extra = runs["3xtf32"]["memory"]["planned_bytes_per_rank"] - runs["sgemm"]["memory"]["planned_bytes_per_rank"]
-    if extra <= 0:
-        fail(f"3xtf32 plans {extra} bytes more than sgemm: its split operands are not counted")
-    err = compare_losses(runs["sgemm"], runs["3xtf32"], 2e-6)
-    print(f"3xtf32: losses within {err:.1e} of sgemm's, {extra} more bytes planned = allocated")
-
-
 def determinism(c, kernel="auto"):
     sets = ["parallel.dp=2", "io.snapshot_step=2", f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
     c.run(2, *sets, "io.snapshot=a.h5")
@@ -806,7 +781,7 @@ def main():
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
                                       "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads",
-                                      "staged_exchanges", "pipeline", "bf16", "fp32_gemm"])
+                                      "staged_exchanges", "pipeline", "bf16"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")
