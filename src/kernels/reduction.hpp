@@ -25,11 +25,41 @@ constexpr index_t kColumnSumChunkRows = 64;
 // Rows of the partials workspace column_sums needs for `rows` rows.
 inline index_t column_sum_chunks(index_t rows) { return (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows; }
 
-// One team per row: one thread of one lane on the host (the league is the
-// parallel loop, packs do the SIMD); one thread of 32 vector lanes on a GPU.
-inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows) {
-  const int lanes = kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), 32);
-  return Kokkos::TeamPolicy<ExecSpace>(static_cast<int>(rows), 1, lanes);
+// A thread per row: on the host a team of one thread of one lane per row (the
+// league is the parallel loop, packs do the SIMD); on a GPU threads of 32
+// vector lanes, gpu_rows_per_team of them to a team. Teams of one 32-lane
+// thread let an SM hold only as many warps as it holds blocks (32 on Hopper,
+// half its warps): kernels that wait on memory ask for more rows per team.
+// A thread finds its row with team_row and returns when it is past the last.
+constexpr int kGpuRowLanes = 32;
+inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows, int gpu_rows_per_team = 1) {
+  const int per_team = kHostExecution ? 1 : gpu_rows_per_team;
+  const int lanes = kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), kGpuRowLanes);
+  return Kokkos::TeamPolicy<ExecSpace>(static_cast<int>((rows + per_team - 1) / per_team), per_team, lanes);
+}
+template <class Member>
+KOKKOS_INLINE_FUNCTION index_t team_row(const Member& team) {
+  return static_cast<index_t>(team.league_rank()) * team.team_size() + team.team_rank();
+}
+
+// A GPU lane's columns of a row: lane, lane + 32, ... (coalesced across the
+// lanes), kGpuLoadsInFlight at a time: their terms are all asked for before
+// the first is used, so that that many loads are in flight per lane (one at a
+// time, the chunked-attention row kernels streamed 1.7 TB/s of an H200's 4.8,
+// Kokkos's kernel timer). use(term) in column order; the same order on every
+// run. Called once per lane index of ThreadVectorRange(team, kGpuRowLanes);
+// host-callable, so the tests walk all 32 lanes on the host.
+constexpr int kGpuLoadsInFlight = 4;
+template <class T, class F, class Use>
+KOKKOS_FORCEINLINE_FUNCTION void gpu_lane_walk(index_t lane, index_t count, const F& f, const Use& use) {
+  constexpr index_t lanes = kGpuRowLanes, group = kGpuLoadsInFlight;
+  index_t c = lane;
+  for (; c + (group - 1) * lanes < count; c += group * lanes) {
+    T terms[group];
+    for (int u = 0; u < group; ++u) terms[u] = f(c + u * lanes, 1);
+    for (int u = 0; u < group; ++u) use(terms[u]);
+  }
+  for (; c < count; c += lanes) use(f(c, 1));
 }
 
 // f(c0, width) -> pack of the terms of columns c0 .. c0 + width - 1 (lanes past
@@ -53,7 +83,8 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_sum(const Member& team, index_t count,
   } else {
     T sum = T(0);
     Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, count), [&](const index_t c, T& a) { a += f(c, 1); }, sum);
+        Kokkos::ThreadVectorRange(team, index_t(kGpuRowLanes)),
+        [&](const index_t lane, T& a) { gpu_lane_walk<T>(lane, count, f, [&](const T x) { a += x; }); }, sum);
     return sum;
   }
 }
@@ -81,11 +112,8 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count,
   } else {
     T m = lowest;
     Kokkos::parallel_reduce(
-        Kokkos::ThreadVectorRange(team, count),
-        [&](const index_t c, T& a) {
-          const T x = f(c, 1);
-          a = x > a ? x : a;
-        },
+        Kokkos::ThreadVectorRange(team, index_t(kGpuRowLanes)),
+        [&](const index_t lane, T& a) { gpu_lane_walk<T>(lane, count, f, [&](const T x) { a = x > a ? x : a; }); },
         Kokkos::Max<T>(m));
     return m;
   }
