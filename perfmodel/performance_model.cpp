@@ -616,15 +616,8 @@ void add_pipeline_sends(const MachineDescription& machine, const StepConfig& c, 
 // The bytes a rank of `stage` sends per step (all m micro-batches).
 std::map<Exchange, double> exchange_bytes(const StepConfig& c, int stage) {
   ExchangeModelInput in;
+  static_cast<Decomposition&>(in) = c;
   in.model = c.model;
-  in.strategy = c.strategy;
-  in.layout = c.layout;
-  in.world_size = c.world_size();
-  in.dp = c.dp;
-  in.tp = c.tp;
-  in.sp = c.sp;
-  in.ulysses = c.ulysses;
-  in.pp = c.pp;
   in.stage = stage;
   // This rank's replicated part (its stage's); its TP shards at the end.
   const ParameterLayout layout(c.model, 0, c.tp, 0, c.pp, stage);
@@ -637,16 +630,10 @@ std::map<Exchange, double> exchange_bytes(const StepConfig& c, int stage) {
 
 MemoryPlan memory_plan(const StepConfig& c, int stage) {
   MemoryPlanInput in;
+  static_cast<Decomposition&>(in) = c;
   in.model = c.model;
-  in.strategy = c.strategy;
   in.optimizer = c.optimizer;
-  in.dp = c.dp;
-  in.tp = c.tp;
-  in.sp = c.sp;
-  in.ulysses = c.ulysses;
-  in.pp = c.pp;
   in.stage = stage;
-  in.micro_batches = c.micro_batches;
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   in.documents = c.documents;
   in.blocking = c.blocking;

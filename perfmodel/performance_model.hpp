@@ -133,19 +133,12 @@ std::string machine_to_yaml(const MachineDescription& machine, const std::string
 nlohmann::json machine_to_json(const MachineDescription& machine);
 
 // One decomposition of one model.
-struct StepConfig {
+struct StepConfig : Decomposition {
   ModelConfig model;
-  Strategy strategy = Strategy::local;
-  Layout layout = Layout::contiguous;
   OptimizerKind optimizer = OptimizerKind::adamw;
-  int dp = 1, tp = 1, sp = 1, ulysses = 1;  // ulysses: Ulysses degree (sp for ulysses, 1 for ring/rsa/local)
-  int pp = 1;                               // pipeline stages
-  std::int64_t micro_batches = 1;           // per DP replica and step (train.micro_batches)
-  bool documents = false;                   // data.documents (their ids are in the memory plan)
+  bool documents = false;  // data.documents (their ids are in the memory plan)
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // attention kernel and tiles
   ElementSizes sizes() const { return element_sizes(model.precision); }
-  int world_size() const { return dp * tp * pp * sp; }
-  int stage_ranks() const { return dp * tp * sp; }  // the ranks of one pipeline stage
 };
 
 // "" when the decomposition can run, else the deck validator's message for it

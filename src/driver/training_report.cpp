@@ -39,16 +39,9 @@ bool all_ranks(bool value, MPI_Comm comm) {
 template <class T>
 nlohmann::json exchange_table(const TrainingState<T>& s, double step_count, nlohmann::json& result) {
   ExchangeModelInput in;
+  static_cast<Decomposition&>(in) = decomposition_of(s.config, s.grid);
   in.model = s.config.model;
-  in.strategy = s.config.parallel.strategy;
-  in.layout = s.config.parallel.layout;
-  in.world_size = s.grid.world_size;
-  in.dp = s.grid.dp_size;
-  in.tp = s.grid.tp_size;
-  in.sp = s.grid.sp_size;
-  in.pp = s.grid.pp_size;
   in.stage = s.grid.pp_rank;
-  in.ulysses = s.grid.ulysses_size;
   in.replicated_parameters = s.layout.replicated_size();
   in.tensor_parallel_parameters = s.layout.replicated_size() - s.layout.tensor_parallel_begin();
   in.local_wpe_parameters = s.layout.sharded_size();

@@ -151,6 +151,19 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   return share;
 }
 
+Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
+  Decomposition d;
+  d.strategy = c.parallel.strategy;
+  d.layout = c.parallel.layout;
+  d.dp = grid.dp_size;
+  d.pp = grid.pp_size;
+  d.tp = grid.tp_size;
+  d.sp = grid.sp_size;
+  d.ulysses = grid.ulysses_size;
+  d.micro_batches = c.train.micro_batches;
+  return d;
+}
+
 InjectedFault injected_fault(int world_rank) {
   InjectedFault fault;
   const char* text = std::getenv("MINIATTN_FAULT");
@@ -178,16 +191,10 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
                          const kernels::AttentionBlocking& blocking,
                          const InjectedFault& fault) {
   MemoryPlanInput in;
+  static_cast<Decomposition&>(in) = decomposition_of(c, grid);
   in.model = c.model;
-  in.strategy = c.parallel.strategy;
   in.optimizer = c.train.optimizer;
-  in.dp = grid.dp_size;
-  in.tp = grid.tp_size;
-  in.sp = grid.sp_size;
-  in.pp = grid.pp_size;
   in.stage = grid.pp_rank;
-  in.micro_batches = c.train.micro_batches;
-  in.ulysses = grid.ulysses_size;
   in.replicated_parameters = layout.replicated_size();
   in.documents = c.data.documents;
   in.blocking = blocking;

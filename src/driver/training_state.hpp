@@ -14,6 +14,7 @@
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
+#include "core/decomposition.hpp"
 #include "driver/attention_factory.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "model/optimizer.hpp"
@@ -38,6 +39,9 @@ struct RankShare {
   index_t micro_batch_rows() const { return micro_batch * n; }
 };
 RankShare rank_share(const Config& c, const ProcessGrid& grid);
+
+// The run's decomposition: the deck's strategy, layout and micro-batches over the grid's sizes.
+Decomposition decomposition_of(const Config& c, const ProcessGrid& grid);
 
 // Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
 // world rank R fail at the start of step S, as a failed allocation would;

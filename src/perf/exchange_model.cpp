@@ -43,7 +43,7 @@ std::map<Exchange, double> modelled_exchange_bytes(const ExchangeModelInput& in)
   const double shards = in.tp > 1 ? static_cast<double>(in.tensor_parallel_parameters) : 0.0;
   if (in.dp * in.sp * in.tp > 1)
     bytes[Exchange::gradients_replicated] = (static_cast<double>(in.replicated_parameters) - shards) * p;
-  if (in.world_size > 1) bytes[Exchange::loss] = sizeof(double);
+  if (in.world_size() > 1) bytes[Exchange::loss] = sizeof(double);
   if (in.tp > 1 && in.dp * in.sp > 1) bytes[Exchange::gradients_tensor_parallel] = shards * p;
   const bool wpe = first_stage && in.local_wpe_parameters > 0;  // none with rotary positions
   if (wpe && in.dp * in.tp > 1) bytes[Exchange::gradients_wpe] = static_cast<double>(in.local_wpe_parameters) * p;

@@ -33,15 +33,14 @@
 
 #include "comm/exchange_label.hpp"
 #include "core/config.hpp"
+#include "core/decomposition.hpp"
 
 namespace miniattn {
 
-struct ExchangeModelInput {
+// The decomposition (layout, with model.window: how far a ring must carry blocks) and this rank's share.
+struct ExchangeModelInput : Decomposition {
   ModelConfig model;
-  Strategy strategy = Strategy::local;
-  Layout layout = Layout::contiguous;  // with model.window: how far a ring must carry blocks
-  int world_size = 1, dp = 1, tp = 1, sp = 1, ulysses = 1;
-  int pp = 1, stage = 0;  // pipeline stages and this rank's
+  int stage = 0;  // this rank's pipeline stage
   std::int64_t replicated_parameters = 0;       // on this rank (its stage's), tensor-parallel shards included
   std::int64_t tensor_parallel_parameters = 0;  // of those, the shards
   std::int64_t local_wpe_parameters = 0;

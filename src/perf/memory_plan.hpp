@@ -20,6 +20,7 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/decomposition.hpp"
 #include "kernels/attention.hpp"
 
 namespace miniattn {
@@ -46,13 +47,11 @@ struct MemoryPlan {
   std::size_t total() const;
 };
 
-struct MemoryPlanInput {
+// The decomposition and this rank's share.
+struct MemoryPlanInput : Decomposition {
   ModelConfig model;
-  Strategy strategy = Strategy::local;
   OptimizerKind optimizer = OptimizerKind::adamw;
-  int dp = 1, tp = 1, sp = 1, ulysses = 1;
-  int pp = 1, stage = 0;  // pipeline stages and this rank's
-  std::int64_t micro_batches = 1;
+  int stage = 0;  // this rank's pipeline stage
   std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
   bool documents = false;                  // data.documents: each slot's document ids
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // the attention kernel's

@@ -297,7 +297,6 @@ TEST(PerformanceModel, ExchangeBytesAreTheExchangeModels) {
   ExchangeModelInput in;
   in.model = c.model;
   in.strategy = Strategy::hybrid;
-  in.world_size = 8;
   in.sp = 8;
   in.ulysses = 4;
   in.replicated_parameters = ParameterLayout(c.model, (1 << 14) / 8).replicated_size();
@@ -448,7 +447,6 @@ TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
   ExchangeModelInput in;
   in.model = ring.model;
   in.strategy = Strategy::ring;
-  in.world_size = 4;
   in.tp = in.sp = 2;
   const ParameterLayout layout(ring.model, (1 << 14) / 2, 2, 0);
   in.replicated_parameters = layout.replicated_size();
@@ -650,7 +648,6 @@ TEST(PerformanceModel, PipelineExchangesAreTheFirstStages) {
   ExchangeModelInput in;
   in.model = c.model;
   in.strategy = Strategy::ring;
-  in.world_size = 8;
   in.tp = in.sp = in.pp = 2;
   in.stage = 0;
   const ParameterLayout layout(c.model, (1 << 12) / 2, 2, 0, 2, 0);
