@@ -145,7 +145,7 @@ void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& ra
   const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.Dh).blocking;
   const kernels::AttentionWorkspace<T> workspace({1, a.H, a.H, a.Dh, n, n}, blocking);
   const double tf = time_median(world, 3, [&] {
-    kernels::attention_forward<T>(a.q, a.k, a.v, a.positions, a.positions, false, blocking, a.out, a.lse, row_sum,
+    kernels::attention_forward<T>(a.q, a.k, a.v, {a.positions, a.positions, false, blocking}, a.out, a.lse, row_sum,
                                   workspace);
   });
   const double tb = time_median(world, 3, [&] {
@@ -153,8 +153,9 @@ void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& ra
     Kokkos::deep_copy(a.dq, T(0));
     Kokkos::deep_copy(a.dk, T(0));
     Kokkos::deep_copy(a.dv, T(0));
-    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.dout, a.lse, a.delta, a.positions, a.positions, false,
-                                              blocking, a.dq, a.dk, a.dv, workspace);
+    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.dout, a.lse, a.delta,
+                                              {a.positions, a.positions, false, blocking}, a.dq, a.dk, a.dv,
+                                              workspace);
   });
   const double flops = 4.0 * a.pairs() * double(a.Dh);
   rates.attention_flops_forward = flops / tf;

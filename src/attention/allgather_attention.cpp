@@ -68,8 +68,8 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
-                                               positions_of(rank_), positions_of(g), mask_, blocking_, out_acc, row_max,
-                                               workspace_->row_sum, workspace_->kernel);
+                                               {positions_of(rank_), positions_of(g), mask_, blocking_}, out_acc,
+                                               row_max, workspace_->row_sum, workspace_->kernel);
   kernels::attention_forward_finalize<T>(out_acc, row_max, workspace_->row_sum, lse, out);
 }
 
@@ -95,7 +95,7 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
-                                                positions_of(rank_), positions_of(g), mask_, blocking_, dq_acc,
+                                                {positions_of(rank_), positions_of(g), mask_, blocking_}, dq_acc,
                                                 block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.kernel);
   kernels::round_accumulator<T>(dq_acc, dq);
   if (size_ == 1) return;

@@ -64,9 +64,9 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
     }
     const int source = (rank_ - step + size_) % size_;
     if (sees_[static_cast<std::size_t>(source)])
-      kernels::attention_forward_accumulate<T>(q, k_current, v_current, positions_of(rank_), positions_of(source),
-                                               mask_, blocking_, out_acc, row_max, workspace_->row_sum,
-                                               workspace_->kernel);
+      kernels::attention_forward_accumulate<T>(q, k_current, v_current,
+                                               {positions_of(rank_), positions_of(source), mask_, blocking_}, out_acc,
+                                               row_max, workspace_->row_sum, workspace_->kernel);
     comm_.wait(pending);
     if (step + 1 < steps_) {
       k_current = workspace_->k[slot];
@@ -90,8 +90,9 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           if (!sees_[static_cast<std::size_t>(source)]) return;
                           kernels::attention_backward_accumulate<T>(
-                              q, k_block, v_block, dout, lse, workspace_->delta, positions_of(rank_),
-                              positions_of(source), mask_, blocking_, dq_acc, dk_block, dv_block, workspace_->kernel);
+                              q, k_block, v_block, dout, lse, workspace_->delta,
+                              {positions_of(rank_), positions_of(source), mask_, blocking_}, dq_acc, dk_block, dv_block,
+                              workspace_->kernel);
                         });
   kernels::round_accumulator<T>(dq_acc, dq);
 }

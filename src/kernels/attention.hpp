@@ -203,15 +203,23 @@ View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWork
 template <class A>
 void attention_forward_init(const View4<A>& out_acc, const View3<A>& row_max, const View3<A>& row_sum);
 
+// What one call for a block of keys takes beside its tensors: the global
+// positions of q's and k's rows, the mask they are judged by, and how the
+// kernels cut the work.
+struct AttentionScope {
+  View1<const index_t> q_pos, k_pos;
+  AttentionMask mask;
+  AttentionBlocking blocking;
+};
+
 // Folds keys/values k, v (any number of rows) into the running state.
 // out_acc holds the unnormalised weighted sum of values, rescaled to row_max;
 // it and the statistics are Acc<T> (fp32 for bf16 inputs).
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                  const AttentionMask& mask, const AttentionBlocking& blocking,
-                                  const View4<Acc<T>>& out_acc, const View3<Acc<T>>& row_max,
-                                  const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace);
+                                  const AttentionScope& scope, const View4<Acc<T>>& out_acc,
+                                  const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
+                                  const AttentionWorkspace<T>& workspace);
 
 // out = out_acc / row_sum (out may be out_acc itself), lse = row_max + log(row_sum).
 // A row that saw no unmasked key gets out = 0 and lse = -inf.
@@ -223,8 +231,7 @@ void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<
 // row_sum is workspace [B, H, n]; lse receives the log-sum-exp (also used as row_max workspace).
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                       const AttentionBlocking& blocking, const View4<T>& out, const View3<Acc<T>>& lse,
+                       const AttentionScope& scope, const View4<T>& out, const View3<Acc<T>>& lse,
                        const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace);
 
 // delta[b,h,i] = sum_d dout[b,h,i,d] * out[b,h,i,d]
@@ -240,9 +247,8 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const Acc<T>>& lse,
-                                   const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
-                                   const View1<const index_t>& k_pos, const AttentionMask& mask,
-                                   const AttentionBlocking& blocking, const View4<Acc<T>>& dq, const View4<T>& dk,
+                                   const View3<const Acc<T>>& delta, const AttentionScope& scope,
+                                   const View4<Acc<T>>& dq, const View4<T>& dk,
                                    const View4<T>& dv, const AttentionWorkspace<T>& workspace);
 
 // x = acc rounded to T (nothing to do when they are the same View): an

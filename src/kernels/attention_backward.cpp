@@ -330,10 +330,12 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                    const View4<const T>& dout, const View3<const Acc<T>>& lse,
-                                   const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
-                                   const View1<const index_t>& k_pos, const AttentionMask& mask,
-                                   const AttentionBlocking& blocking, const View4<Acc<T>>& dq, const View4<T>& dk,
-                                   const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+                                   const View3<const Acc<T>>& delta, const AttentionScope& scope,
+                                   const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
+                                   const AttentionWorkspace<T>& workspace) {
+  const View1<const index_t>&q_pos = scope.q_pos, &k_pos = scope.k_pos;
+  const AttentionMask& mask = scope.mask;
+  const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
@@ -375,8 +377,8 @@ void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
   template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<Acc<T>>&);       \
   template void attention_backward_accumulate<T>(                                                                      \
       const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                      \
-      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const View1<const index_t>&, const View1<const index_t>&, \
-      const AttentionMask&, const AttentionBlocking&, const View4<Acc<T>>&, const View4<T>&, const View4<T>&,          \
+      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&, const View4<Acc<T>>&,             \
+      const View4<T>&, const View4<T>&,                                                                                \
       const AttentionWorkspace<T>&);                                                                                   \
   template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)

@@ -262,10 +262,12 @@ void fused_forward_accumulate(const View4<const T>& q, const View4<const T>& k, 
 
 template <class T>
 void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                  const AttentionMask& mask, const AttentionBlocking& blocking,
-                                  const View4<Acc<T>>& out_acc, const View3<Acc<T>>& row_max,
-                                  const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
+                                  const AttentionScope& scope, const View4<Acc<T>>& out_acc,
+                                  const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
+                                  const AttentionWorkspace<T>& workspace) {
+  const View1<const index_t>&q_pos = scope.q_pos, &k_pos = scope.k_pos;
+  const AttentionMask& mask = scope.mask;
+  const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
@@ -315,26 +317,23 @@ void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<
 
 template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-                       const AttentionBlocking& blocking, const View4<T>& out, const View3<Acc<T>>& lse,
+                       const AttentionScope& scope, const View4<T>& out, const View3<Acc<T>>& lse,
                        const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
   const View4<Acc<T>> out_acc = output_accumulator(out, workspace);
   attention_forward_init<Acc<T>>(out_acc, lse, row_sum);
-  attention_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out_acc, lse, row_sum, workspace);
+  attention_forward_accumulate<T>(q, k, v, scope, out_acc, lse, row_sum, workspace);
   attention_forward_finalize<T>(out_acc, lse, row_sum, lse, out);
 }
 
 #define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                     \
   template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,  \
-                                                const View1<const index_t>&, const View1<const index_t>&,             \
-                                                const AttentionMask&, const AttentionBlocking&, const View4<Acc<T>>&, \
+                                                const AttentionScope&, const View4<Acc<T>>&,                          \
                                                 const View3<Acc<T>>&, const View3<Acc<T>>&,                           \
                                                 const AttentionWorkspace<T>&);                                        \
   template void attention_forward_finalize<T>(const View4<const Acc<T>>&, const View3<const Acc<T>>&,                \
                                               const View3<const Acc<T>>&, const View3<Acc<T>>&, const View4<T>&);     \
   template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,             \
-                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,  \
-                                     const AttentionBlocking&, const View4<T>&, const View3<Acc<T>>&,                 \
+                                     const AttentionScope&, const View4<T>&, const View3<Acc<T>>&,                    \
                                      const View3<Acc<T>>&, const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)

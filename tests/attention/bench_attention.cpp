@@ -151,7 +151,7 @@ struct Operands {
 template <class T>
 void forward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
              const miniattn::kernels::AttentionWorkspace<T>& workspace) {
-  miniattn::kernels::attention_forward<T>(x.q, x.k, x.v, x.pos, x.pos, causal, blocking, x.out, x.lse, x.row_sum,
+  miniattn::kernels::attention_forward<T>(x.q, x.k, x.v, {x.pos, x.pos, causal, blocking}, x.out, x.lse, x.row_sum,
                                           workspace);
 }
 template <class T>
@@ -162,8 +162,8 @@ void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlo
   const auto dq_acc = miniattn::kernels::query_gradient_accumulator(x.dq, workspace);
   Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
   miniattn::kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
-  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.dout, x.lse, x.delta, x.pos, x.pos, causal,
-                                                      blocking, dq_acc, x.dk, x.dv, workspace);
+  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.dout, x.lse, x.delta,
+                                                      {x.pos, x.pos, causal, blocking}, dq_acc, x.dk, x.dv, workspace);
   miniattn::kernels::round_accumulator<T>(dq_acc, x.dq);
 }
 

@@ -405,7 +405,7 @@ ForwardResult kernel_forward(const Problem& p, const MaskCase& mask, const Atten
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<miniattn::Acc<T>> lse("lse", p.batch, p.heads, p.nq());
   View3<miniattn::Acc<T>> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, {d.q_pos, d.k_pos, kernel_mask(mask), blocking}, out, lse,
                                           row_sum, workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), p.nk()));
   Kokkos::fence();
   return {to_host(out), to_host(lse)};
@@ -429,8 +429,9 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
   miniattn::kernels::attention_forward_init<miniattn::Acc<T>>(out_acc, row_max, row_sum);
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);
-    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v, d.q_pos, kb.k_pos, kernel_mask(mask),
-                                                       blocking, out_acc, row_max, row_sum, workspace);
+    miniattn::kernels::attention_forward_accumulate<T>(d.q, kb.k, kb.v,
+                                                       {d.q_pos, kb.k_pos, kernel_mask(mask), blocking}, out_acc,
+                                                       row_max, row_sum, workspace);
   }
   miniattn::kernels::attention_forward_finalize<T>(out_acc, row_max, row_sum, lse, out);
   Kokkos::fence();
@@ -446,7 +447,7 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
   View4<T> out("out", p.batch, p.heads, p.nq(), p.dh);
   View3<miniattn::Acc<T>> lse("lse", p.batch, p.heads, p.nq());
   View3<miniattn::Acc<T>> row_sum("row_sum", p.batch, p.heads, p.nq());
-  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, d.q_pos, d.k_pos, kernel_mask(mask), blocking, out, lse,
+  miniattn::kernels::attention_forward<T>(d.q, d.k, d.v, {d.q_pos, d.k_pos, kernel_mask(mask), blocking}, out, lse,
                                           row_sum, workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), p.nk()));
   View4<T> dout = to_device<T>(g, p.batch, p.heads, p.nq(), p.dh, "dout");
   View3<miniattn::Acc<T>> delta("delta", p.batch, p.heads, p.nq());
@@ -463,8 +464,9 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     DeviceProblem<T> kb(block);
     View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
-    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta, d.q_pos, kb.k_pos,
-                                                        kernel_mask(mask), blocking, dq_acc, dk, dv, workspace);
+    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta,
+                                                        {d.q_pos, kb.k_pos, kernel_mask(mask), blocking}, dq_acc, dk,
+                                                        dv, workspace);
     dk_blocks.push_back(to_host(dk));
     dv_blocks.push_back(to_host(dv));
   }
@@ -667,7 +669,7 @@ TEST_P(AttentionForward, RowsWithoutKeysKeepMinusInfinityState) {
   View3<double> row_max("row_max", 1, 2, 24), row_sum("row_sum", 1, 2, 24);
   miniattn::kernels::attention_forward_init<double>(acc, row_max, row_sum);
   const AttentionBlocking blocking = as_tested<double>({12, 8});
-  miniattn::kernels::attention_forward_accumulate<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, blocking, acc,
+  miniattn::kernels::attention_forward_accumulate<double>(d.q, d.k, d.v, {d.q_pos, d.k_pos, true, blocking}, acc,
                                                           row_max, row_sum,
                                                           workspace_for<double>(blocking, 1, 2, 2, 8, 24, 24));
   const auto m = to_host(row_max), l = to_host(row_sum), o = to_host(acc);
@@ -740,15 +742,15 @@ TEST_P(AttentionBackward, Accumulates) {
   View3<double> lse("lse", 1, 2, 20), row_sum("row_sum", 1, 2, 20), delta("delta", 1, 2, 20);
   const AttentionBlocking blocking = as_tested<double>({8, 8});
   const auto workspace = workspace_for<double>(blocking, 1, 2, 2, 8, 20, 20);
-  miniattn::kernels::attention_forward<double>(d.q, d.k, d.v, d.q_pos, d.k_pos, true, blocking, out, lse, row_sum,
+  miniattn::kernels::attention_forward<double>(d.q, d.k, d.v, {d.q_pos, d.k_pos, true, blocking}, out, lse, row_sum,
                                                workspace);
   miniattn::kernels::attention_backward_delta<double>(out, dout, delta);
   View4<double> dq("dq", 1, 2, 20, 8), dk("dk", 1, 2, 20, 8), dv("dv", 1, 2, 20, 8);
   Kokkos::deep_copy(dq, 1.0);
   Kokkos::deep_copy(dk, 2.0);
   Kokkos::deep_copy(dv, 3.0);
-  miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta, d.q_pos, d.k_pos, true,
-                                                           blocking, dq, dk, dv, workspace);
+  miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta,
+                                                           {d.q_pos, d.k_pos, true, blocking}, dq, dk, dv, workspace);
   const auto ref = naive_backward(p, kCausal, g);
   auto shifted = [](std::vector<double> x, double c) {
     for (auto& e : x) e += c;
@@ -856,12 +858,13 @@ void check_grouped_heads_against_naive(double tolerance) {
         View3<miniattn::Acc<T>> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
         const AttentionBlocking blocking = as_tested<T>(c.blocking);
         const auto workspace = workspace_for<T>(blocking, B, heads, kv_heads, p.dh, nq, nk);
-        miniattn::kernels::attention_forward<T>(q, k, v, q_pos, k_pos, kernel_mask(mask), blocking, out, lse, row_sum,
+        miniattn::kernels::attention_forward<T>(q, k, v, {q_pos, k_pos, kernel_mask(mask), blocking}, out, lse, row_sum,
                                                 workspace);
         const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
         miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, kernel_mask(mask),
-                                                            blocking, dq, dk, dv, workspace);
+        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta,
+                                                            {q_pos, k_pos, kernel_mask(mask), blocking}, dq, dk, dv,
+                                                            workspace);
         const Problem reference = rounded<T>(p);
         const auto ref = naive_forward(reference, mask);
         const auto ref_grads = naive_backward(reference, mask, rounded<T>(g));
