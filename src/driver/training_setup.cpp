@@ -101,8 +101,8 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_s
                                       " ranks share rank 0's)";
   throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(needed)) + " per rank (" +
                    parts.substr(1) + ") but " + where +
-                   "; use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller kernels.chunk, or "
-                   "set run.memory_per_rank_gib");
+                   "; use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller "
+                   "kernels.chunk, or set run.memory_per_rank_gib");
 }
 
 // io.restart: parameters, moments and step from a checkpoint of the same run.

@@ -333,7 +333,8 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                                    const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                    const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                    const AttentionWorkspace<T>& workspace) {
-  const View1<const index_t>&q_pos = scope.q_pos, &k_pos = scope.k_pos;
+  const View1<const index_t>& q_pos = scope.q_pos;
+  const View1<const index_t>& k_pos = scope.k_pos;
   const AttentionMask& mask = scope.mask;
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);

@@ -265,7 +265,8 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
                                   const AttentionScope& scope, const View4<Acc<T>>& out_acc,
                                   const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                   const AttentionWorkspace<T>& workspace) {
-  const View1<const index_t>&q_pos = scope.q_pos, &k_pos = scope.k_pos;
+  const View1<const index_t>& q_pos = scope.q_pos;
+  const View1<const index_t>& k_pos = scope.k_pos;
   const AttentionMask& mask = scope.mask;
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
