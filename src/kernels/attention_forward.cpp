@@ -270,15 +270,11 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   const AttentionMask& mask = scope.mask;
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
-          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
-  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
+  const index_t nk = k.extent(2);
+  require_key_block<T>(q, k, v, scope);
   require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
   require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
           "row_max and row_sum must be [B, H, n_q]");
-  require(static_cast<index_t>(q_pos.extent(0)) == nq && static_cast<index_t>(k_pos.extent(0)) == nk,
-          "q_pos / k_pos must have one entry per query / key row");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
   if (blocking.kernel == AttentionKernel::gemm) {
     chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,

@@ -82,6 +82,21 @@ bool same_extents3(const View& a, index_t b, index_t h, index_t n) {
          static_cast<index_t>(a.extent(2)) == n;
 }
 
+// What both passes require of a key block: k and v [B, KV, n_k, Dh] with q's
+// B and Dh and KV dividing q's H, and a position for every query and key row.
+template <class T>
+void require_key_block(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+                       const AttentionScope& scope) {
+  const index_t batch = q.extent(0), heads = q.extent(1), dh = q.extent(3);
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
+          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
+  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
+  require(static_cast<index_t>(scope.q_pos.extent(0)) == static_cast<index_t>(q.extent(2)) &&
+              static_cast<index_t>(scope.k_pos.extent(0)) == nk,
+          "q_pos / k_pos must have one entry per query / key row");
+}
+
 template <class T>
 std::size_t scratch_bytes_for(index_t count) {
   return ScratchView<T>::shmem_size(static_cast<std::size_t>(count));
