@@ -3,16 +3,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/mpi_ranks.hpp"
 #include "core/config.hpp"
 
 namespace miniattn {
 
 namespace {
-int comm_size(MPI_Comm comm) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
-  return size;
-}
 
 // A [B, H, n] row-statistics view seen as [B, H, n, 1], so that it travels
 // through the all-to-all as a tensor does.
@@ -36,7 +32,7 @@ UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_
                                       index_t batch, index_t heads, index_t kv_heads, index_t local_rows,
                                       index_t head_dim, std::string name)
     : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)), name_(std::move(name)) {
-  const index_t U = comm_size(ulysses), Hl = heads / U, rows = U * local_rows;
+  const index_t U = size_of(ulysses), Hl = heads / U, rows = U * local_rows;
   const index_t KVl = kv_heads_after_all_to_all(kv_heads, U);
   send_ = kernels::View5<T>("ulysses.send", U, batch, Hl, local_rows, head_dim);
   receive_ = kernels::View5<T>("ulysses.receive", U, batch, Hl, local_rows, head_dim);

@@ -1,5 +1,6 @@
 #include "comm/comm.hpp"
 
+#include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 
 #if defined(MINIATTN_HAVE_NCCL)
@@ -9,12 +10,6 @@
 namespace miniattn {
 
 namespace {
-
-int group_size(MPI_Comm group) {
-  int size = 1;
-  MPI_Comm_size(group, &size);
-  return size;
-}
 
 // Runs `exchange` and counts it under label as one call sending bytes_sent.
 template <class Run>
@@ -45,13 +40,13 @@ std::uint64_t bytes_to_others(std::size_t count_per_rank, int size) {
 
 template <class T>
 void Comm::allreduce_sum(const View1<T>& data, MPI_Comm group, Exchange label) {
-  if (group_size(group) == 1 || data.extent(0) == 0) return;
+  if (size_of(group) == 1 || data.extent(0) == 0) return;
   counted(stats_, label, data.extent(0) * sizeof(T),
           [&] { allreduce_sum_impl(data.data(), data.extent(0), scalar_type_of<T>(), group); });
 }
 
 double Comm::allreduce_sum(double value, MPI_Comm group, Exchange label) {
-  if (group_size(group) == 1) return value;
+  if (size_of(group) == 1) return value;
   double result = 0.0;
   counted(stats_, label, sizeof(double), [&] { MPI_Allreduce(&value, &result, 1, MPI_DOUBLE, MPI_SUM, group); });
   return result;
@@ -60,10 +55,8 @@ double Comm::allreduce_sum(double value, MPI_Comm group, Exchange label) {
 template <class T>
 void Comm::post_shift(const T* send, T* recv, std::size_t count, int dest, int source, MPI_Comm group,
                       Exchange label, PendingExchange& pending) {
-  int rank = 0;
-  MPI_Comm_rank(group, &rank);
   // A shift to itself moves nothing between ranks.
-  const std::uint64_t bytes_sent = dest == rank ? 0 : count * sizeof(T);
+  const std::uint64_t bytes_sent = dest == rank_in(group) ? 0 : count * sizeof(T);
   counted(stats_, label, bytes_sent, [&] {
     post_shift_impl(send, recv, count, scalar_type_of<T>(), dest, source, group, pending);
     pending.label = label;
@@ -100,13 +93,13 @@ void Comm::wait(PendingExchange& pending) {
 
 template <class T>
 void Comm::alltoall(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label) {
-  counted(stats_, label, bytes_to_others<T>(count_per_rank, group_size(group)),
+  counted(stats_, label, bytes_to_others<T>(count_per_rank, size_of(group)),
           [&] { alltoall_impl(send, recv, count_per_rank, scalar_type_of<T>(), group); });
 }
 
 template <class T>
 void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group, Exchange label) {
-  const int size = group_size(group);
+  const int size = size_of(group);
   counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
     if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
     else allgather_impl(send, recv, count_per_rank, scalar_type_of<T>(), group);
@@ -116,7 +109,7 @@ void Comm::allgather(const T* send, T* recv, std::size_t count_per_rank, MPI_Com
 template <class T>
 void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank, MPI_Comm group,
                               Exchange label) {
-  const int size = group_size(group);
+  const int size = size_of(group);
   counted(stats_, label, bytes_to_others<T>(count_per_rank, size), [&] {
     if (size == 1) copy_in_memory_space(send, recv, count_per_rank * sizeof(T));
     else reduce_scatter_sum_impl(send, recv, count_per_rank, scalar_type_of<T>(), group);

@@ -1,20 +1,14 @@
 #include "comm/process_grid.hpp"
 
-namespace miniattn {
+#include "comm/mpi_ranks.hpp"
 
-namespace {
-int rank_in(MPI_Comm comm) {
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  return rank;
-}
-}  // namespace
+namespace miniattn {
 
 ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int pp, int tp, int ulysses_degree) {
   ProcessGrid g;
   g.world = world;
-  MPI_Comm_rank(world, &g.world_rank);
-  MPI_Comm_size(world, &g.world_size);
+  g.world_rank = rank_in(world);
+  g.world_size = size_of(world);
   g.dp_size = dp;
   g.pp_size = pp;
   g.tp_size = tp;

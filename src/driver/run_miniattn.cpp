@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "comm/agree.hpp"
+#include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 #include "driver/training_run.hpp"
 #include "io/text_file.hpp"
@@ -100,9 +101,7 @@ int run_miniattn(const Config& config, MPI_Comm world, const ModelModes& model_m
              : precision == Precision::bf16 ? run_training<bf16>(config, world)
                                             : run_training<double>(config, world);
   }
-  int rank = 0;
-  MPI_Comm_rank(world, &rank);
-  if (rank == 0) {
+  if (rank_in(world) == 0) {
     // One line however long the run: every step's loss goes to the file only.
     nlohmann::json line = result;
     line.erase("losses");

@@ -2,6 +2,7 @@
 // exchanged (measured and modelled), memory, losses; the bench's rates
 // against this machine's own GEMM.
 
+#include "comm/mpi_ranks.hpp"
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
@@ -17,8 +18,7 @@ namespace {
 
 // {min, max, mean} of a value over the ranks of comm.
 nlohmann::json spread_over_ranks(double value, MPI_Comm comm) {
-  int size = 1;
-  MPI_Comm_size(comm, &size);
+  const int size = size_of(comm);
   double min = 0, max = 0, sum = 0;
   MPI_Allreduce(&value, &min, 1, MPI_DOUBLE, MPI_MIN, comm);
   MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm);

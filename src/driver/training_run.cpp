@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "comm/agree.hpp"
+#include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
@@ -236,8 +237,7 @@ template <class T>
 nlohmann::json run_training(const Config& c, MPI_Comm world) {
   StepRecord record;
   record.baseline_resident_bytes = peak_resident_bytes();
-  int world_size = 1;
-  MPI_Comm_size(world, &world_size);
+  const int world_size = size_of(world);
   const int dp = static_cast<int>(c.parallel.dp), pp = static_cast<int>(c.parallel.pp);
   const int tp = static_cast<int>(c.parallel.tp), sp = static_cast<int>(sp_size(c.parallel, world_size));
   ProcessGrid grid = ProcessGrid::create(world, dp, pp, tp, ulysses_degree_for(c.parallel, sp));
