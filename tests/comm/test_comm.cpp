@@ -22,7 +22,7 @@
 namespace miniattn {
 namespace {
 
-using mpitest::rank_of;
+using mpitest::rank_in;
 using mpitest::size_of;
 
 template <class T>
@@ -76,7 +76,7 @@ TYPED_TEST(CommTest, BackendIsMpi) {
 TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
   using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   const std::size_t n = 37;
   std::vector<T> k(n), v(n);
@@ -118,7 +118,7 @@ TYPED_TEST(CommTest, RingShiftDeliversPredecessorData) {
 TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
   using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   const std::size_t n = 8;
   // Pass a block all the way round the ring against the usual direction: after
@@ -148,7 +148,7 @@ TYPED_TEST(CommTest, RingShiftBackwardsAndRepeated) {
 TYPED_TEST(CommTest, AllToAllRoutesBlocks) {
   using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const std::size_t c = 5;
   // Block j of send, element k: 10000*rank + 100*j + k.
   std::vector<T> send(c * static_cast<std::size_t>(size));
@@ -198,7 +198,7 @@ void expect_allgather(Comm& comm, MPI_Comm group, std::size_t count, Exchange la
   const std::vector<int> world = world_ranks_of(group);
   const std::size_t size = world.size();
   std::vector<T> mine(count);
-  for (std::size_t k = 0; k < count; ++k) mine[k] = gathered<T>(rank_of(MPI_COMM_WORLD), k);
+  for (std::size_t k = 0; k < count; ++k) mine[k] = gathered<T>(rank_in(MPI_COMM_WORLD), k);
   const View1<T> send = to_view(mine, "send");
   const View1<T> recv("recv", count * size);
   comm.allgather(send.data(), recv.data(), count, group, label);
@@ -219,11 +219,11 @@ template <class T>
 void expect_reduce_scatter(Comm& comm, MPI_Comm group, std::size_t count, Exchange label) {
   const std::vector<int> world = world_ranks_of(group);
   const std::size_t size = world.size();
-  const int rank = rank_of(group);
+  const int rank = rank_in(group);
   std::vector<T> blocks(count * size);
   for (std::size_t j = 0; j < size; ++j)
     for (std::size_t k = 0; k < count; ++k)
-      blocks[j * count + k] = static_cast<T>(1000 * rank_of(MPI_COMM_WORLD) + 100 * static_cast<int>(j) +
+      blocks[j * count + k] = static_cast<T>(1000 * rank_in(MPI_COMM_WORLD) + 100 * static_cast<int>(j) +
                                              static_cast<int>(k));
   const View1<T> send = to_view(blocks, "send");
   const View1<T> recv("recv", count);
@@ -257,7 +257,7 @@ TYPED_TEST(CommTest, AllgatherAndReduceScatterOnOneRankCopy) {
 TYPED_TEST(CommTest, AllreduceSums) {
   using T = typename TypeParam::T;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const std::size_t n = 11;
   std::vector<T> values(n);
   for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<T>(7 * rank + static_cast<int>(i));
@@ -285,7 +285,7 @@ TYPED_TEST(CommTest, AllreduceSums) {
 
 TYPED_TEST(CommTest, ScalarAllreduce) {
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const double total = this->comm->allreduce_sum(static_cast<double>(rank + 1), world, Exchange::loss);
   EXPECT_EQ(total, size * (size + 1) / 2.0);
   const ExchangeStats* s = find_stats(*this->comm, Exchange::loss);
@@ -303,10 +303,10 @@ TYPED_TEST(CommTest, ScalarAllreduce) {
 // inside each half.
 TYPED_TEST(CommTest, SubCommunicators) {
   using T = typename TypeParam::T;
-  const int world_rank = rank_of(MPI_COMM_WORLD), world_size = size_of(MPI_COMM_WORLD);
+  const int world_rank = rank_in(MPI_COMM_WORLD), world_size = size_of(MPI_COMM_WORLD);
   MPI_Comm half = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
-  const int rank = rank_of(half), size = size_of(half);
+  const int rank = rank_in(half), size = size_of(half);
 
   // Sum of the world ranks of my half.
   int expected_sum = 0;

@@ -34,7 +34,7 @@
 namespace miniattn {
 namespace {
 
-using mpitest::rank_of;
+using mpitest::rank_in;
 using mpitest::size_of;
 
 #if defined(MINIATTN_TEST_NCCL)
@@ -127,7 +127,7 @@ TYPED_TEST_SUITE(NcclVsMpi, ScalarTypes);
 TYPED_TEST(NcclVsMpi, RingShift) {
   using T = TypeParam;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   const std::size_t n = 1000;
   std::vector<T> k(n), v(n);
@@ -160,7 +160,7 @@ TYPED_TEST(NcclVsMpi, RingShift) {
 TYPED_TEST(NcclVsMpi, AllToAll) {
   using T = TypeParam;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const std::size_t c = 257;
   std::vector<T> send(c * static_cast<std::size_t>(size));
   for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(10000 * rank + static_cast<int>(i));
@@ -175,7 +175,7 @@ TYPED_TEST(NcclVsMpi, AllToAll) {
 TYPED_TEST(NcclVsMpi, AllGather) {
   using T = TypeParam;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const std::size_t c = 257;
   std::vector<T> send(c);
   for (std::size_t i = 0; i < c; ++i) send[i] = static_cast<T>(10000 * rank + static_cast<int>(i));
@@ -190,7 +190,7 @@ TYPED_TEST(NcclVsMpi, AllGather) {
 TYPED_TEST(NcclVsMpi, ReduceScatterSum) {
   using T = TypeParam;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world), size = size_of(world);
+  const int rank = rank_in(world), size = size_of(world);
   const std::size_t c = 257;
   std::vector<T> send(c * static_cast<std::size_t>(size));
   for (std::size_t i = 0; i < send.size(); ++i) send[i] = static_cast<T>(rank + static_cast<int>(i % 1000));
@@ -205,7 +205,7 @@ TYPED_TEST(NcclVsMpi, ReduceScatterSum) {
 TYPED_TEST(NcclVsMpi, AllreduceSum) {
   using T = TypeParam;
   const MPI_Comm world = MPI_COMM_WORLD;
-  const int rank = rank_of(world);
+  const int rank = rank_in(world);
   const std::size_t n = 4099;
   std::vector<T> values(n);
   for (std::size_t i = 0; i < n; ++i) values[i] = static_cast<T>(rank + static_cast<int>(i % 100));
@@ -221,11 +221,11 @@ TYPED_TEST(NcclVsMpi, AllreduceSum) {
 // ranks of 2): each gets its own NCCL communicator.
 TYPED_TEST(NcclVsMpi, SubGroups) {
   using T = TypeParam;
-  const int world_rank = rank_of(MPI_COMM_WORLD);
+  const int world_rank = rank_in(MPI_COMM_WORLD);
   MPI_Comm half = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
   {
-    const int rank = rank_of(half), size = size_of(half);
+    const int rank = rank_in(half), size = size_of(half);
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     const std::size_t n = 64;
     std::vector<T> send(n * static_cast<std::size_t>(size));
