@@ -104,7 +104,7 @@ class ChunkPairs {
   Kokkos::View<const index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> documents_;
 };
 
-// The row kernels run one team per query row of every head over that row of
+// The row kernels run one thread per query row of every head over that row of
 // its score block (reduction.hpp's row machinery: SIMD packs and pack_exp on
 // the host, 32 vector lanes on a GPU), in Acc<T>: scores and probabilities are
 // stored as T (bf16 for bf16 runs), the statistics and the output as Acc<T>.
