@@ -4,10 +4,11 @@
 // same bits on 1, 2 or 64 threads and on every repeat (no atomics, no
 // thread-count-dependent tree).
 //
-//  * Row reductions (LayerNorm statistics, softmax): one team per row
+//  * Row reductions (LayerNorm statistics, softmax): one thread per row
 //    (row_team_policy); team_vector_sum / team_vector_max reduce a row in
 //    SIMD packs on the host (lane order, then lanes in order) and over the
-//    team's vector lanes on a GPU (Kokkos's fixed tree for a fixed team shape).
+//    thread's 32 vector lanes on a GPU (each lane its columns in order, then
+//    Kokkos's fixed tree over the lanes).
 //  * Column sums (bias and LayerNorm parameter gradients): rows are cut into
 //    chunks of kColumnSumChunkRows; each chunk sums its rows in order into its
 //    own row of a partials workspace, then the chunks are summed in order.
