@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "attention/block_reach.hpp"
+#include "attention/strategy_table.hpp"
 #include "core/error.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/pipeline_schedule.hpp"
@@ -449,8 +450,7 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   const double once_v = w.last ? 5 : 0;
   double elementwise = L * (block_chunk_d * r * D + block_shard_d * R * D / tp + 4 * R * D + block_f * R * F / tp) +
                        once_d * r * D + once_v * r * V;
-  if (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid)
-    elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
+  if (strategy_entry(c.strategy).all_to_all) elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
 }
 
@@ -672,7 +672,7 @@ StepPrediction micro_batch_work(const MachineDescription& machine, const StepCon
   if (c.tp > 1) add_tensor_parallel(machine, c, w, where.tp_inter, out);
   if (c.strategy == Strategy::allgather) add_allgather_attention(machine, c, w, where.sp_inter, out);
   else add_ring_attention(machine, c, w, where.ring_inter, out);
-  if (c.ulysses > 1 && (c.strategy == Strategy::ulysses || c.strategy == Strategy::hybrid))
+  if (c.ulysses > 1 && strategy_entry(c.strategy).all_to_all)
     add_alltoalls(machine, c, w, where.ulysses_off_node, out);
   if (c.pp > 1) add_pipeline_sends(machine, c, w, where, out);
   return out;
@@ -769,9 +769,7 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
     // local: no sequence parallelism, dp x tp x pp ranks (else the SP strategies' dp: the validator names pp).
     c.dp = strategy != Strategy::local ? dp : ranks % (tp * pp) == 0 ? ranks / (tp * pp) : dp;
     c.sp = strategy == Strategy::local ? 1 : sp;
-    c.ulysses = strategy == Strategy::ulysses  ? sp
-                : strategy == Strategy::hybrid ? hybrid_degree(deck, sp, tp, machine.ranks_per_node)
-                                               : 1;
+    c.ulysses = ulysses_degree_for(strategy, sp, hybrid_degree(deck, sp, tp, machine.ranks_per_node));
     add(to_string(strategy), c);
   }
   // Pure tensor parallelism: the ranks of each DP replica's stage form one TP group.

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/strategy_table.hpp"
 #include "core/config_json.hpp"
 #include "core/error.hpp"
 #include "model/pipeline_schedule.hpp"
@@ -37,8 +38,7 @@ StepConfig deck_step_config(const Config& c) {
 StepConfig own_step_config(const Config& c, const StepConfig& deck, int world_size) {
   StepConfig own = deck;
   own.sp = static_cast<int>(sp_size(c.parallel, world_size));
-  if (own.strategy == Strategy::ulysses) own.ulysses = own.sp;
-  else if (own.strategy != Strategy::hybrid) own.ulysses = 1;
+  own.ulysses = ulysses_degree_for(own.strategy, own.sp, own.ulysses);
   return own;
 }
 

@@ -6,13 +6,62 @@
 
 namespace miniattn {
 
+namespace {
+
 template <class T>
-AllGatherWorkspace<T>::AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows,
-                                          index_t head_dim, int group_size, const kernels::AttentionBlocking& blocking)
-    : row_sum("allgather.row_sum", batch, heads, rows), delta("allgather.delta", batch, heads, rows),
-      kernel({batch, heads, kv_heads, head_dim, rows, rows}, blocking) {
-  if (group_size < 2) return;
-  const index_t elements = group_size * batch * kv_heads * rows * head_dim;
+LayerMaker<T> make_allgather_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
+  auto workspace = std::make_shared<AllGatherWorkspace<T>>(build.sizes);
+  shared_bytes += workspace->bytes();
+  return [build, workspace](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
+    return std::make_unique<AllGatherAttention<T>>(build.comm, build.grid.ring_comm, build.positions, mask,
+                                                   build.sizes.blocking, workspace);
+  };
+}
+
+kernels::AttentionShape own_block(const AttentionSizes& z) {
+  return {z.batch, z.heads, z.kv_heads, z.head_dim, z.rows, z.rows};
+}
+
+// All shared: row statistics, the kernels' scratch for one block, and (sp > 1)
+// the whole sequence's K, V, dK, dV: O(N) per rank.
+AttentionMemory allgather_memory(const AttentionSizes& z) {
+  const std::size_t s = z.value_bytes, a = z.acc_bytes, G = static_cast<std::size_t>(z.sp);
+  const std::size_t R = static_cast<std::size_t>(z.batch * z.rows), H = static_cast<std::size_t>(z.heads);
+  const std::size_t Dk = static_cast<std::size_t>(z.kv_heads * z.head_dim);
+  AttentionMemory memory;
+  memory.shared = 2 * R * H * a + kernels::attention_workspace_bytes(own_block(z), z.blocking, s, a) +
+                  (G > 1 ? 4 * G * R * Dk * s : 0);
+  return memory;
+}
+
+// Per layer over P ranks: K and V gathered in the forward pass and again in
+// the backward pass, dK and dV reduce-scattered.
+void add_allgather_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
+  const double P = z.sp, L = layers;
+  if (P <= 1) return;
+  const double X_kv = static_cast<double>(z.batch) * static_cast<double>(z.rows) * static_cast<double>(z.head_dim) *
+                      static_cast<double>(z.value_bytes) * static_cast<double>(z.kv_heads);
+  bytes[Exchange::allgather_forward_kv] = L * 2 * (P - 1) * X_kv;
+  bytes[Exchange::allgather_backward_kv] = L * 2 * (P - 1) * X_kv;
+  bytes[Exchange::allgather_backward_dkdv] = L * 2 * (P - 1) * X_kv;
+}
+
+}  // namespace
+
+const StrategyEntry kAllGatherAttentionEntry{allgather_memory,
+                                             add_allgather_exchanges,
+                                             make_allgather_layers<float>,
+                                             make_allgather_layers<double>,
+                                             make_allgather_layers<bf16>,
+                                             /*ring_attention=*/false,
+                                             /*all_to_all=*/false};
+
+template <class T>
+AllGatherWorkspace<T>::AllGatherWorkspace(const AttentionSizes& sizes)
+    : row_sum("allgather.row_sum", sizes.batch, sizes.heads, sizes.rows),
+      delta("allgather.delta", sizes.batch, sizes.heads, sizes.rows), kernel(own_block(sizes), sizes.blocking) {
+  if (sizes.sp < 2) return;
+  const index_t elements = sizes.sp * sizes.batch * sizes.kv_heads * sizes.rows * sizes.head_dim;
   k_all = View1<T>("allgather.k", elements);
   v_all = View1<T>("allgather.v", elements);
   dk_all = View1<T>("allgather.dk", elements);
@@ -38,8 +87,9 @@ AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View
 }
 
 template <class T>
-View1<const index_t> AllGatherAttention<T>::positions_of(int group_rank) const {
-  return Kokkos::subview(group_positions_, group_rank, Kokkos::ALL());
+kernels::AttentionScope AllGatherAttention<T>::scope(int source, const DocumentIds& documents) const {
+  return {Kokkos::subview(group_positions_, rank_, Kokkos::ALL()), Kokkos::subview(group_positions_, source, Kokkos::ALL()),
+          mask_.with_documents(documents), blocking_};
 }
 
 template <class T>
@@ -60,7 +110,7 @@ void AllGatherAttention<T>::gather_keys_values(const View4<const T>& k, const Vi
 
 template <class T>
 void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                    const View4<T>& out, const View3<Acc<T>>& lse) {
+                                    const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
   const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
   kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
@@ -68,8 +118,8 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_forward_accumulate<T>(q, block(k, workspace_->k_all, g), block(v, workspace_->v_all, g),
-                                               {positions_of(rank_), positions_of(g), mask_, blocking_}, out_acc,
-                                               row_max, workspace_->row_sum, workspace_->kernel);
+                                               scope(g, documents), out_acc, row_max, workspace_->row_sum,
+                                               workspace_->kernel);
   kernels::attention_forward_finalize<T>(out_acc, row_max, workspace_->row_sum, lse, out);
 }
 
@@ -77,9 +127,9 @@ void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T
 // the backward pass gathers them again, as Llama 3's context parallelism does.
 template <class T>
 void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                     const View4<const T>& out, const View3<const Acc<T>>& lse,
-                                     const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
-                                     const View4<T>& dv) {
+                                     const DocumentIds& documents, const View4<const T>& out,
+                                     const View3<const Acc<T>>& lse, const View4<const T>& dout, const View4<T>& dq,
+                                     const View4<T>& dk, const View4<T>& dv) {
   AllGatherWorkspace<T>& w = *workspace_;
   kernels::attention_backward_delta<T>(out, dout, w.delta);
   const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, w.kernel);
@@ -95,8 +145,8 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
       kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
-                                                {positions_of(rank_), positions_of(g), mask_, blocking_}, dq_acc,
-                                                block(dk, w.dk_all, g), block(dv, w.dv_all, g), w.kernel);
+                                                scope(g, documents), dq_acc, block(dk, w.dk_all, g),
+                                                block(dv, w.dv_all, g), w.kernel);
   kernels::round_accumulator<T>(dq_acc, dq);
   if (size_ == 1) return;
   // Block g of every rank's dK, dV holds its queries' share for rank g's keys.

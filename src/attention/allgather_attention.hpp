@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "attention/attention_strategy.hpp"
+#include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
 
 namespace miniattn {
+
+extern const StrategyEntry kAllGatherAttentionEntry;  // allgather in the strategy table
 
 // Buffers shared by the all-gather attention of every layer: each rank's K, V
 // (forward and backward) and dK, dV contributions (backward) as `group_size`
@@ -29,8 +32,7 @@ struct AllGatherWorkspace {
   View1<T> k_all, v_all, dk_all, dv_all;
   kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for one block
 
-  AllGatherWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int group_size,
-                     const kernels::AttentionBlocking& blocking);
+  explicit AllGatherWorkspace(const AttentionSizes& sizes);  // a group of sizes.sp ranks
   std::size_t bytes() const;
 };
 
@@ -42,16 +44,16 @@ class AllGatherAttention final : public AttentionStrategy<T> {
                      const kernels::AttentionMask& mask, const kernels::AttentionBlocking& blocking,
                      std::shared_ptr<AllGatherWorkspace<T>> workspace);
 
-  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<Acc<T>>& lse) override;
-  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
+               const View4<T>& out, const View3<Acc<T>>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
                 const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
-  std::string name() const override { return "allgather"; }
   std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace
 
  private:
-  View1<const index_t> positions_of(int group_rank) const;
+  // This rank's queries against the keys of group rank `source` (its positions), under the mask and the documents.
+  kernels::AttentionScope scope(int source, const DocumentIds& documents) const;
   // Block g of a gathered buffer, shaped like `own` (own itself in a group of one).
   template <class U>
   View4<U> block(const View4<U>& own, const View1<T>& all, int g) const;

@@ -7,12 +7,72 @@
 
 namespace miniattn {
 
+namespace {
+
+// One ring rank's block: all of a layer's attention, or after a Ulysses
+// all-to-all of degree U, heads / U query heads, the K/V heads left to them
+// and U x rows positions.
+kernels::AttentionShape ring_block(const AttentionSizes& z) {
+  const index_t U = z.ulysses, rows = U * z.rows;
+  return {z.batch, z.heads / U, kv_heads_after_all_to_all(z.kv_heads, U), z.head_dim, rows, rows};
+}
+
 template <class T>
-RingWorkspace<T>::RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim,
-                                int ring_size, const kernels::AttentionBlocking& blocking)
-    : row_sum("ring.row_sum", batch, heads, rows), delta("ring.delta", batch, heads, rows),
-      kernel({batch, heads, kv_heads, head_dim, rows, rows}, blocking) {
-  if (ring_size < 2) return;
+LayerMaker<T> make_ring_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
+  auto workspace = std::make_shared<RingWorkspace<T>>(build.sizes);
+  shared_bytes += workspace->bytes();
+  return [build, workspace](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
+    return std::make_unique<RingAttention<T>>(build.comm, build.grid.ring_comm, build.positions, mask,
+                                              build.sizes.ring_steps, build.sizes.blocking, workspace);
+  };
+}
+
+}  // namespace
+
+// Its row statistics, the kernels' scratch and (rings of more than one rank)
+// the travelling K/V/dK/dV double buffers.
+AttentionMemory ring_attention_memory(const AttentionSizes& z) {
+  const kernels::AttentionShape block = ring_block(z);
+  const std::size_t s = z.value_bytes, a = z.acc_bytes;
+  const auto size = [](index_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t rows = size(block.batch) * size(block.heads) * size(block.queries);
+  const std::size_t kv = size(block.batch) * size(block.kv_heads) * size(block.keys) * size(block.head_dim);
+  AttentionMemory memory;
+  memory.shared = 2 * rows * a + kernels::attention_workspace_bytes(block, z.blocking, s, a) +
+                  (z.ring_size() > 1 ? 8 * kv * s : 0);
+  return memory;
+}
+
+// Over G ring ranks and S ring steps (G, fewer under a sliding window), per
+// layer, K/V blocks of X bytes move S - 1 times each way, the dK/dV
+// accumulators S - 1 times and then home.
+void add_ring_attention_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
+  const double G = z.ring_size(), S = z.ring_steps, L = layers;
+  if (G <= 1) return;
+  const kernels::AttentionShape block = ring_block(z);
+  const double head_bytes = static_cast<double>(z.batch) * static_cast<double>(z.rows) *
+                            static_cast<double>(z.head_dim) * static_cast<double>(z.value_bytes);
+  const double X = head_bytes * static_cast<double>(z.ulysses * block.kv_heads);
+  bytes[Exchange::ring_forward_kv] += L * 2 * (S - 1) * X;
+  bytes[Exchange::ring_backward_kv] += L * 2 * (S - 1) * X;
+  bytes[Exchange::ring_backward_dkdv] += L * 2 * (S > 1 ? S : 0) * X;
+}
+
+const StrategyEntry kRingAttentionEntry{ring_attention_memory,
+                                        add_ring_attention_exchanges,
+                                        make_ring_layers<float>,
+                                        make_ring_layers<double>,
+                                        make_ring_layers<bf16>,
+                                        /*ring_attention=*/true,
+                                        /*all_to_all=*/false};
+
+template <class T>
+RingWorkspace<T>::RingWorkspace(const AttentionSizes& sizes) : kernel(ring_block(sizes), sizes.blocking) {
+  const kernels::AttentionShape block = ring_block(sizes);
+  const index_t batch = block.batch, kv_heads = block.kv_heads, rows = block.keys, head_dim = block.head_dim;
+  row_sum = View3<Acc<T>>("ring.row_sum", batch, block.heads, rows);
+  delta = View3<Acc<T>>("ring.delta", batch, block.heads, rows);
+  if (sizes.ring_size() < 2) return;
   for (int i = 0; i < 2; ++i) {
     k[i] = View4<T>("ring.k_buffer", batch, kv_heads, rows, head_dim);
     v[i] = View4<T>("ring.v_buffer", batch, kv_heads, rows, head_dim);
@@ -31,23 +91,23 @@ std::size_t RingWorkspace<T>::bytes() const {
 template <class T>
 RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
                                 const kernels::AttentionMask& mask, int steps,
-                                const kernels::AttentionBlocking& blocking, std::shared_ptr<RingWorkspace<T>> workspace,
-                                std::string name)
+                                const kernels::AttentionBlocking& blocking, std::shared_ptr<RingWorkspace<T>> workspace)
     : comm_(comm), ring_(ring), steps_(steps), ring_positions_(ring_positions), mask_(mask), blocking_(blocking),
-      name_(std::move(name)), workspace_(std::move(workspace)) {
+      workspace_(std::move(workspace)) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
   sees_ = rows_seen_from(ring_positions, rank_, mask);
 }
 
 template <class T>
-View1<const index_t> RingAttention<T>::positions_of(int ring_rank) const {
-  return Kokkos::subview(ring_positions_, ring_rank, Kokkos::ALL());
+kernels::AttentionScope RingAttention<T>::scope(int source, const DocumentIds& documents) const {
+  return {Kokkos::subview(ring_positions_, rank_, Kokkos::ALL()), Kokkos::subview(ring_positions_, source, Kokkos::ALL()),
+          mask_.with_documents(documents), blocking_};
 }
 
 template <class T>
 void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                               const View4<T>& out, const View3<Acc<T>>& lse) {
+                               const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
   const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
   kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
@@ -64,9 +124,8 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
     }
     const int source = (rank_ - step + size_) % size_;
     if (sees_[static_cast<std::size_t>(source)])
-      kernels::attention_forward_accumulate<T>(q, k_current, v_current,
-                                               {positions_of(rank_), positions_of(source), mask_, blocking_}, out_acc,
-                                               row_max, workspace_->row_sum, workspace_->kernel);
+      kernels::attention_forward_accumulate<T>(q, k_current, v_current, scope(source, documents), out_acc, row_max,
+                                               workspace_->row_sum, workspace_->kernel);
     comm_.wait(pending);
     if (step + 1 < steps_) {
       k_current = workspace_->k[slot];
@@ -78,8 +137,9 @@ void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k,
 
 template <class T>
 void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
-                                const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+                                const DocumentIds& documents, const View4<const T>& out, const View3<const Acc<T>>& lse,
+                                const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
+                                const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, workspace_->delta);
   const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, workspace_->kernel);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
@@ -89,10 +149,9 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           if (!sees_[static_cast<std::size_t>(source)]) return;
-                          kernels::attention_backward_accumulate<T>(
-                              q, k_block, v_block, dout, lse, workspace_->delta,
-                              {positions_of(rank_), positions_of(source), mask_, blocking_}, dq_acc, dk_block, dv_block,
-                              workspace_->kernel);
+                          kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse,
+                                                                    workspace_->delta, scope(source, documents),
+                                                                    dq_acc, dk_block, dv_block, workspace_->kernel);
                         });
   kernels::round_accumulator<T>(dq_acc, dq);
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attention/attention_strategy.hpp"
+#include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
 #include "kernels/attention.hpp"
 
@@ -26,17 +27,24 @@ namespace miniattn {
 // of every layer: two K/V blocks in flight (current, next), two pairs of
 // travelling dK/dV accumulators (rings of more than one rank only), and row
 // statistics. K/V blocks carry the kv_heads K/V heads (GQA: fewer than the
-// query heads), so a ring sends only those.
+// query heads), so a ring sends only those. After a Ulysses all-to-all of
+// degree U a ring rank holds heads / U query heads over U x rows positions.
 template <class T>
 struct RingWorkspace {
   View3<Acc<T>> row_sum, delta;
   View4<T> k[2], v[2], dk[2], dv[2];
-  kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for blocks of `rows` rows
+  kernels::AttentionWorkspace<T> kernel;  // the attention kernels' scratch for one block
 
-  RingWorkspace(index_t batch, index_t heads, index_t kv_heads, index_t rows, index_t head_dim, int ring_size,
-                const kernels::AttentionBlocking& blocking);
+  explicit RingWorkspace(const AttentionSizes& sizes);
   std::size_t bytes() const;
 };
+
+// Ring attention's entry in the strategy table (local and ring), and what
+// Ulysses attention, which runs it inside, shares of it: the workspace's
+// bytes (shared) and the ring's exchanges.
+extern const StrategyEntry kRingAttentionEntry;
+AttentionMemory ring_attention_memory(const AttentionSizes& sizes);
+void add_ring_attention_exchanges(const AttentionSizes& sizes, double layers, std::map<Exchange, double>& bytes);
 
 template <class T>
 class RingAttention final : public AttentionStrategy<T> {
@@ -46,18 +54,18 @@ class RingAttention final : public AttentionStrategy<T> {
   // workspace: shaped [batch, heads, m, Dh] for this ring; steps: ring_steps().
   RingAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
                 const kernels::AttentionMask& mask, int steps, const kernels::AttentionBlocking& blocking,
-                std::shared_ptr<RingWorkspace<T>> workspace, std::string name);
+                std::shared_ptr<RingWorkspace<T>> workspace);
 
-  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<Acc<T>>& lse) override;
-  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
+               const View4<T>& out, const View3<Acc<T>>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
                 const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
-  std::string name() const override { return name_; }
   std::size_t allocated_bytes() const override { return 0; }  // all in the shared workspace
 
  private:
-  View1<const index_t> positions_of(int ring_rank) const;
+  // This rank's queries against the keys of ring rank `source` (its positions), under the mask and the documents.
+  kernels::AttentionScope scope(int source, const DocumentIds& documents) const;
 
   Comm& comm_;
   MPI_Comm ring_;
@@ -66,7 +74,6 @@ class RingAttention final : public AttentionStrategy<T> {
   kernels::AttentionMask mask_;
   std::vector<char> sees_;  // sees_[g]: this rank's queries see ring rank g's keys
   kernels::AttentionBlocking blocking_;
-  std::string name_;
   std::shared_ptr<RingWorkspace<T>> workspace_;
 };
 

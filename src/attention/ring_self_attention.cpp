@@ -5,14 +5,55 @@
 
 namespace miniattn {
 
+namespace {
+
+template <class T>
+LayerMaker<T> make_rsa_layers(const AttentionBuild& build, std::size_t&) {
+  return [build](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
+    return std::make_unique<RingSelfAttention<T>>(build.comm, build.grid.ring_comm, build.positions, mask,
+                                                  build.sizes);
+  };
+}
+
+// Per layer: the n x N score rows (of every head), the backward's dS rows, the
+// ring's buffers, delta and (bf16) the output and dq accumulators.
+AttentionMemory rsa_memory(const AttentionSizes& z) {
+  const auto size = [](index_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t s = z.value_bytes, a = z.acc_bytes, R = size(z.batch * z.rows), H = size(z.heads);
+  const std::size_t N = size(z.sp * z.rows), Dk = size(z.kv_heads * z.head_dim), Da = size(z.heads * z.head_dim);
+  const std::size_t dense_rows = size(kernels::dense_backward_rows(z.rows));
+  AttentionMemory memory;
+  memory.per_layer = (R * H * N + R * H * dense_rows + 8 * R * Dk) * s + R * H * a + (s != a ? 2 * R * Da * a : 0);
+  return memory;
+}
+
+// Per layer over P ranks: K and V go round once each in the forward pass,
+// together in the backward pass, the dK/dV accumulators P times.
+void add_rsa_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
+  const double P = z.sp, L = layers;
+  if (P <= 1) return;
+  const double X_kv = static_cast<double>(z.batch) * static_cast<double>(z.rows) * static_cast<double>(z.head_dim) *
+                      static_cast<double>(z.value_bytes) * static_cast<double>(z.kv_heads);
+  bytes[Exchange::rsa_forward_k] = L * (P - 1) * X_kv;
+  bytes[Exchange::rsa_forward_v] = L * (P - 1) * X_kv;
+  bytes[Exchange::rsa_backward_kv] = L * 2 * (P - 1) * X_kv;
+  bytes[Exchange::rsa_backward_dkdv] = L * 2 * P * X_kv;
+}
+
+}  // namespace
+
+const StrategyEntry kRingSelfAttentionEntry{
+    rsa_memory,           add_rsa_exchanges, make_rsa_layers<float>, make_rsa_layers<double>, make_rsa_layers<bf16>,
+    /*ring_attention=*/false, /*all_to_all=*/false};
+
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
-                                        const kernels::AttentionMask& mask, index_t batch, index_t heads,
-                                        index_t kv_heads, index_t head_dim)
+                                        const kernels::AttentionMask& mask, const AttentionSizes& sizes)
     : comm_(comm), ring_(ring), ring_positions_(ring_positions), mask_(mask) {
   MPI_Comm_rank(ring, &rank_);
   MPI_Comm_size(ring, &size_);
-  const index_t n = static_cast<index_t>(ring_positions.extent(1));
+  const index_t n = sizes.rows, batch = sizes.batch, heads = sizes.heads, kv_heads = sizes.kv_heads;
+  const index_t head_dim = sizes.head_dim;
   probabilities_ = kernels::View5<T>("rsa.probabilities", size_, batch, heads, n, n);
   delta_ = View3<Acc<T>>("rsa.delta", batch, heads, n);
   if (!std::is_same<T, Acc<T>>::value) {
@@ -40,7 +81,7 @@ View4<T> RingSelfAttention<T>::probabilities_of(int ring_rank) const {
 
 template <class T>
 void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<T>& out, const View3<Acc<T>>& lse) {
+                                   const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   // Pass 1: K around the ring; score block of every source rank.
   View4<const T> current = k;
@@ -50,7 +91,8 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
       comm_.post_shift(current.data(), buffer_[step % 2].data(), current.span(), next, prev, ring_, Exchange::rsa_forward_k,
                        pending);
     const int source = (rank_ - step + size_) % size_;
-    kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), mask_, probabilities_of(source));
+    kernels::score_block<T>(q, current, positions_of(rank_), positions_of(source), mask_.with_documents(documents),
+                            probabilities_of(source));
     comm_.wait(pending);
     current = buffer_[step % 2];
   }
@@ -74,9 +116,9 @@ void RingSelfAttention<T>::forward(const View4<const T>& q, const View4<const T>
 
 template <class T>
 void RingSelfAttention<T>::backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                    const View4<const T>& out, const View3<const Acc<T>>&,
+                                    const DocumentIds&, const View4<const T>& out, const View3<const Acc<T>>&,
                                     const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
-                                    const View4<T>& dv) {
+                                    const View4<T>& dv) {  // the probabilities saved have the documents' mask
   kernels::attention_backward_delta<T>(out, dout, delta_);
   const View4<Acc<T>> dq_acc = kernels::accumulator_of(dq, dq_acc_);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));

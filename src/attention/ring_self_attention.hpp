@@ -10,25 +10,26 @@
 #include <mpi.h>
 
 #include "attention/attention_strategy.hpp"
+#include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
 #include "kernels/dense_attention.hpp"
 
 namespace miniattn {
 
+extern const StrategyEntry kRingSelfAttentionEntry;  // rsa in the strategy table
+
 template <class T>
 class RingSelfAttention final : public AttentionStrategy<T> {
  public:
-  // ring_positions [P, n]: global positions of each ring rank's rows.
+  // ring_positions [P, n]: global positions of each ring rank's rows; sizes: this rank's share.
   RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,
-                    const kernels::AttentionMask& mask, index_t batch, index_t heads, index_t kv_heads,
-                    index_t head_dim);
+                    const kernels::AttentionMask& mask, const AttentionSizes& sizes);
 
-  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<Acc<T>>& lse) override;
-  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
+               const View4<T>& out, const View3<Acc<T>>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
                 const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
-  std::string name() const override { return "rsa"; }
   std::size_t allocated_bytes() const override;
 
  private:

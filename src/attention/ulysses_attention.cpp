@@ -3,7 +3,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "comm/mpi_ranks.hpp"
+#include "attention/ring_attention.hpp"
 #include "core/config.hpp"
 
 namespace miniattn {
@@ -25,15 +25,58 @@ kernels::View5<U> buffer(const Memory& memory, index_t heads, index_t columns) {
   return kernels::View5<U>(reinterpret_cast<U*>(memory.data()), memory.extent(0), memory.extent(1), heads,
                            memory.extent(3), columns);
 }
+template <class T>
+LayerMaker<T> make_ulysses_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
+  const LayerMaker<T> inner = kRingAttentionEntry.make_layers<T>()(build, shared_bytes);
+  return [build, inner](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
+    return std::make_unique<UlyssesAttention<T>>(build.comm, build.grid.ulysses_comm, inner(mask), build.sizes);
+  };
+}
+
+// Ring attention's shared workspace; per layer the exchange buffers, the
+// head-split tensors and their lse, and (bf16) the lse's own buffers.
+AttentionMemory ulysses_attention_memory(const AttentionSizes& z) {
+  const std::size_t s = z.value_bytes, a = z.acc_bytes, U = static_cast<std::size_t>(z.ulysses);
+  const std::size_t R = static_cast<std::size_t>(z.batch * z.rows), H = static_cast<std::size_t>(z.heads);
+  const std::size_t Da = H * static_cast<std::size_t>(z.head_dim);
+  const std::size_t Du = U * static_cast<std::size_t>(kv_heads_after_all_to_all(z.kv_heads, z.ulysses) * z.head_dim);
+  AttentionMemory memory = ring_attention_memory(z);
+  memory.per_layer = (2 * R * Da + 4 * R * Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0);
+  return memory;
+}
+
+// Every all-to-all is called, also on one rank, where it sends nothing.
+void add_ulysses_attention_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
+  const double L = layers, U = z.ulysses, share = (U - 1) / U;
+  const double b = static_cast<double>(z.batch), n = static_cast<double>(z.rows), H = static_cast<double>(z.heads);
+  const double s = static_cast<double>(z.value_bytes);
+  const double X = b * n * H * static_cast<double>(z.head_dim) * s;
+  const double head_bytes = b * n * static_cast<double>(z.head_dim) * s;
+  const double X_kv = head_bytes * static_cast<double>(z.ulysses * kv_heads_after_all_to_all(z.kv_heads, z.ulysses));
+  bytes[Exchange::ulysses_forward_qkv] = L * (X + 2 * X_kv) * share;
+  bytes[Exchange::ulysses_forward_out] = L * X * share;
+  bytes[Exchange::ulysses_forward_lse] = L * b * H * n * static_cast<double>(z.acc_bytes) * share;
+  bytes[Exchange::ulysses_backward_dout] = L * X * share;
+  bytes[Exchange::ulysses_backward_dqkv] = L * (X + 2 * X_kv) * share;
+  add_ring_attention_exchanges(z, layers, bytes);
+}
+
 }  // namespace
+
+const StrategyEntry kUlyssesAttentionEntry{ulysses_attention_memory,
+                                           add_ulysses_attention_exchanges,
+                                           make_ulysses_layers<float>,
+                                           make_ulysses_layers<double>,
+                                           make_ulysses_layers<bf16>,
+                                           /*ring_attention=*/true,
+                                           /*all_to_all=*/true};
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
-                                      index_t batch, index_t heads, index_t kv_heads, index_t local_rows,
-                                      index_t head_dim, std::string name)
-    : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)), name_(std::move(name)) {
-  const index_t U = size_of(ulysses), Hl = heads / U, rows = U * local_rows;
-  const index_t KVl = kv_heads_after_all_to_all(kv_heads, U);
+                                      const AttentionSizes& sizes)
+    : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)) {
+  const index_t U = sizes.ulysses, Hl = sizes.heads / U, local_rows = sizes.rows, rows = U * local_rows;
+  const index_t KVl = kv_heads_after_all_to_all(sizes.kv_heads, U), batch = sizes.batch, head_dim = sizes.head_dim;
   send_ = kernels::View5<T>("ulysses.send", U, batch, Hl, local_rows, head_dim);
   receive_ = kernels::View5<T>("ulysses.receive", U, batch, Hl, local_rows, head_dim);
   q_heads_ = View4<T>("ulysses.q", batch, Hl, rows, head_dim);
@@ -78,23 +121,24 @@ void UlyssesAttention<T>::to_sequence(const View4<const U>& head_split, const Vi
 
 template <class T>
 void UlyssesAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const View4<T>& out, const View3<Acc<T>>& lse) {
+                                  const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   to_heads(q, q_heads_, Exchange::ulysses_forward_qkv);
   to_heads(k, k_heads_, Exchange::ulysses_forward_qkv);
   to_heads(v, v_heads_, Exchange::ulysses_forward_qkv);
-  inner_->forward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_);
+  inner_->forward(q_heads_, k_heads_, v_heads_, documents, out_heads_, lse_heads_);
   to_sequence<T>(out_heads_, out, send_, receive_, Exchange::ulysses_forward_out);
   to_sequence<Acc<T>>(as_4d(lse_heads_), as_4d(lse), lse_send_, lse_receive_, Exchange::ulysses_forward_lse);
 }
 
 template <class T>
 void UlyssesAttention<T>::backward(const View4<const T>&, const View4<const T>&, const View4<const T>&,
-                                   const View4<const T>&, const View3<const Acc<T>>&, const View4<const T>& dout,
-                                   const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) {
+                                   const DocumentIds& documents, const View4<const T>&, const View3<const Acc<T>>&,
+                                   const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
+                                   const View4<T>& dv) {
   // q, k, v, out and lse of the forward pass are still here, head-split.
   to_heads(dout, dout_heads_, Exchange::ulysses_backward_dout);
-  inner_->backward(q_heads_, k_heads_, v_heads_, out_heads_, lse_heads_, dout_heads_, dq_heads_, dk_heads_,
-                   dv_heads_);
+  inner_->backward(q_heads_, k_heads_, v_heads_, documents, out_heads_, lse_heads_, dout_heads_, dq_heads_,
+                   dk_heads_, dv_heads_);
   to_sequence<T>(dq_heads_, dq, send_, receive_, Exchange::ulysses_backward_dqkv);
   to_sequence<T>(dk_heads_, dk, send_, receive_, Exchange::ulysses_backward_dqkv);
   to_sequence<T>(dv_heads_, dv, send_, receive_, Exchange::ulysses_backward_dqkv);

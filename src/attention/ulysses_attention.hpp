@@ -13,23 +13,28 @@
 #include <mpi.h>
 
 #include "attention/attention_strategy.hpp"
+#include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
 #include "kernels/ulysses_layout.hpp"
 
 namespace miniattn {
 
+// The entry of ulysses and hybrid in the strategy table: ring attention's
+// shared workspace and exchanges (over a ring of sp / U ranks) plus its own.
+extern const StrategyEntry kUlyssesAttentionEntry;
+
 template <class T>
 class UlyssesAttention final : public AttentionStrategy<T> {
  public:
-  UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner, index_t batch,
-                   index_t heads, index_t kv_heads, index_t local_rows, index_t head_dim, std::string name);
+  // sizes: this rank's sequence-split share (sizes.ulysses: the ranks of `ulysses`).
+  UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
+                   const AttentionSizes& sizes);
 
-  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const View4<T>& out,
-               const View3<Acc<T>>& lse) override;
-  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
+  void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
+               const View4<T>& out, const View3<Acc<T>>& lse) override;
+  void backward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
                 const View4<const T>& out, const View3<const Acc<T>>& lse, const View4<const T>& dout,
                 const View4<T>& dq, const View4<T>& dk, const View4<T>& dv) override;
-  std::string name() const override { return name_; }
   std::size_t allocated_bytes() const override;
 
  private:
@@ -42,7 +47,6 @@ class UlyssesAttention final : public AttentionStrategy<T> {
   Comm& comm_;
   MPI_Comm ulysses_;
   std::unique_ptr<AttentionStrategy<T>> inner_;
-  std::string name_;
   kernels::View5<T> send_, receive_;                   // [U, B, H/U, n, Dh]
   kernels::View5<Acc<T>> lse_send_, lse_receive_;     // [U, B, H/U, n, 1]: send_'s and receive_'s memory
                                                       // when T is Acc<T>, else fp32 buffers of their own

@@ -63,4 +63,17 @@ std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, 
   return positions;
 }
 
+Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
+  Decomposition d;
+  d.strategy = c.parallel.strategy;
+  d.layout = c.parallel.layout;
+  d.dp = grid.dp_size;
+  d.pp = grid.pp_size;
+  d.tp = grid.tp_size;
+  d.sp = grid.sp_size;
+  d.ulysses = grid.ulysses_size;
+  d.micro_batches = c.train.micro_batches;
+  return d;
+}
+
 }  // namespace miniattn

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/decomposition.hpp"
 #include "core/types.hpp"
 
 namespace miniattn {
@@ -47,6 +48,9 @@ struct ProcessGrid {
   bool last_stage() const { return pp_rank == pp_size - 1; }
   void free();
 };
+
+// The run's decomposition: the deck's strategy, layout and micro-batches over the grid's sizes.
+Decomposition decomposition_of(const Config& c, const ProcessGrid& grid);
 
 // Which global sequence positions a rank of an SP group owns.
 // contiguous: [r*n, (r+1)*n); zigzag: chunks r and 2P-1-r of 2P equal chunks;

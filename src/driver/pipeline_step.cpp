@@ -44,20 +44,20 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
   const double start = wall_seconds();
   for (const PipelineOp& op : one_forward_one_backward(grid.pp_rank, grid.pp_size, s.share.micro_batches)) {
     const index_t slot = op.micro_batch % slots;
-    const auto inputs = micro_batch_rows(s.inputs, op.micro_batch, rows);
-    const auto targets = micro_batch_rows(s.targets, op.micro_batch, rows);
+    const View2<index_t> ids =
+        s.document_ids.empty() ? View2<index_t>() : s.document_ids[static_cast<std::size_t>(slot)];
+    const MicroBatch batch{micro_batch_rows(s.inputs, op.micro_batch, rows),
+                           micro_batch_rows(s.targets, op.micro_batch, rows), ids};
     if (op.forward) {
       comm.wait(activation_sends[static_cast<std::size_t>(slot)]);  // the slot's last output has left
-      if (!s.attention.documents.empty()) {
-        const View2<index_t>& ids = s.attention.documents[static_cast<std::size_t>(slot)];
+      if (ids.extent(0) > 0)  // packed documents: the micro-batch's ids, kept in its slot until its backward
         s.task.fill_documents(step, s.share.first_sample + op.micro_batch * static_cast<index_t>(ids.extent(0)), ids);
-      }
       if (previous != MPI_PROC_NULL)
         receive(comm, model.stage_input(slot), previous, grid.pp_comm, Exchange::pipeline_activations);
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("forward");
-        pass.loss_sum += model.forward(s.weights, slot, inputs, targets);
+        pass.loss_sum += model.forward(s.weights, slot, batch);
       }
       pass.busy_seconds += wall_seconds() - t0;
       const View2<T> output = model.stage_output(slot);
@@ -70,7 +70,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("backward");
-        model.backward(s.weights, s.grads, slot, inputs, targets, static_cast<Acc<T>>(1.0 / tokens));
+        model.backward(s.weights, s.grads, slot, batch, static_cast<Acc<T>>(1.0 / tokens));
       }
       pass.busy_seconds += wall_seconds() - t0;
       if (previous != MPI_PROC_NULL) {

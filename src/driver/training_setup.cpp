@@ -151,19 +151,6 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   return share;
 }
 
-Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
-  Decomposition d;
-  d.strategy = c.parallel.strategy;
-  d.layout = c.parallel.layout;
-  d.dp = grid.dp_size;
-  d.pp = grid.pp_size;
-  d.tp = grid.tp_size;
-  d.sp = grid.sp_size;
-  d.ulysses = grid.ulysses_size;
-  d.micro_batches = c.train.micro_batches;
-  return d;
-}
-
 InjectedFault injected_fault(int world_rank) {
   InjectedFault fault;
   const char* text = std::getenv("MINIATTN_FAULT");
@@ -209,6 +196,18 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   return memory;
 }
 
+namespace {
+
+// With packed documents, one [micro_batch, N] buffer of document ids per slot.
+std::vector<View2<index_t>> document_buffers(bool documents, index_t slots, index_t micro_batch, index_t seq_len) {
+  std::vector<View2<index_t>> ids;
+  for (index_t slot = 0; documents && slot < slots; ++slot)
+    ids.push_back(View2<index_t>("document_ids", micro_batch, seq_len));
+  return ids;
+}
+
+}  // namespace
+
 template <class T>
 TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l,
                                 const kernels::AttentionTiles& tiles)
@@ -218,13 +217,15 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_tiles(tiles),
       comm(make_comm(c.parallel.comm, g.world, c.parallel.gpu_aware_mpi)),
       attention_positions(ring_positions(c.model, c.parallel, g)),
-      attention(make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
-                                         pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count())),
-      model(c.model, l, sh.micro_batch, sh.n, std::move(attention.layers),
+      model(c.model, l, sh.micro_batch, sh.n,
+            make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
+                                     pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count()),
             TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
             pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches),
-            RotaryPositions<T>(c.model, positions, attention.documents)),
+            RotaryPositions<T>(c.model, positions, sh.micro_batch,
+                               c.data.documents ? pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches) : 0)),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
+      document_ids(document_buffers(c.data.documents, model.slots(), sh.micro_batch, c.model.seq_len)),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents, c.data.task} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);
@@ -258,11 +259,11 @@ template <class T>
 std::size_t TrainingState<T>::allocated_bytes() const {
   const std::size_t parameter_copies = optimizer.has_moments() ? 4 : 2;
   std::size_t index_elements = inputs.span() + targets.span() + positions.span() + attention_positions.span();
-  for (const View2<index_t>& ids : attention.documents) index_elements += ids.span();
+  for (const View2<index_t>& ids : document_ids) index_elements += ids.span();
   const std::size_t weight_copy =
       std::is_same<T, Param<T>>::value ? 0 : (weights.replicated.span() + weights.sharded.span()) * sizeof(T);
   return parameter_copies * (params.replicated.span() + params.sharded.span()) * sizeof(Param<T>) + weight_copy +
-         model.allocated_bytes() + attention.shared_workspace_bytes + gradient_sum.allocated_bytes() +
+         model.allocated_bytes() + gradient_sum.allocated_bytes() +
          index_elements * sizeof(index_t) + pipeline_send.span() * sizeof(T);
 }
 

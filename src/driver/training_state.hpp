@@ -14,7 +14,6 @@
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
-#include "core/decomposition.hpp"
 #include "driver/attention_factory.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "model/optimizer.hpp"
@@ -39,9 +38,6 @@ struct RankShare {
   index_t micro_batch_rows() const { return micro_batch * n; }
 };
 RankShare rank_share(const Config& c, const ProcessGrid& grid);
-
-// The run's decomposition: the deck's strategy, layout and micro-batches over the grid's sizes.
-Decomposition decomposition_of(const Config& c, const ProcessGrid& grid);
 
 // Fault injection for the no-hang tests: MINIATTN_FAULT="rank=R,step=S" makes
 // world rank R fail at the start of step S, as a failed allocation would;
@@ -104,9 +100,11 @@ struct TrainingState {
   kernels::AttentionTiles attention_tiles;
   std::unique_ptr<Comm> comm;
   View2<index_t> attention_positions;
-  AttentionLayers<T> attention;  // its layers move into the model; its document ids stay
   Transformer<T> model;
   View1<index_t> inputs, targets;  // all micro-batches of the step, one after the other
+  // With packed documents, the document ids [micro_batch, N] of the
+  // micro-batch each slot holds, from its forward pass to its backward pass.
+  std::vector<View2<index_t>> document_ids;
   View2<T> pipeline_send;          // the input gradient in flight to the previous stage (none on the first)
   SyntheticTask task;
   PhaseTimer timer;

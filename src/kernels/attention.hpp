@@ -57,6 +57,11 @@ struct AttentionMask {
   index_t window = 0;
   View2<const index_t> documents;  // [B, N], or empty: one document per sample
   AttentionMask(bool causal_mask = false, index_t window_width = 0) : causal(causal_mask), window(window_width) {}
+  AttentionMask with_documents(const View2<const index_t>& ids) const {
+    AttentionMask mask = *this;
+    mask.documents = ids;
+    return mask;
+  }
   // By positions alone (the same for every sample).
   KOKKOS_INLINE_FUNCTION bool hides_position(index_t query, index_t key) const {
     if (causal && key > query) return true;

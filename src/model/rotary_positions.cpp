@@ -8,29 +8,28 @@ namespace miniattn {
 
 template <class T>
 RotaryPositions<T>::RotaryPositions(const ModelConfig& model, const View1<const index_t>& positions,
-                                    const std::vector<View2<index_t>>& documents)
+                                    index_t micro_batch, index_t document_slots)
     : theta_(model.rope_theta), positions_(positions) {
   if (model.positions != PositionEncoding::rope) return;
   const index_t n = positions.extent(0), half = model.head_dim() / 2;
-  if (documents.empty()) {
-    Table t{View3<Acc<T>>("rotary.cos", 1, n, half), View3<Acc<T>>("rotary.sin", 1, n, half), {}};
-    kernels::rotary_table<Acc<T>>(positions_, t.documents, theta_, t.cos, t.sin);
+  if (document_slots == 0) {
+    const Table t{View3<Acc<T>>("rotary.cos", 1, n, half), View3<Acc<T>>("rotary.sin", 1, n, half)};
+    kernels::rotary_table<Acc<T>>(positions_, DocumentIds(), theta_, t.cos, t.sin);  // positions are global
     tables_.push_back(t);
     return;
   }
-  for (std::size_t slot = 0; slot < documents.size(); ++slot) {
-    const index_t samples = documents[slot].extent(0);
+  for (index_t slot = 0; slot < document_slots; ++slot) {
     const std::string name = "rotary.slot" + std::to_string(slot);
-    tables_.push_back({View3<Acc<T>>(name + ".cos", samples, n, half), View3<Acc<T>>(name + ".sin", samples, n, half),
-                       documents[slot]});
+    tables_.push_back(
+        {View3<Acc<T>>(name + ".cos", micro_batch, n, half), View3<Acc<T>>(name + ".sin", micro_batch, n, half)});
   }
 }
 
 template <class T>
-void RotaryPositions<T>::refresh(index_t slot) const {
-  if (!enabled() || table(slot).documents.extent(1) == 0) return;
+void RotaryPositions<T>::refresh(index_t slot, const DocumentIds& documents) const {
+  if (!enabled() || documents.extent(0) == 0) return;
   const Table& t = table(slot);
-  kernels::rotary_table<Acc<T>>(positions_, t.documents, theta_, t.cos, t.sin);
+  kernels::rotary_table<Acc<T>>(positions_, documents, theta_, t.cos, t.sin);
 }
 
 template <class T>

@@ -24,15 +24,16 @@ template <class T>
 class RotaryPositions {
  public:
   RotaryPositions() = default;
-  // positions: the global positions of the local rows [n]; documents: each
-  // slot's document ids [micro_batch, N], or none without packed documents.
-  RotaryPositions(const ModelConfig& model, const View1<const index_t>& positions,
-                  const std::vector<View2<index_t>>& documents);
+  // positions: the global positions of the local rows [n]. With packed
+  // documents (document_slots > 0) a table per slot of micro_batch samples,
+  // else one table for every sample.
+  RotaryPositions(const ModelConfig& model, const View1<const index_t>& positions, index_t micro_batch,
+                  index_t document_slots);
 
   bool enabled() const { return !tables_.empty(); }
-  // Recomputes slot's table from its document ids (packed documents; the
-  // caller has just filled them).
-  void refresh(index_t slot) const;
+  // Recomputes slot's table from the document ids of the micro-batch it now
+  // holds (packed documents; nothing to do without).
+  void refresh(index_t slot, const DocumentIds& documents) const;
   // q [B, H, n, Dh] and k [B, KV, n, Dh] rotated in place (forward), or their
   // gradients rotated back (the transpose).
   void rotate(index_t slot, const View4<T>& q, const View4<T>& k) const;
@@ -43,7 +44,6 @@ class RotaryPositions {
  private:
   struct Table {
     View3<Acc<T>> cos, sin;
-    View2<const index_t> documents;  // empty: positions are global
   };
   const Table& table(index_t slot) const { return tables_[tables_.size() == 1 ? 0 : static_cast<std::size_t>(slot)]; }
 

@@ -59,8 +59,8 @@ void fill_with_index(const View1<index_t>& v) {
 
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
-                            index_t local_positions, std::vector<std::unique_ptr<AttentionStrategy<T>>> attention,
-                            const TensorParallelGroup& tp, index_t slots, RotaryPositions<T> rotary)
+                            index_t local_positions, AttentionLayers<T> attention, const TensorParallelGroup& tp,
+                            index_t slots, RotaryPositions<T> rotary)
     : model_(model), layout_(layout), layers_(layout.layers()), tp_(tp), local_batch_(micro_batch),
       local_positions_(local_positions), rows_(micro_batch * local_positions), chunk_rows_(tp.chunk_rows(rows_)),
       first_row_(tp.first_row(rows_)), d_shard_(model.d_model / tp.size),
@@ -131,7 +131,8 @@ View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_ro
 }
 
 template <class T>
-void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l) {
+void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l,
+                                   const DocumentIds& documents) {
   const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
   const std::size_t i = static_cast<std::size_t>(l - layers_.first);
@@ -145,7 +146,8 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
   rotary_.rotate(slot, q_, k_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
-  attention_phase(timer_, "attention_forward", [&] { attention.forward(q_, k_, v_, a.attention_out, a.lse); });
+  attention_phase(timer_, "attention_forward",
+                  [&] { attention.forward(q_, k_, v_, documents, a.attention_out, a.lse); });
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
@@ -165,30 +167,29 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
 }
 
 template <class T>
-double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, const View1<const index_t>& inputs,
-                               const View1<const index_t>& targets) {
+double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, const MicroBatch& batch) {
   compat::ProfilingRegion region("miniattn::forward");
   const index_t D = model_.d_model, V = model_.vocab;
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
-  rotary_.refresh(slot);
+  rotary_.refresh(slot, batch.documents);
   if (layout_.holds_embedding()) {
     const auto wpe = matrix_at(params.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D);
-    kernels::embedding_forward<T>(chunk_of(inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
+    kernels::embedding_forward<T>(chunk_of(batch.inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
   }
-  for (index_t l = layers_.first; l < layers_.end; ++l) block_forward(params, slot, l);
+  for (index_t l = layers_.first; l < layers_.end; ++l) block_forward(params, slot, l, batch.documents);
   if (!layout_.holds_head()) return 0.0;
   kernels::layer_norm_forward<T>(saved.residual.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
   kernels::linear_forward<T>(normed_, wte, View1<const T>(), logits_);
-  kernels::cross_entropy_forward<T>(logits_, chunk_of(targets), logits_lse_, row_loss_);
+  kernels::cross_entropy_forward<T>(logits_, chunk_of(batch.targets), logits_lse_, row_loss_);
   return loss_sum_.sum<double>(row_loss_);
 }
 
 template <class T>
 void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
-                                    index_t slot, index_t l) {
+                                    index_t slot, index_t l, const DocumentIds& documents) {
   // On entry d_residual_ holds dL/d(block output); on exit dL/d(block input).
   const index_t D = model_.d_model;
   const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
@@ -234,7 +235,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   rotary_.rotate(slot, q_, k_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_backward", [&] {
-    attention.backward(q_, k_, v_, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+    attention.backward(q_, k_, v_, documents, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   });
   rotary_.rotate_gradients(slot, d_q_, d_k_);
   const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
@@ -268,15 +269,14 @@ void Transformer<T>::head_backward(const ParameterBuffers<T>& params, const Para
 
 template <class T>
 void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
-                              index_t slot, const View1<const index_t>& inputs, const View1<const index_t>& targets,
-                              Acc<T> loss_scale) {
+                              index_t slot, const MicroBatch& batch, Acc<T> loss_scale) {
   compat::ProfilingRegion region("miniattn::backward");
   if (layout_.holds_head())
-    head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), targets, loss_scale);
-  for (index_t l = layers_.end - 1; l >= layers_.first; --l) block_backward(params, grads, slot, l);
+    head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), batch.targets, loss_scale);
+  for (index_t l = layers_.end - 1; l >= layers_.first; --l) block_backward(params, grads, slot, l, batch.documents);
   if (!layout_.holds_embedding()) return;
   const index_t D = model_.d_model, V = model_.vocab;
-  kernels::group_rows_by_token(chunk_of(inputs), token_rows_);
+  kernels::group_rows_by_token(chunk_of(batch.inputs), token_rows_);
   kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, matrix_at(grads.replicated, layout_.wte(), V, D),
                                  matrix_at(grads.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D),
                                  first_row_);
@@ -318,7 +318,8 @@ std::size_t Transformer<T>::allocated_bytes() const {
   for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
   bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(Acc<T>) + row_loss_.span() * sizeof(double) +
            loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
-  for (const auto& strategy : attention_) bytes += strategy->allocated_bytes();
+  bytes += attention_.shared_workspace_bytes;
+  for (const auto& strategy : attention_.layers) bytes += strategy->allocated_bytes();
   return bytes + rotary_.allocated_bytes();
 }
 

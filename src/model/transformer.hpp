@@ -52,6 +52,13 @@ struct SlotActivations {
   std::vector<BlockActivations<T>> blocks;
 };
 
+// One micro-batch: the group's inputs and targets (all rows) and, with packed
+// documents, its samples' document ids [micro_batch, N] (else empty).
+struct MicroBatch {
+  View1<const index_t> inputs, targets;
+  DocumentIds documents;
+};
+
 template <class T>
 class Transformer {
  public:
@@ -59,27 +66,25 @@ class Transformer {
   // its backward pass needs; slot-major) over this rank's H / tp heads.
   // rotary: the rotations of q and k with model.positions rope (none by default).
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch, index_t local_positions,
-              std::vector<std::unique_ptr<AttentionStrategy<T>>> attention, const TensorParallelGroup& tp = {},
-              index_t slots = 1, RotaryPositions<T> rotary = {});
+              AttentionLayers<T> attention, const TensorParallelGroup& tp = {}, index_t slots = 1,
+              RotaryPositions<T> rotary = {});
 
-  // Runs the stage on one micro-batch (the group's inputs and targets, all
-  // rows) in `slot`. On the first stage it starts from the embedding, on the
+  // Runs the stage on one micro-batch in `slot`. On the first stage it starts from the embedding, on the
   // others from stage_input(slot), which the caller has filled. Returns, on
   // the last stage, the SUM of the cross-entropy over this rank's chunk of
   // rows (the caller sums over ranks and divides by the global token count),
   // else 0 (the output is stage_output(slot)).
-  double forward(const ParameterBuffers<T>& params, index_t slot, const View1<const index_t>& inputs,
-                 const View1<const index_t>& targets);
+  double forward(const ParameterBuffers<T>& params, index_t slot, const MicroBatch& batch);
 
   // Accumulates d(loss_scale * loss sum)/d(params) into grads (+=) for the
-  // micro-batch in `slot`, which forward() ran. On the last stage it starts
+  // micro-batch in `slot`, which forward() ran on `batch`. On the last stage it starts
   // from the loss, on the others from residual_gradient(), which the caller
   // has filled with the gradient of stage_output(slot); on return
   // residual_gradient() holds the gradient of stage_input(slot). params are
   // the weights the model computes with (T: bf16 for bf16 runs), grads are
   // Param<T> (fp32 for bf16).
   void backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
-                const View1<const index_t>& inputs, const View1<const index_t>& targets, Acc<T> loss_scale);
+                const MicroBatch& batch, Acc<T> loss_scale);
 
   index_t rows() const { return rows_; }
   index_t chunk_rows() const { return chunk_rows_; }
@@ -105,13 +110,13 @@ class Transformer {
 
  private:
   // Block l (a layer of the stage) on the micro-batch in `slot`.
-  void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l);
+  void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l, const DocumentIds& documents);
   void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
-                      index_t l);
+                      index_t l, const DocumentIds& documents);
   void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, const View2<T>& x,
                      const View1<const index_t>& targets, Acc<T> loss_scale);
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
-    return *attention_[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
+    return *attention_.layers[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
   }
   // [R, D / tp] over the first R x D / tp values of `memory`: merged heads or their gradient.
   View2<T> merged_rows(const View2<T>& memory) const;
@@ -127,7 +132,7 @@ class Transformer {
   index_t d_shard_, kv_shard_, ffn_shard_;  // this rank's D / tp attention columns, KV Dh / tp K (and V)
                                             // columns and F / tp FFN units
   index_t qkv_rows() const { return d_shard_ + 2 * kv_shard_; }
-  std::vector<std::unique_ptr<AttentionStrategy<T>>> attention_;
+  AttentionLayers<T> attention_;
   RotaryPositions<T> rotary_;
 
   View1<index_t> wpe_row_;  // local wpe row of each local position (identity)

@@ -1,19 +1,9 @@
 #pragma once
 // Analytic bytes one rank hands to MPI per training step (payload sent to
-// other ranks), by strategy. With P = sp ranks, U = Ulysses degree, G = P / U
-// ring ranks, t = tp ranks, b = local batch, n = N / P local positions,
-// s = bytes of a value (model.precision; 2 in bf16), X = b n (D / t) s the
-// bytes of one local [b, H / t, n, Dh] tensor, Xkv = b n (KV / t) Dh s those
-// of a local K or V (KV = kv_heads; X with KV = H), Xkv' the same as a Ulysses
-// all-to-all leaves it (K/V heads split over U, or one replicated per rank),
-// S = ring steps (G, fewer under model.window: attention/block_reach.hpp), per layer:
-//   ring:            forward 2 (S-1) Xkv;  backward 2 (S-1) Xkv + 2 S Xkv   (S > 1)
-//   rsa:             forward 2 (P-1) Xkv;  backward 2 (P-1) Xkv + 2 P Xkv   (P > 1)
-//   allgather:       forward 2 (P-1) Xkv;  backward 2 (P-1) Xkv (gathered again)
-//                    + 2 (P-1) Xkv (dK, dV reduce-scattered)               (P > 1)
-//   ulysses/hybrid:  forward (2 X + 2 Xkv' + b (H/t) n 4)(U-1)/U (q k v, out, lse);
-//                    backward (2 X + 2 Xkv')(U-1)/U (dout, dq dk dv); each plus
-//                    the ring above over G ranks with Xkv'
+// other ranks). Attention's are the strategy's own (its add_exchanges in
+// attention/strategy_table.hpp, stated beside its class: ring, rsa,
+// allgather, ulysses/hybrid). The rest, with t = tp ranks, b = local batch,
+// n = N / sp local positions, s = bytes of a value (model.precision; 2 in bf16):
 //   tensor parallel: 6 all-gathers (2 forward, 4 backward: two recomputed
 //                    LayerNorm outputs, two output gradients) and 4
 //                    reduce-scatters (2 + 2) of the [b n / t, D] chunk, each

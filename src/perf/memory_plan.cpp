@@ -13,10 +13,10 @@
 #include <hip/hip_runtime_api.h>
 #endif
 
+#include "attention/strategy_table.hpp"
 #include "core/types.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/dense_attention.hpp"
 #include "kernels/ordered_sum.hpp"
 #include "kernels/reduction.hpp"
 #include "model/parameter_layout.hpp"
@@ -84,37 +84,11 @@ RankSizes rank_sizes(const MemoryPlanInput& in) {
   return z;
 }
 
-// The attention strategies, one per layer and slot, plus the ring workspace they share.
+// The attention strategies, one per layer and slot, plus the workspace they share.
 std::size_t attention_bytes(const MemoryPlanInput& in, const RankSizes& z) {
-  const std::size_t s = z.s, a = z.a, b = z.b, n = z.n, R = z.R, H = z.H, Dh = z.Dh, U = z.U, G = z.G;
-  const std::size_t per_layer = z.slots * z.L;
-  // The attention kernels' scratch for blocks of `rows` rows (kernels/attention.hpp).
-  const auto kernel_workspace = [&](std::size_t heads, std::size_t kv_heads, std::size_t rows) {
-    const auto i = [](std::size_t x) { return static_cast<index_t>(x); };
-    return kernels::attention_workspace_bytes({i(b), i(heads), i(kv_heads), i(Dh), i(rows), i(rows)}, in.blocking, s, a);
-  };
-  if (in.strategy == Strategy::rsa) {
-    const std::size_t dense_rows = static_cast<std::size_t>(kernels::dense_backward_rows(static_cast<index_t>(n)));
-    // Per layer: scores, dS rows, the ring's buffers; delta; (bf16) the output and dq accumulators.
-    return per_layer * ((R * H * z.N + R * H * dense_rows + 8 * R * z.Dk) * s + R * H * a +
-                        (s != a ? 2 * R * z.Da * a : 0));
-  }
-  if (in.strategy == Strategy::allgather) {
-    // Its shared workspace: row statistics, the kernels' scratch for one block,
-    // and the whole sequence's K, V, dK, dV (sp > 1): O(N) per rank.
-    return 2 * R * H * a + kernel_workspace(H, z.KV, n) + (G > 1 ? 4 * G * R * z.Dk * s : 0);
-  }
-  // The shared ring workspace (local when G == 1): row statistics, the
-  // kernels' scratch, and the travelling K/V/dK/dV double buffers. After
-  // a Ulysses all-to-all a rank holds KVu K/V heads of U n rows: R Du values.
-  const std::size_t KVu =
-      static_cast<std::size_t>(kv_heads_after_all_to_all(static_cast<std::int64_t>(z.KV), in.ulysses));
-  const std::size_t Du = U * KVu * Dh;
-  std::size_t bytes = 2 * R * H * a + kernel_workspace(H / U, KVu, U * n) + (G > 1 ? 8 * R * Du * s : 0);
-  // All-to-all buffers, head-split tensors, their lse; (bf16) the lse's own all-to-all buffers.
-  if (in.strategy == Strategy::ulysses || in.strategy == Strategy::hybrid)
-    bytes += per_layer * ((2 * R * z.Da + 4 * R * z.Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0));
-  return bytes;
+  const AttentionSizes sizes = attention_sizes(in.model, in, static_cast<index_t>(z.b), in.blocking);
+  const AttentionMemory memory = strategy_entry(in.strategy).memory(sizes);
+  return memory.shared + z.slots * z.L * memory.per_layer;
 }
 
 }  // namespace

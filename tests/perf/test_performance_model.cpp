@@ -232,7 +232,7 @@ TEST(PerformanceModel, RsaMemoryGrowsLikeNSquaredOverP) {
 // with rotary positions; a learned wpe table (fp32 master, gradient and
 // moments in both) keeps it near 0.62.
 TEST(PerformanceModel, Bf16HalvesActivationsAndExchanges) {
-  for (const auto [sp, positions] : {std::pair{1, PositionEncoding::learned}, std::pair{4, PositionEncoding::learned},
+  for (const auto& [sp, positions] : {std::pair{1, PositionEncoding::learned}, std::pair{4, PositionEncoding::learned},
                                      std::pair{1, PositionEncoding::rope}, std::pair{4, PositionEncoding::rope}}) {
     StepConfig fp32 = config(sp == 1 ? Strategy::local : Strategy::ring, sp, 1 << 15);
     fp32.model.heads = 4;
@@ -256,7 +256,9 @@ TEST(PerformanceModel, Bf16HalvesActivationsAndExchanges) {
     EXPECT_EQ(b.memory_parts.at(MemoryPart::optimizer), a.memory_parts.at(MemoryPart::optimizer));
     EXPECT_EQ(4 * b.memory_parts.at(MemoryPart::parameters_gradients), 5 * a.memory_parts.at(MemoryPart::parameters_gradients));
     const double ratio = b.memory_bytes_per_rank / a.memory_bytes_per_rank;
-    if (positions == PositionEncoding::rope) EXPECT_LE(ratio, 0.6) << sp << " ranks";
+    if (positions == PositionEncoding::rope) {
+      EXPECT_LE(ratio, 0.6) << sp << " ranks";
+    }
     std::printf("N = 32768 on %d rank(s), %s positions: bf16 plans %.3f of fp32's memory\n", sp,
                 to_string(positions), ratio);
   }
