@@ -286,9 +286,9 @@ namespace {
 template <class T>
 void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                const View4<const T>& dout, const View3<const T>& lse, const View3<const T>& delta,
-                               const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                               const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& dq,
-                               const View4<T>& dk, const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+                               const AttentionScope& scope, const View4<T>& dq, const View4<T>& dk,
+                               const View4<T>& dv, const AttentionWorkspace<T>& workspace) {
+  const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require(same_extents3(workspace.k_t, batch, kv_heads, dh) && same_extents3(workspace.v_t, batch, kv_heads, dh) &&
@@ -297,7 +297,8 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
           "the workspace must hold K^T and V^T of at least [B, KV, Dh, n_k]");
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
-  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, q_pos, k_pos, dq, dk, dv, workspace.k_t, workspace.v_t, mask};
+  BackwardTilePair<T> pair{q,  k,  v,  dout, lse, delta, scope.q_pos, scope.k_pos, dq, dk, dv, workspace.k_t,
+                           workspace.v_t, scope.mask};
   pair.batch = batch;
   pair.kv_heads = kv_heads;
   pair.group = heads / kv_heads;
@@ -333,9 +334,6 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
                                    const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                    const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                    const AttentionWorkspace<T>& workspace) {
-  const View1<const index_t>& q_pos = scope.q_pos;
-  const View1<const index_t>& k_pos = scope.k_pos;
-  const AttentionMask& mask = scope.mask;
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
@@ -348,14 +346,13 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
           "lse and delta must be [B, H, n_q]");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
   if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask,
-                                   clamp_block(blocking.chunk, std::max(nq, nk)), dq, dk, dv, workspace);
+    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
     require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_backward_accumulate<T>(q, k, v, dout, lse, delta, q_pos, k_pos, mask, blocking, dq, dk, dv, workspace);
+    fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
   } else {
     require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_backward_accumulate(q, k, v, dout, lse, delta, q_pos, k_pos, mask, dq, dk, dv);
+    tensor_core_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv);
   }
 }
 

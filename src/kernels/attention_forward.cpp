@@ -239,17 +239,16 @@ namespace {
 // The fused kernel (fp32 and fp64: it stages tiles of its input type).
 template <class T>
 void fused_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                              const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                              const AttentionMask& mask, const AttentionBlocking& blocking, const View4<T>& out_acc,
-                              const View3<T>& row_max, const View3<T>& row_sum) {
+                              const AttentionScope& scope, const View4<T>& out_acc, const View3<T>& row_max,
+                              const View3<T>& row_sum) {
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   constexpr int W = Tiling<T>::W;
-  ForwardQueryTile<T> tile{
-      q,  k,  v,  q_pos, k_pos, out_acc, row_max, row_sum, mask, heads, heads / kv_heads,
-      nq, nk, dh, 0,     0,     0,       0,       0,       0,    0,     T(1) / compat::sqrt(static_cast<T>(dh))};
-  tile.qb = clamp_block(blocking.query_block, nq);
-  tile.kb = clamp_block(blocking.key_block, nk);
+  const T scale = T(1) / compat::sqrt(static_cast<T>(dh));
+  ForwardQueryTile<T> tile{q,  k,  v,  scope.q_pos, scope.k_pos, out_acc, row_max, row_sum, scope.mask, heads,
+                           heads / kv_heads, nq, nk, dh, 0, 0, 0, 0, 0, 0, 0, scale};
+  tile.qb = clamp_block(scope.blocking.query_block, nq);
+  tile.kb = clamp_block(scope.blocking.key_block, nk);
   tile.qb_ld = round_up(tile.qb, W);  // columns of Q^T and S^T: whole register tiles
   tile.dh_ld = round_up(dh, W);       // columns of the O tile
   tile.n_qtiles = ceil_div(nq, tile.qb);
@@ -265,9 +264,6 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
                                   const AttentionScope& scope, const View4<Acc<T>>& out_acc,
                                   const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                   const AttentionWorkspace<T>& workspace) {
-  const View1<const index_t>& q_pos = scope.q_pos;
-  const View1<const index_t>& k_pos = scope.k_pos;
-  const AttentionMask& mask = scope.mask;
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t nk = k.extent(2);
@@ -277,14 +273,13 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
           "row_max and row_sum must be [B, H, n_q]");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
   if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, clamp_block(blocking.chunk, std::max(nq, nk)), out_acc,
-                                  row_max, row_sum, workspace);
+    chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
     require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_forward_accumulate<T>(q, k, v, q_pos, k_pos, mask, blocking, out_acc, row_max, row_sum);
+    fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
   } else {
     require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_forward_accumulate(q, k, v, q_pos, k_pos, mask, out_acc, row_max, row_sum);
+    tensor_core_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum);
   }
 }
 

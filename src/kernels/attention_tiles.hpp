@@ -29,6 +29,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/reduction.hpp"
 #include "kernels/simd_pack.hpp"
 
 namespace miniattn::kernels::attention_detail {
@@ -56,7 +57,7 @@ struct Tiling {
   static constexpr int P = kHostExecution ? 2 : 1;
   static constexpr int lanes = Pack<T>::lanes;
   static constexpr int W = P * lanes;
-  static constexpr int L = kHostExecution ? 1 : 32;  // vector lanes of the row-wise passes
+  static constexpr int L = kHostExecution ? 1 : kGpuRowLanes;  // vector lanes of the row-wise passes
 };
 
 inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }

@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
+#include "kernels/attention_tiles.hpp"
 #include "kernels/head_batches.hpp"
 #include "kernels/reduction.hpp"
 
@@ -47,15 +48,21 @@ struct Shape {
   index_t entries() const { return batch * kv_heads; }  // one batched GEMM: every (sample, K/V head)
 };
 
+// The rows of a chunk: the blocking's, at most the longer side.
+template <class T>
+index_t chunk_rows(const AttentionScope& scope, const Shape<T>& s) {
+  return attention_detail::clamp_block(scope.blocking.chunk, std::max(s.nq, s.nk));
+}
+
 // Which chunk pairs run, decided on the host from copies of the positions (and
 // document ids) by the ranges of positions a chunk holds, as the fused kernel
 // decides for its tiles. Both answers err on the side of computing.
 class ChunkPairs {
  public:
-  ChunkPairs(const View1<const index_t>& q_pos, const View1<const index_t>& k_pos, const AttentionMask& mask,
-             index_t chunk)
-      : mask_(mask), chunk_(chunk), q_ranges_(ranges(q_pos)), k_ranges_(ranges(k_pos)) {
-    if (mask.documents.extent(1) > 0) documents_ = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mask.documents);
+  ChunkPairs(const AttentionScope& scope, index_t chunk)
+      : mask_(scope.mask), chunk_(chunk), q_ranges_(ranges(scope.q_pos)), k_ranges_(ranges(scope.k_pos)) {
+    if (mask_.documents.extent(1) > 0)
+      documents_ = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mask_.documents);
   }
   index_t query_chunks() const { return static_cast<index_t>(q_ranges_.size()); }
   index_t key_chunks() const { return static_cast<index_t>(k_ranges_.size()); }
@@ -338,19 +345,20 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
 
 template <class T>
 void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                const AttentionMask& mask, index_t chunk, const View4<Acc<T>>& out_acc,
+                                const AttentionScope& scope, const View4<Acc<T>>& out_acc,
                                 const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                 const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
+  const index_t chunk = chunk_rows(scope, s);
   require_workspace(workspace, s, chunk, false);
-  const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
+  const ChunkPairs pairs(scope, chunk);
   for (index_t qi = 0; qi < pairs.query_chunks(); ++qi)
     for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
       bool partly_masked = false;
       if (!pairs.meet(qi, ki, partly_masked)) continue;
       const ForwardRows<T> rows{workspace.scores.data(), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
-                                s.heads, q_pos, k_pos, mask, partly_masked, out_acc, row_max, row_sum};
+                                s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, out_acc, row_max,
+                                row_sum};
       forward_chunk_pair<T>(s, q, k, v, rows);
     }
 }
@@ -358,13 +366,13 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
 template <class T>
 void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                  const View4<const T>& dout, const View3<const Acc<T>>& lse,
-                                 const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
-                                 const View1<const index_t>& k_pos, const AttentionMask& mask, index_t chunk,
+                                 const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                  const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                  const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
+  const index_t chunk = chunk_rows(scope, s);
   require_workspace(workspace, s, chunk, true);
-  const ChunkPairs pairs(q_pos, k_pos, mask, chunk);
+  const ChunkPairs pairs(scope, chunk);
   const KeyGradients<T> key_gradients(dk, dv, workspace);
   const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients};
   for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
@@ -376,7 +384,7 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
       if (!started) key_gradients.begin(kc);
       started = true;
       const BackwardRows<T> rows{workspace.scores.data(), workspace.score_grads.data(), chunk_of(qi, chunk, s.nq), kc,
-                                 s.heads, q_pos, k_pos, mask, partly_masked, lse, delta, s.scale};
+                                 s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, lse, delta, s.scale};
       backward_chunk_pair<T>(s, operands, rows);
     }
     if (started) key_gradients.end(kc);
@@ -384,15 +392,13 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
 }
 
 #define MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(T)                                                                \
-  template void chunked_forward_accumulate<T>(                                                                   \
-      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View1<const index_t>&,          \
-      const View1<const index_t>&, const AttentionMask&, index_t, const View4<Acc<T>>&, const View3<Acc<T>>&,   \
-      const View3<Acc<T>>&, const AttentionWorkspace<T>&);                                                       \
+  template void chunked_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&, \
+                                              const AttentionScope&, const View4<Acc<T>>&, const View3<Acc<T>>&, \
+                                              const View3<Acc<T>>&, const AttentionWorkspace<T>&);                \
   template void chunked_backward_accumulate<T>(                                                                  \
       const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,               \
-      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const View1<const index_t>&,                      \
-      const View1<const index_t>&, const AttentionMask&, index_t, const View4<Acc<T>>&, const View4<T>&,         \
-      const View4<T>&, const AttentionWorkspace<T>&);
+      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&, const View4<Acc<T>>&,      \
+      const View4<T>&, const View4<T>&, const AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(float)
 MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(double)
 MINIATTN_INSTANTIATE_CHUNKED_ATTENTION(bf16)

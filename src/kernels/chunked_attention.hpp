@@ -9,16 +9,14 @@ namespace miniattn::kernels {
 
 template <class T>
 void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                const AttentionMask& mask, index_t chunk, const View4<Acc<T>>& out_acc,
+                                const AttentionScope& scope, const View4<Acc<T>>& out_acc,
                                 const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                 const AttentionWorkspace<T>& workspace);
 
 template <class T>
 void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                  const View4<const T>& dout, const View3<const Acc<T>>& lse,
-                                 const View3<const Acc<T>>& delta, const View1<const index_t>& q_pos,
-                                 const View1<const index_t>& k_pos, const AttentionMask& mask, index_t chunk,
+                                 const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                  const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                  const AttentionWorkspace<T>& workspace);
 

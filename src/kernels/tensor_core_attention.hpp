@@ -22,16 +22,14 @@ namespace miniattn::kernels {
 std::string tensor_core_unavailable_reason(index_t head_dim);
 
 void tensor_core_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
-                                    const View4<const bf16>& v, const View1<const index_t>& q_pos,
-                                    const View1<const index_t>& k_pos, const AttentionMask& mask,
+                                    const View4<const bf16>& v, const AttentionScope& scope,
                                     const View4<float>& out_acc, const View3<float>& row_max,
                                     const View3<float>& row_sum);
 
 void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
                                      const View4<const bf16>& v, const View4<const bf16>& dout,
                                      const View3<const float>& lse, const View3<const float>& delta,
-                                     const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                     const AttentionMask& mask, const View4<float>& dq, const View4<bf16>& dk,
+                                     const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
                                      const View4<bf16>& dv);
 
 }  // namespace miniattn::kernels

@@ -273,8 +273,7 @@ void launch_backward(const BackwardArgs& a, index_t batch) {
 void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
                                      const View4<const bf16>& v, const View4<const bf16>& dout,
                                      const View3<const float>& lse, const View3<const float>& delta,
-                                     const View1<const index_t>& q_pos, const View1<const index_t>& k_pos,
-                                     const AttentionMask& mask, const View4<float>& dq, const View4<bf16>& dk,
+                                     const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
                                      const View4<bf16>& dv) {
   const index_t dh = q.extent(3);
   require_rows_aligned(q, "q");
@@ -285,8 +284,8 @@ void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<con
   require_rows_aligned(dk, "dk");
   require_rows_aligned(dv, "dv");
   const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
-  const BackwardArgs a{q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), q_pos.data(),
-                       k_pos.data(), mask, dq.data(), dk.data(), dv.data(), index_t(q.extent(1)),
+  const BackwardArgs a{q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), scope.q_pos.data(),
+                       scope.k_pos.data(), scope.mask, dq.data(), dk.data(), dv.data(), index_t(q.extent(1)),
                        index_t(k.extent(1)), index_t(q.extent(2)), index_t(k.extent(2)), scale, scale * kLog2e};
   if (dh == 64) return launch_backward<64>(a, q.extent(0));
   if (dh == 128) return launch_backward<128>(a, q.extent(0));
@@ -297,8 +296,8 @@ void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<con
 
 void tensor_core_backward_accumulate(const View4<const bf16>&, const View4<const bf16>&, const View4<const bf16>&,
                                      const View4<const bf16>&, const View3<const float>&, const View3<const float>&,
-                                     const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,
-                                     const View4<float>&, const View4<bf16>&, const View4<bf16>&) {
+                                     const AttentionScope&, const View4<float>&, const View4<bf16>&,
+                                     const View4<bf16>&) {
   throw RuntimeFailure("attention: " + tensor_core_unavailable_reason(0));
 }
 

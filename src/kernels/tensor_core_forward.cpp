@@ -168,8 +168,7 @@ std::string tensor_core_unavailable_reason(index_t head_dim) {
 }
 
 void tensor_core_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
-                                    const View4<const bf16>& v, const View1<const index_t>& q_pos,
-                                    const View1<const index_t>& k_pos, const AttentionMask& mask,
+                                    const View4<const bf16>& v, const AttentionScope& scope,
                                     const View4<float>& out_acc, const View3<float>& row_max,
                                     const View3<float>& row_sum) {
   const index_t dh = q.extent(3);
@@ -178,8 +177,8 @@ void tensor_core_forward_accumulate(const View4<const bf16>& q, const View4<cons
   require_rows_aligned(v, "v");
   require_rows_aligned(out_acc, "out_acc");
   const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
-  const ForwardArgs a{q.data(), k.data(), v.data(), q_pos.data(), k_pos.data(), mask, out_acc.data(),
-                      row_max.data(), row_sum.data(), index_t(q.extent(1)), index_t(k.extent(1)),
+  const ForwardArgs a{q.data(), k.data(), v.data(), scope.q_pos.data(), scope.k_pos.data(), scope.mask,
+                      out_acc.data(), row_max.data(), row_sum.data(), index_t(q.extent(1)), index_t(k.extent(1)),
                       index_t(q.extent(2)), index_t(k.extent(2)), scale * kLog2e};
   if (dh == 64) return launch_forward<64>(a, q.extent(0));
   if (dh == 128) return launch_forward<128>(a, q.extent(0));
@@ -193,8 +192,8 @@ std::string tensor_core_unavailable_reason(index_t) {
 }
 
 void tensor_core_forward_accumulate(const View4<const bf16>&, const View4<const bf16>&, const View4<const bf16>&,
-                                    const View1<const index_t>&, const View1<const index_t>&, const AttentionMask&,
-                                    const View4<float>&, const View3<float>&, const View3<float>&) {
+                                    const AttentionScope&, const View4<float>&, const View3<float>&,
+                                    const View3<float>&) {
   throw RuntimeFailure("attention: " + tensor_core_unavailable_reason(0));
 }
 
