@@ -70,54 +70,54 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = qkv_rows(), KV = KVs / Dh;
   const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
 
-  wpe_row_ = View1<index_t>("wpe_row", n);
+  wpe_row_ = allocate<View1<index_t>>("wpe_row", n);
   fill_with_index(wpe_row_);
 
   for (index_t k = 0; k < slots; ++k) {
     SlotActivations<T> slot;
     const std::string prefix = slots > 1 ? "slot" + std::to_string(k) + "." : "";
     for (index_t l = layers_.first; l <= layers_.end; ++l)
-      slot.residual.push_back(View2<T>(prefix + "residual." + std::to_string(l), r, D));
+      slot.residual.push_back(allocate<View2<T>>(prefix + "residual." + std::to_string(l), r, D));
     for (index_t l = layers_.first; l < layers_.end; ++l) {
       const std::string p = prefix + "blocks." + std::to_string(l) + ".";
       BlockActivations<T> a;
-      a.after_attention = View2<T>(p + "after_attention", r, D);
-      a.ln1_mean = View1<Acc<T>>(p + "ln1_mean", r);
-      a.ln1_rstd = View1<Acc<T>>(p + "ln1_rstd", r);
-      a.ln2_mean = View1<Acc<T>>(p + "ln2_mean", r);
-      a.ln2_rstd = View1<Acc<T>>(p + "ln2_rstd", r);
-      a.attention_out = View4<T>(p + "attention_out", B, H, n, Dh);
-      a.lse = View3<Acc<T>>(p + "lse", B, H, n);
+      a.after_attention = allocate<View2<T>>(p + "after_attention", r, D);
+      a.ln1_mean = allocate<View1<Acc<T>>>(p + "ln1_mean", r);
+      a.ln1_rstd = allocate<View1<Acc<T>>>(p + "ln1_rstd", r);
+      a.ln2_mean = allocate<View1<Acc<T>>>(p + "ln2_mean", r);
+      a.ln2_rstd = allocate<View1<Acc<T>>>(p + "ln2_rstd", r);
+      a.attention_out = allocate<View4<T>>(p + "attention_out", B, H, n, Dh);
+      a.lse = allocate<View3<Acc<T>>>(p + "lse", B, H, n);
       slot.blocks.push_back(a);
     }
     slots_.push_back(slot);
   }
-  logits_ = View2<T>("logits", layout.holds_head() ? r : 0, V);
-  final_mean_ = View1<Acc<T>>("ln_f_mean", r);
-  final_rstd_ = View1<Acc<T>>("ln_f_rstd", r);
-  logits_lse_ = View1<Acc<T>>("logits_lse", r);
-  row_loss_ = View1<double>("row_loss", r);
+  logits_ = allocate<View2<T>>("logits", layout.holds_head() ? r : 0, V);
+  final_mean_ = allocate<View1<Acc<T>>>("ln_f_mean", r);
+  final_rstd_ = allocate<View1<Acc<T>>>("ln_f_rstd", r);
+  logits_lse_ = allocate<View1<Acc<T>>>("logits_lse", r);
+  row_loss_ = allocate<View1<double>>("row_loss", r);
   loss_sum_ = kernels::OrderedSum(r);
   token_rows_ = kernels::TokenRows(V, r);
 
-  qkv_ = View2<T>("qkv", R, Qs);
-  normed_ = View2<T>("normed", r, D);  // r x D = R x Ds: also the merged heads in the backward pass
-  d_residual_ = View2<T>("d_residual", r, D);
-  d_normed_ = View2<T>("d_normed", r, D);
-  all_rows_ = tp.size > 1 ? View2<T>("all_rows", R, D) : normed_;
-  d_all_rows_out_ = tp.size > 1 ? View2<T>("d_all_rows", R, D) : d_residual_;
+  qkv_ = allocate<View2<T>>("qkv", R, Qs);
+  normed_ = allocate<View2<T>>("normed", r, D);  // r x D = R x Ds: also the merged heads in the backward pass
+  d_residual_ = allocate<View2<T>>("d_residual", r, D);
+  d_normed_ = allocate<View2<T>>("d_normed", r, D);
+  all_rows_ = tp.size > 1 ? allocate<View2<T>>("all_rows", R, D) : normed_;
+  d_all_rows_out_ = tp.size > 1 ? allocate<View2<T>>("d_all_rows", R, D) : d_residual_;
   d_all_rows_in_ = tp.size > 1 ? d_all_rows_out_ : d_normed_;
-  arena_ = View1<T>("block_arena", R * std::max(Qs, Fs));
+  arena_ = allocate<View1<T>>("block_arena", R * std::max(Qs, Fs));
   q_ = View4<T>(arena_.data(), B, H, n, Dh);
   k_ = View4<T>(arena_.data() + R * Ds, B, KV, n, Dh);
   v_ = View4<T>(arena_.data() + R * (Ds + KVs), B, KV, n, Dh);
   fc1_out_ = View2<T>(arena_.data(), R, Fs);
-  d_hidden_ = View2<T>("d_hidden", R, Fs);
-  d_q_ = View4<T>("d_q", B, H, n, Dh);
-  d_k_ = View4<T>("d_k", B, KV, n, Dh);
-  d_v_ = View4<T>("d_v", B, KV, n, Dh);
-  d_attention_out_ = View4<T>("d_attention_out", B, H, n, Dh);
-  column_partials_ = View2<Acc<T>>("column_partials", kernels::column_sum_chunks(R), std::max({Qs, Fs, D}));
+  d_hidden_ = allocate<View2<T>>("d_hidden", R, Fs);
+  d_q_ = allocate<View4<T>>("d_q", B, H, n, Dh);
+  d_k_ = allocate<View4<T>>("d_k", B, KV, n, Dh);
+  d_v_ = allocate<View4<T>>("d_v", B, KV, n, Dh);
+  d_attention_out_ = allocate<View4<T>>("d_attention_out", B, H, n, Dh);
+  column_partials_ = allocate<View2<Acc<T>>>("column_partials", kernels::column_sum_chunks(R), std::max({Qs, Fs, D}));
 }
 
 template <class T>
@@ -302,22 +302,7 @@ std::string Transformer<T>::stage_name(index_t stage) const {
 
 template <class T>
 std::size_t Transformer<T>::allocated_bytes() const {
-  std::size_t bytes = wpe_row_.span() * sizeof(index_t);
-  for (const SlotActivations<T>& saved : slots_) {
-    for (const auto& r : saved.residual) bytes += r.span() * sizeof(T);
-    for (const auto& a : saved.blocks) {
-      bytes += a.after_attention.span() * sizeof(T);
-      for (const auto* v : {&a.ln1_mean, &a.ln1_rstd, &a.ln2_mean, &a.ln2_rstd}) bytes += v->span() * sizeof(Acc<T>);
-      bytes += a.attention_out.span() * sizeof(T) + a.lse.span() * sizeof(Acc<T>);
-    }
-  }
-  // q_, k_, v_ and fc1_out_ are views into arena_: not counted again.
-  for (const auto* v : {&logits_, &qkv_, &normed_, &d_residual_, &d_normed_, &d_hidden_}) bytes += v->span() * sizeof(T);
-  if (tp_.size > 1) bytes += (all_rows_.span() + d_all_rows_out_.span()) * sizeof(T);  // else aliases
-  bytes += arena_.span() * sizeof(T) + (final_mean_.span() + final_rstd_.span()) * sizeof(Acc<T>);
-  for (const auto* v : {&d_q_, &d_k_, &d_v_, &d_attention_out_}) bytes += v->span() * sizeof(T);
-  bytes += (logits_lse_.span() + column_partials_.span()) * sizeof(Acc<T>) + row_loss_.span() * sizeof(double) +
-           loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
+  std::size_t bytes = view_bytes_ + loss_sum_.allocated_bytes() + token_rows_.allocated_bytes();
   bytes += attention_.shared_workspace_bytes;
   for (const auto& strategy : attention_.layers) bytes += strategy->allocated_bytes();
   return bytes + rotary_.allocated_bytes();

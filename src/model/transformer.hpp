@@ -13,7 +13,9 @@
 // rows are one micro-batch's, and `slots` micro-batches can be in flight
 // between their forward and backward passes (the 1F1B schedule bounds them):
 // each slot saves its own activations; workspaces are shared.
+#include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attention/attention_strategy.hpp"
@@ -118,6 +120,14 @@ class Transformer {
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
     return *attention_.layers[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
   }
+  // A View of these extents, its bytes counted in allocated_bytes() (so that
+  // the count is what was allocated, not a second list of the Views).
+  template <class V, class... Extents>
+  V allocate(const std::string& name, Extents... extents) {
+    V view(name, static_cast<std::size_t>(extents)...);
+    view_bytes_ += view.span() * sizeof(typename V::value_type);
+    return view;
+  }
   // [R, D / tp] over the first R x D / tp values of `memory`: merged heads or their gradient.
   View2<T> merged_rows(const View2<T>& memory) const;
   // This rank's chunk of the group's inputs or targets.
@@ -125,6 +135,7 @@ class Transformer {
 
   ModelConfig model_;
   PhaseTimer* timer_ = nullptr;
+  std::size_t view_bytes_ = 0;  // of the Views allocate() made
   const ParameterLayout& layout_;
   StageLayers layers_;
   TensorParallelGroup tp_;
