@@ -39,8 +39,7 @@ AttentionMemory allgather_memory(const AttentionSizes& z) {
 void add_allgather_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
   const double P = z.sp, L = layers;
   if (P <= 1) return;
-  const double X_kv = static_cast<double>(z.batch) * static_cast<double>(z.rows) * static_cast<double>(z.head_dim) *
-                      static_cast<double>(z.value_bytes) * static_cast<double>(z.kv_heads);
+  const double X_kv = z.block_bytes(z.kv_heads);
   bytes[Exchange::allgather_forward_kv] = L * 2 * (P - 1) * X_kv;
   bytes[Exchange::allgather_backward_kv] = L * 2 * (P - 1) * X_kv;
   bytes[Exchange::allgather_backward_dkdv] = L * 2 * (P - 1) * X_kv;

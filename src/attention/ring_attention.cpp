@@ -49,10 +49,7 @@ AttentionMemory ring_attention_memory(const AttentionSizes& z) {
 void add_ring_attention_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
   const double G = z.ring_size(), S = z.ring_steps, L = layers;
   if (G <= 1) return;
-  const kernels::AttentionShape block = ring_block(z);
-  const double head_bytes = static_cast<double>(z.batch) * static_cast<double>(z.rows) *
-                            static_cast<double>(z.head_dim) * static_cast<double>(z.value_bytes);
-  const double X = head_bytes * static_cast<double>(z.ulysses * block.kv_heads);
+  const double X = z.block_bytes(z.ulysses * ring_block(z).kv_heads);  // U n rows of the K/V heads left
   bytes[Exchange::ring_forward_kv] += L * 2 * (S - 1) * X;
   bytes[Exchange::ring_backward_kv] += L * 2 * (S - 1) * X;
   bytes[Exchange::ring_backward_dkdv] += L * 2 * (S > 1 ? S : 0) * X;

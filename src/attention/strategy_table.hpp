@@ -29,6 +29,11 @@ struct AttentionSizes {
   std::size_t value_bytes = 0, acc_bytes = 0;      // of an activation and a statistic (element_sizes)
   kernels::AttentionBlocking blocking;
   int ring_size() const { return sp / ulysses; }  // the ring round the Ulysses groups
+  // Bytes of a local [batch, heads, rows, head_dim] block of activations.
+  double block_bytes(index_t block_heads) const {
+    return static_cast<double>(batch) * static_cast<double>(rows) * static_cast<double>(head_dim) *
+           static_cast<double>(value_bytes) * static_cast<double>(block_heads);
+  }
 };
 
 AttentionSizes attention_sizes(const ModelConfig& model, const Decomposition& d, index_t batch,

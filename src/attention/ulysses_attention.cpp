@@ -49,10 +49,8 @@ AttentionMemory ulysses_attention_memory(const AttentionSizes& z) {
 void add_ulysses_attention_exchanges(const AttentionSizes& z, double layers, std::map<Exchange, double>& bytes) {
   const double L = layers, U = z.ulysses, share = (U - 1) / U;
   const double b = static_cast<double>(z.batch), n = static_cast<double>(z.rows), H = static_cast<double>(z.heads);
-  const double s = static_cast<double>(z.value_bytes);
-  const double X = b * n * H * static_cast<double>(z.head_dim) * s;
-  const double head_bytes = b * n * static_cast<double>(z.head_dim) * s;
-  const double X_kv = head_bytes * static_cast<double>(z.ulysses * kv_heads_after_all_to_all(z.kv_heads, z.ulysses));
+  const double X = z.block_bytes(z.heads);
+  const double X_kv = z.block_bytes(z.ulysses * kv_heads_after_all_to_all(z.kv_heads, z.ulysses));
   bytes[Exchange::ulysses_forward_qkv] = L * (X + 2 * X_kv) * share;
   bytes[Exchange::ulysses_forward_out] = L * X * share;
   bytes[Exchange::ulysses_forward_lse] = L * b * H * n * static_cast<double>(z.acc_bytes) * share;
