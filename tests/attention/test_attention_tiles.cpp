@@ -111,7 +111,9 @@ TEST(AttentionTiles, TensorCoreOnlyWhereItCanRun) {
     EXPECT_NE(std::string(e.what()).find("bf16 only"), std::string::npos) << e.what();
   }
   const std::string reason = tensor_core_unavailable_reason(64);
-  if (miniattn::kHostExecution) EXPECT_NE(reason.find("needs a CUDA build"), std::string::npos) << reason;
+  if (miniattn::kHostExecution) {
+    EXPECT_NE(reason.find("needs a CUDA build"), std::string::npos) << reason;
+  }
   if (reason.empty()) {
     EXPECT_EQ(choose_attention_tiles<miniattn::bf16>(given, 64, kGpuLike).blocking.query_tile(), kTensorCoreTile);
     EXPECT_NE(tensor_core_unavailable_reason(96).find("64 and 128"), std::string::npos);
