@@ -29,7 +29,7 @@ With --bf16 it adds a "bf16" section, the yardsticks of model.precision bf16:
 
 `summarize` reads what scripts/gpu_bringup.sh bench wrote into the results folder
 (bench_attention_n*.txt, bench_miniattn_*.json, reference_bench.json) and writes
-figures.json and figures.md there: each figure and the issue's targets (attention
+figures.json and figures.md there: each figure and the project's GPU targets (attention
 forward >= 50% of the SGEMM rate; the training step faster than PyTorch eager fp32).
 """
 
@@ -365,7 +365,7 @@ def summarize(results):
 
 def summarize_bf16(results, ref, figures, lines):
     """The bf16 tables: kernels against PyTorch SDPA (FlashAttention-2 and cuDNN), the step
-    against eager+SDPA under bf16 autocast, with the issue's targets."""
+    against eager+SDPA under bf16 autocast, with the project's bf16 targets."""
     bf16 = ref.get("bf16", {})
     files = glob.glob(os.path.join(results, "bench_attention_bf16_*_n*.txt"))
     if not files and not bf16:

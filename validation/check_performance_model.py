@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Predicted against measured step time on this machine (issue #6 item 4).
+"""Predicted against measured step time on this machine (the performance model's check).
 
 1. `run.mode: calibrate` on 2 ranks measures this machine and writes the
    machine description (default inputs/machines/this_machine.yaml).
