@@ -87,8 +87,8 @@ AllGatherAttention<T>::AllGatherAttention(Comm& comm, MPI_Comm group, const View
 
 template <class T>
 kernels::AttentionScope AllGatherAttention<T>::scope(int source, const DocumentIds& documents) const {
-  return {Kokkos::subview(group_positions_, rank_, Kokkos::ALL()), Kokkos::subview(group_positions_, source, Kokkos::ALL()),
-          mask_.with_documents(documents), blocking_};
+  const auto row = [&](int r) { return Kokkos::subview(group_positions_, r, Kokkos::ALL()); };
+  return {row(rank_), row(source), mask_.with_documents(documents), blocking_};
 }
 
 template <class T>

@@ -98,8 +98,8 @@ RingAttention<T>::RingAttention(Comm& comm, MPI_Comm ring, const View2<const ind
 
 template <class T>
 kernels::AttentionScope RingAttention<T>::scope(int source, const DocumentIds& documents) const {
-  return {Kokkos::subview(ring_positions_, rank_, Kokkos::ALL()), Kokkos::subview(ring_positions_, source, Kokkos::ALL()),
-          mask_.with_documents(documents), blocking_};
+  const auto row = [&](int r) { return Kokkos::subview(ring_positions_, r, Kokkos::ALL()); };
+  return {row(rank_), row(source), mask_.with_documents(documents), blocking_};
 }
 
 template <class T>

@@ -25,6 +25,7 @@ kernels::View5<U> buffer(const Memory& memory, index_t heads, index_t columns) {
   return kernels::View5<U>(reinterpret_cast<U*>(memory.data()), memory.extent(0), memory.extent(1), heads,
                            memory.extent(3), columns);
 }
+
 template <class T>
 LayerMaker<T> make_ulysses_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
   const LayerMaker<T> inner = kRingAttentionEntry.make_layers<T>()(build, shared_bytes);
