@@ -523,7 +523,7 @@ double kv_block_bytes(const StepConfig& c, const MicroBatch& w, int U) {
 void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
                         StepPrediction& out) {
   const ModelConfig& m = c.model;
-  const bool rsa = c.strategy == Strategy::rsa;
+  const bool rsa = strategy_entry(c.strategy).key_values == KeyValueRoute::dense_ring;
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, U);
@@ -670,9 +670,10 @@ StepPrediction micro_batch_work(const MachineDescription& machine, const StepCon
   add_gemm_compute(machine, c, w, out);
   add_elementwise_compute(machine, c, w, out);
   if (c.tp > 1) add_tensor_parallel(machine, c, w, where.tp_inter, out);
-  if (c.strategy == Strategy::allgather) add_allgather_attention(machine, c, w, where.sp_inter, out);
+  const StrategyEntry& strategy = strategy_entry(c.strategy);
+  if (strategy.key_values == KeyValueRoute::gathered) add_allgather_attention(machine, c, w, where.sp_inter, out);
   else add_ring_attention(machine, c, w, where.ring_inter, out);
-  if (c.ulysses > 1 && strategy_entry(c.strategy).all_to_all)
+  if (c.ulysses > 1 && strategy.all_to_all)
     add_alltoalls(machine, c, w, where.ulysses_off_node, out);
   if (c.pp > 1) add_pipeline_sends(machine, c, w, where, out);
   return out;

@@ -52,7 +52,7 @@ const StrategyEntry kAllGatherAttentionEntry{allgather_memory,
                                              make_allgather_layers<float>,
                                              make_allgather_layers<double>,
                                              make_allgather_layers<bf16>,
-                                             /*ring_attention=*/false,
+                                             KeyValueRoute::gathered,
                                              /*all_to_all=*/false};
 
 template <class T>

@@ -60,7 +60,7 @@ const StrategyEntry kRingAttentionEntry{ring_attention_memory,
                                         make_ring_layers<float>,
                                         make_ring_layers<double>,
                                         make_ring_layers<bf16>,
-                                        /*ring_attention=*/true,
+                                        KeyValueRoute::ring,
                                         /*all_to_all=*/false};
 
 template <class T>

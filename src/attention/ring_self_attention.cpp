@@ -41,9 +41,13 @@ void add_rsa_exchanges(const AttentionSizes& z, double layers, std::map<Exchange
 
 }  // namespace
 
-const StrategyEntry kRingSelfAttentionEntry{
-    rsa_memory,           add_rsa_exchanges, make_rsa_layers<float>, make_rsa_layers<double>, make_rsa_layers<bf16>,
-    /*ring_attention=*/false, /*all_to_all=*/false};
+const StrategyEntry kRingSelfAttentionEntry{rsa_memory,
+                                            add_rsa_exchanges,
+                                            make_rsa_layers<float>,
+                                            make_rsa_layers<double>,
+                                            make_rsa_layers<bf16>,
+                                            KeyValueRoute::dense_ring,
+                                            /*all_to_all=*/false};
 
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <type_traits>
 
 #include "attention/attention_strategy.hpp"
 #include "comm/comm.hpp"
@@ -58,6 +59,14 @@ using LayerMaker = std::function<std::unique_ptr<AttentionStrategy<T>>(const ker
 template <class T>
 using MakeLayers = LayerMaker<T> (*)(const AttentionBuild&, std::size_t& shared_bytes);
 
+// How the K/V blocks of the other SP ranks reach a rank's queries: the
+// performance model times each route its own way.
+enum class KeyValueRoute {
+  ring,        // round the ring of sp / U ranks a block a step, each transfer behind a step's compute
+  dense_ring,  // RSA: K round the ring for the dense score rows, then V for the output
+  gathered,    // all-gathered before the attention, dK and dV reduce-scattered after
+};
+
 struct StrategyEntry {
   AttentionMemory (*memory)(const AttentionSizes&);
   // Adds the payload bytes one step sends over `layers` layers, by the labels the Comm counts.
@@ -65,8 +74,8 @@ struct StrategyEntry {
   MakeLayers<float> make_f32;
   MakeLayers<double> make_f64;
   MakeLayers<bf16> make_bf16;
-  bool ring_attention;  // K/V blocks travel round the ring of sp / U ranks, transfer behind compute
-  bool all_to_all;      // Ulysses all-to-alls over U ranks around the inner attention
+  KeyValueRoute key_values;
+  bool all_to_all;  // Ulysses all-to-alls over U ranks around the inner attention
 
   template <class T>
   MakeLayers<T> make_layers() const {

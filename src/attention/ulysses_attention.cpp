@@ -67,7 +67,7 @@ const StrategyEntry kUlyssesAttentionEntry{ulysses_attention_memory,
                                            make_ulysses_layers<float>,
                                            make_ulysses_layers<double>,
                                            make_ulysses_layers<bf16>,
-                                           /*ring_attention=*/true,
+                                           KeyValueRoute::ring,
                                            /*all_to_all=*/true};
 
 template <class T>

@@ -148,6 +148,7 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   share.first_sample = grid.dp_rank * share.local_batch;
   share.micro_batches = c.train.micro_batches;
   share.micro_batch = share.local_batch / share.micro_batches;
+  share.slots = pipeline_slots(grid.pp_rank, grid.pp_size, share.micro_batches);
   return share;
 }
 
@@ -219,11 +220,9 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_positions(ring_positions(c.model, c.parallel, g)),
       model(c.model, l, sh.micro_batch, sh.n,
             make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
-                                     pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches), l.layers().count()),
-            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size},
-            pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches),
-            RotaryPositions<T>(c.model, positions, sh.micro_batch,
-                               c.data.documents ? pipeline_slots(g.pp_rank, g.pp_size, sh.micro_batches) : 0)),
+                                     sh.slots, l.layers().count()),
+            TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size}, sh.slots,
+            RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots : 0)),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       document_ids(document_buffers(c.data.documents, model.slots(), sh.micro_batch, c.model.seq_len)),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),

@@ -34,6 +34,7 @@ struct RankShare {
   index_t first_sample = 0;
   index_t micro_batches = 1;
   index_t micro_batch = 0;  // samples per micro-batch
+  index_t slots = 1;        // micro-batches this stage holds at once (pipeline_slots)
   index_t rows() const { return local_batch * n; }
   index_t micro_batch_rows() const { return micro_batch * n; }
 };
