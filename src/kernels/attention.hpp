@@ -168,7 +168,11 @@ struct AttentionShape {
 // tile pair transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
 // (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never
-// O(N^2). When T computes in a wider type (bf16), also an Acc<T> accumulator
+// O(N^2); when T is narrower than Acc<T> (bf16), the scores and then the score
+// gradients dP in Acc<T> (`logits`) and the probabilities, then dS, in T
+// (`scores`): a bf16 score rounds by up to 2^-9 of its size, which blurs a head
+// that must pick one key among thousands (chunked_attention.cpp). When T
+// computes in a wider type (bf16), also an Acc<T> accumulator
 // [B, H, queries, Dh] for the running output in the forward pass and for dq in
 // the backward pass (they never overlap), and, gemm, a key chunk's dk and dv
 // in Acc<T>, [B, KV, min(chunk, keys), Dh] each, added to the caller's dk, dv
@@ -180,7 +184,8 @@ inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 
 template <class T>
 struct AttentionWorkspace {
   View4<T> k_t, v_t;                  // fused
-  View1<T> scores, score_grads;       // gemm
+  View1<T> scores, score_grads;       // gemm (bf16: scores only)
+  View1<Acc<T>> logits;               // gemm, bf16
   View4<Acc<T>> acc;                 // bf16: out, then dq
   View4<Acc<T>> dk_acc, dv_acc;       // bf16, gemm
   AttentionWorkspace() = default;

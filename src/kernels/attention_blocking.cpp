@@ -95,7 +95,7 @@ namespace {
 // and the memory plan use.
 struct WorkspaceElements {
   index_t transposed = 0;   // each of K^T, V^T
-  index_t chunk_pair = 0;   // each of the score and score-gradient blocks
+  index_t chunk_pair = 0;   // each of the score and score-gradient blocks (bf16: scores and logits)
   index_t accumulator = 0;      // acc: the output, then dq (inputs narrower than their compute type)
   index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm: one key chunk)
 };
@@ -131,20 +131,22 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
   }
   if (e.chunk_pair > 0) {
     scores = View1<T>("attention.chunk_scores", e.chunk_pair);
-    score_grads = View1<T>("attention.chunk_score_grads", e.chunk_pair);
+    if (std::is_same<T, Acc<T>>::value) score_grads = View1<T>("attention.chunk_score_grads", e.chunk_pair);
+    else logits = View1<Acc<T>>("attention.chunk_logits", e.chunk_pair);
   }
 }
 
 template <class T>
 std::size_t AttentionWorkspace<T>::bytes() const {
   return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T) +
-         (acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
+         (logits.span() + acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
 }
 
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
                                       std::size_t value_bytes, std::size_t acc_bytes) {
   const WorkspaceElements e = workspace_elements(shape, blocking, value_bytes != acc_bytes);
-  return 2 * static_cast<std::size_t>(e.transposed + e.chunk_pair) * value_bytes +
+  return static_cast<std::size_t>(2 * e.transposed + e.chunk_pair) * value_bytes +
+         static_cast<std::size_t>(e.chunk_pair) * acc_bytes +
          static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes;
 }
 

@@ -7,6 +7,16 @@
 //   backward: S = scale Q K^T, dP = dO V^T                      batched GEMMs
 //             P = exp(S - lse) (masked), dS = scale P (dP - delta)  one row kernel
 //             dV += P^T dO, dK += dS^T Q, dQ += dS K            batched GEMMs
+// S and dP are kept in Acc<T>, P and dS in T (PairBuffers). When T is Acc<T>
+// (fp32, fp64), P overwrites S and dS overwrites dP. When T is bf16 (the GEMMs
+// take bf16 operands), S lies in an fp32 buffer and P in a bf16 one, and the
+// backward's row kernel runs in two passes so that dP can take S's buffer: P
+// from S; dV += P^T dO; dP = dO V^T; dS from P and dP, over P. Scores rounded
+// to bf16, as plain bf16 attention stores them, cost a head that copies one
+// token from a thousand positions back its precision: on the copy task
+// (inputs/example_copy.yaml) bf16 runs with bf16 scores settled near 2.7-2.9
+// where fp32 settles near 2.09; with fp32 scores they settle with fp32
+// (README, "bf16 on this CPU").
 // The GEMMs are batched over heads as head_batches.hpp describes, so dK and dV
 // sum over a K/V head's group of query heads in a fixed order. Chunk pairs run
 // one after another in a fixed order: no atomics, the same bits on every run.
@@ -122,11 +132,28 @@ constexpr int kGpuRowsPerTeam = 8;
 template <class T>
 using Pack = typename simd::Pack<Acc<T>>::type;
 
+// Where a chunk pair's blocks lie (see the top of this file).
+template <class T>
+struct PairBuffers {
+  Acc<T>* logits;  // S
+  T* probs;        // P
+  Acc<T>* dp;      // dP
+  T* ds;           // dS
+};
+
+template <class T>
+PairBuffers<T> pair_buffers(const AttentionWorkspace<T>& w) {
+  if constexpr (std::is_same<T, Acc<T>>::value)
+    return {w.scores.data(), w.scores.data(), w.score_grads.data(), w.score_grads.data()};
+  else
+    return {w.logits.data(), w.scores.data(), w.logits.data(), w.scores.data()};
+}
+
 // Forward: hides masked keys, folds the row's maximum into the running state,
-// rescales the running output row and writes P = exp(S - m) over S.
+// rescales the running output row and writes P = exp(S - m).
 template <class T>
 struct ForwardRows {
-  T* scores;
+  PairBuffers<T> at;
   Chunk qc, kc;
   index_t heads;
   View1<const index_t> q_pos, k_pos;
@@ -142,11 +169,12 @@ struct ForwardRows {
     const index_t row = team_row(team), bh = row / qc.rows, b = bh / heads, h = bh % heads;
     if (b >= index_t(out_acc.extent(0))) return;
     const index_t i = qc.first + row % qc.rows, query = q_pos(i);
-    T* const s = scores + row * kc.rows;
+    A* const s = at.logits + row * kc.rows;
+    T* const p = at.probs + row * kc.rows;
     if (partly_masked) {
       team_vector_for<A>(team, kc.rows, [&](const index_t c0, const int width) {
         for (int w = 0; w < width; ++w)
-          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = narrow<T>(neg_inf);
+          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = neg_inf;
       });
     }
     A block_max = team_vector_max<A>(team, kc.rows, [&](const index_t c0, const int width) {
@@ -159,8 +187,8 @@ struct ForwardRows {
     const V base = simd::pack_splat<V>(m_new == neg_inf ? A(0) : m_new);
     // The row sum adds the probabilities as stored (rounded to T), as P V multiplies them.
     const A sum = team_vector_sum<A>(team, kc.rows, [&](const index_t c0, const int width) {
-      simd::store_n(s + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - base)), width);  // exp(-inf) = 0
-      return simd::load_n(s + c0, width);
+      simd::store_n(p + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - base)), width);  // exp(-inf) = 0
+      return simd::load_n(p + c0, width);
     });
     const A alpha = simd::pack_lane(simd::kernel_exp<A>(V(simd::pack_splat<V>(m_old) - base)), 0);
     A* const o = &out_acc(b, h, i, 0);
@@ -174,11 +202,13 @@ struct ForwardRows {
   }
 };
 
-// Backward: P = exp(S - lse) over S (0 where masked and in rows that saw no
-// key), and scale dS = scale P (dP - delta) over dP.
+// Backward: P = exp(S - lse) (0 where masked and in rows that saw no key),
+// and dS = scale P (dP - delta); both in one pass, or (bf16) as two passes.
+enum class RowPass { both, probabilities, gradients };
 template <class T>
 struct BackwardRows {
-  T *scores, *score_grads;
+  PairBuffers<T> at;
+  RowPass pass;
   Chunk qc, kc;
   index_t heads;
   View1<const index_t> q_pos, k_pos;
@@ -196,16 +226,21 @@ struct BackwardRows {
     const A lse_i = lse(b, h, i);
     const V shift = simd::pack_splat<V>(lse_i == -compat::infinity<A>() ? compat::infinity<A>() : lse_i);
     const V delta_i = simd::pack_splat<V>(delta(b, h, i)), vscale = simd::pack_splat<V>(scale);
-    T* const s = scores + row * kc.rows;
-    T* const ds = score_grads + row * kc.rows;
+    const A* const s = at.logits + row * kc.rows;
+    const A* const dp = at.dp + row * kc.rows;
+    T* const p = at.probs + row * kc.rows;
+    T* const ds = at.ds + row * kc.rows;
     team_vector_for<A>(team, kc.rows, [&](const index_t c0, const int width) {
-      simd::store_n(s + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - shift)), width);
-      if (partly_masked) {  // exp(x - inf) = 0 already in rows that saw no key
-        for (int w = 0; w < width; ++w)
-          if (mask.hides(b, query, k_pos(kc.first + c0 + w))) s[c0 + w] = narrow<T>(A(0));
+      if (pass != RowPass::gradients) {
+        simd::store_n(p + c0, simd::kernel_exp<A>(V(simd::load_n(s + c0, width) - shift)), width);
+        if (partly_masked) {  // exp(x - inf) = 0 already in rows that saw no key
+          for (int w = 0; w < width; ++w)
+            if (mask.hides(b, query, k_pos(kc.first + c0 + w))) p[c0 + w] = narrow<T>(A(0));
+        }
       }
-      const V p = simd::load_n(s + c0, width), dp = simd::load_n(ds + c0, width);
-      simd::store_n(ds + c0, V(vscale * p * (dp - delta_i)), width);
+      if (pass == RowPass::probabilities) return;
+      const V pv = simd::load_n(p + c0, width), dpv = simd::load_n(dp + c0, width);
+      simd::store_n(ds + c0, V(vscale * pv * (dpv - delta_i)), width);
     });
   }
 };
@@ -213,7 +248,9 @@ struct BackwardRows {
 template <class T>
 void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, index_t chunk, bool backward) {
   const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk, s.nq) * std::min(chunk, s.nk));
-  if (workspace.scores.extent(0) < needed || (backward && workspace.score_grads.extent(0) < needed))
+  constexpr bool in_place = std::is_same<T, Acc<T>>::value;  // the second buffer: score_grads, else logits
+  const std::size_t second = in_place ? workspace.score_grads.extent(0) : workspace.logits.extent(0);
+  if (workspace.scores.extent(0) < needed || ((backward || !in_place) && second < needed))
     throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
                          " values of a chunk pair's score blocks");
   if (backward && !std::is_same<T, Acc<T>>::value &&
@@ -231,7 +268,8 @@ struct PairOperands {
   MatrixBatch<U> queries(U* x, index_t g) const { return head_rows(x, s.nq, s.dh, s.group, g, qc.first, qc.rows); }
   template <class U>
   MatrixBatch<U> keys(U* x) const { return head_rows(x, s.nk, s.dh, index_t(1), index_t(0), kc.first, kc.rows); }
-  MatrixBatch<T> blocks(T* x, index_t g) const { return score_blocks(x, s.group, g, qc.rows, kc.rows); }
+  template <class U>
+  MatrixBatch<U> blocks(U* x, index_t g) const { return score_blocks(x, s.group, g, qc.rows, kc.rows); }
 };
 
 template <class T>
@@ -241,11 +279,11 @@ void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<
   const index_t E = s.entries();
   for (index_t g = 0; g < s.group; ++g)
     batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), Acc<T>(0),
-                    at.blocks(rows.scores, g), E);
+                    at.blocks(rows.at.logits, g), E);
   Kokkos::parallel_for("miniattn::chunked_attention_forward_rows",
                        row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuRowsPerTeam), rows);
   for (index_t g = 0; g < s.group; ++g)
-    batched_gemm<T>('N', 'N', Acc<T>(1), read_only(at.blocks(rows.scores, g)), at.keys(v.data()), Acc<T>(1),
+    batched_gemm<T>('N', 'N', Acc<T>(1), read_only(at.blocks(rows.at.probs, g)), at.keys(v.data()), Acc<T>(1),
                     at.queries(rows.out_acc.data(), g), E);
 }
 
@@ -321,20 +359,33 @@ struct BackwardOperands {
 
 template <class T>
 void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, BackwardRows<T> rows) {
+  constexpr bool one_pass = std::is_same<T, Acc<T>>::value;  // dP has a buffer of its own
   const PairOperands<T> at{s, rows.qc, rows.kc};
   const index_t E = s.entries();
-  for (index_t g = 0; g < s.group; ++g) {
+  const auto run_rows = [&](RowPass pass) {
+    rows.pass = pass;
+    Kokkos::parallel_for("miniattn::chunked_attention_backward_rows",
+                         row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuRowsPerTeam), rows);
+  };
+  const auto score_gradients = [&]() {  // dP = dO V^T
+    for (index_t g = 0; g < s.group; ++g)
+      batched_gemm<T>('N', 'T', Acc<T>(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), Acc<T>(0),
+                      at.blocks(rows.at.dp, g), E);
+  };
+  for (index_t g = 0; g < s.group; ++g)
     batched_gemm<T>('N', 'T', s.scale, at.queries(x.q.data(), g), at.keys(x.k.data()), Acc<T>(0),
-                    at.blocks(rows.scores, g), E);
-    batched_gemm<T>('N', 'T', Acc<T>(1), at.queries(x.dout.data(), g), at.keys(x.v.data()), Acc<T>(0),
-                    at.blocks(rows.score_grads, g), E);
+                    at.blocks(rows.at.logits, g), E);
+  if (one_pass) score_gradients();
+  run_rows(one_pass ? RowPass::both : RowPass::probabilities);
+  for (index_t g = 0; g < s.group; ++g)
+    batched_gemm<T>('T', 'N', Acc<T>(1), read_only(at.blocks(rows.at.probs, g)), at.queries(x.dout.data(), g),
+                    Acc<T>(1), x.keys.rows(x.keys.dv_acc, at.kc), E);
+  if (!one_pass) {
+    score_gradients();
+    run_rows(RowPass::gradients);
   }
-  Kokkos::parallel_for("miniattn::chunked_attention_backward_rows",
-                       row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuRowsPerTeam), rows);
   for (index_t g = 0; g < s.group; ++g) {
-    const auto p = read_only(at.blocks(rows.scores, g)), ds = read_only(at.blocks(rows.score_grads, g));
-    batched_gemm<T>('T', 'N', Acc<T>(1), p, at.queries(x.dout.data(), g), Acc<T>(1), x.keys.rows(x.keys.dv_acc, at.kc),
-                    E);
+    const auto ds = read_only(at.blocks(rows.at.ds, g));
     batched_gemm<T>('T', 'N', Acc<T>(1), ds, at.queries(x.q.data(), g), Acc<T>(1), x.keys.rows(x.keys.dk_acc, at.kc),
                     E);
     batched_gemm<T>('N', 'N', Acc<T>(1), ds, at.keys(x.k.data()), Acc<T>(1), at.queries(x.dq.data(), g), E);
@@ -356,7 +407,7 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
     for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
       bool partly_masked = false;
       if (!pairs.meet(qi, ki, partly_masked)) continue;
-      const ForwardRows<T> rows{workspace.scores.data(), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
+      const ForwardRows<T> rows{pair_buffers(workspace), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
                                 s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, out_acc, row_max,
                                 row_sum};
       forward_chunk_pair<T>(s, q, k, v, rows);
@@ -383,7 +434,7 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
       if (!pairs.meet(qi, ki, partly_masked)) continue;
       if (!started) key_gradients.begin(kc);
       started = true;
-      const BackwardRows<T> rows{workspace.scores.data(), workspace.score_grads.data(), chunk_of(qi, chunk, s.nq), kc,
+      const BackwardRows<T> rows{pair_buffers(workspace), RowPass::both, chunk_of(qi, chunk, s.nq), kc,
                                  s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, lse, delta, s.scale};
       backward_chunk_pair<T>(s, operands, rows);
     }

@@ -1010,4 +1010,43 @@ TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
   std::printf("bf16 %s kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name, worst_ratio);
 }
 
+// Sharp heads, scores of tens (a head that picks one key among many, as the
+// copy task's does): a score rounded to bf16 moves by up to 2^-9 of its size,
+// its probability by several percent. The kernels keep S (and dP) in fp32 and
+// round P and dS only, so their output and gradients stay well inside the
+// error of plain bf16, which rounds S; a kernel that rounds S lands near it.
+TEST_P(AttentionBf16, SharpScoresKeepFp32Precision) {
+  using miniattn::bf16;
+  const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
+  if (tensor_core) {
+    const std::string reason = miniattn::kernels::tensor_core_unavailable_reason(64);
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+  const index_t dh = tensor_core ? 64 : 16;
+  Problem sharp = make_problem(2, 3, dh, range_positions(0, 96), range_positions(0, 96), 4242);
+  for (double& x : sharp.q) x *= 6;  // scores of standard deviation 13.5
+  const Problem p = rounded<bf16>(sharp);
+  const auto g = rounded<bf16>(random_values(p.q.size(), 4243));
+  for (const MaskCase& mask : {kMasks[0], kCausal}) {
+    SCOPED_TRACE(mask.name);
+    const AttentionBlocking blocking{32, 32};  // gemm: chunks of 32 rows, three of them
+    const auto ref = naive_forward(p, mask);
+    const auto ref_grads = naive_backward(p, mask, g);
+    const PlainBf16 plain = plain_bf16_attention(p, mask, g);
+    const auto got = kernel_forward<bf16>(p, mask, blocking);
+    const auto grads = kernel_backward<bf16>(p, {p}, mask, blocking, g);
+    const auto check = [&](const std::vector<double>& x, const std::vector<double>& plain_x,
+                           const std::vector<double>& exact, const char* what) {
+      const double err = relative_error(x, exact), plain_err = relative_error(plain_x, exact);
+      EXPECT_LT(err, 0.5 * plain_err) << what;
+      std::printf("sharp scores, %s, %s: %s error %.2e, plain bf16 %.2e\n", GetParam().name, mask.name, what, err,
+                  plain_err);
+    };
+    check(got.out, plain.forward.out, ref.out, "out");
+    check(grads.dq, plain.grads.dq, ref_grads.dq, "dq");
+    check(grads.dk, plain.grads.dk, ref_grads.dk, "dk");
+    check(grads.dv, plain.grads.dv, ref_grads.dv, "dv");
+  }
+}
+
 }  // namespace

@@ -135,10 +135,17 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
       EXPECT_EQ(workspace.bytes(), attention_workspace_bytes(shape, blocking, sizeof(float), sizeof(float)))
           << miniattn::to_string(kernel) << " chunk " << chunk;
       EXPECT_GT(workspace.bytes(), 0u);
+      const AttentionWorkspace<miniattn::bf16> narrow(shape, blocking);
+      EXPECT_EQ(narrow.bytes(), attention_workspace_bytes(shape, blocking, sizeof(miniattn::bf16), sizeof(float)))
+          << miniattn::to_string(kernel) << " chunk " << chunk << ", bf16";
     }
   // gemm: one chunk pair's scores and gradients for every head.
   const AttentionWorkspace<double> gemm({2, 6, 3, 16, 100, 37}, {0, 0, miniattn::AttentionKernel::gemm, 64});
   EXPECT_EQ(gemm.bytes(), 2u * 2 * 6 * 64 * 37 * sizeof(double));
+  // bf16: the scores in fp32 and the probabilities in bf16, besides the fp32
+  // accumulators of the output (then dq) and of a key chunk's dk and dv.
+  const AttentionWorkspace<miniattn::bf16> mixed({2, 6, 3, 16, 100, 37}, {0, 0, miniattn::AttentionKernel::gemm, 64});
+  EXPECT_EQ(mixed.bytes(), 2u * 6 * 64 * 37 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 37 * 16) * 4);
 }
 
 TEST(AttentionTiles, ScratchGrowsWithTheTiles) {
