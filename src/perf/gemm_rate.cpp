@@ -36,15 +36,19 @@ bool cpu_has(const char* flag) {
 
 // Adds per second of a chain of dependent integer adds: the core's clock
 // (each add waits one cycle for the previous), turbo included, where
-// /proc/cpuinfo's "cpu MHz" may be a nominal figure (virtual machines).
+// /proc/cpuinfo's "cpu MHz" may be a nominal figure (virtual machines). The
+// added value comes from a register: Intel cores since Golden Cove fold
+// chains of add-immediate at rename, several a cycle (measured on a Xeon of
+// that family: 24.7 G adds/s with an immediate, 4.04 G with a register, and
+// 3 x 1.35 G for a chain of multiplies, 3 cycles each).
 double measured_clock_hz() {
 #if defined(__x86_64__)
   constexpr long kAddsPerBlock = 1000, kBlocks = 100000;
   double best = 0;
   for (int repeat = 0; repeat < 3; ++repeat) {
-    unsigned long chain = 0;
+    unsigned long chain = 0, one = 1;
     const double t0 = wall_seconds();
-    for (long b = 0; b < kBlocks; ++b) asm volatile(".rept 1000\n\taddq $1, %0\n\t.endr" : "+r"(chain));
+    for (long b = 0; b < kBlocks; ++b) asm volatile(".rept 1000\n\taddq %1, %0\n\t.endr" : "+r"(chain) : "r"(one));
     best = std::max(best, kAddsPerBlock * kBlocks / (wall_seconds() - t0));
   }
   return best;

@@ -753,6 +753,9 @@ def bench_report(c):
         fail("bench step is not the median step")
     if b["figure_of_merit_tokens_per_second_per_rank"] != r["tokens_per_second_per_rank"]:
         fail("figure of merit is not tokens/s per rank")
+    peak = b.get("core_peak")  # host backends: a measured clock, an assumed FMA width
+    if peak is not None and not 0.3 <= peak["clock_ghz"] <= 7.0:
+        fail(f"core peak at an impossible clock: {peak}")
     guard = b["nan_check"]
     if not (0 < guard["seconds_per_step"] < b["step"]["seconds"] and 0 < guard["fraction_of_step"] < 1):
         fail(f"NaN guard cost: {guard}")
