@@ -972,13 +972,16 @@ const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
 class AttentionBf16 : public AttentionKernels {};
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
 
+// Why the bf16 kernel under test cannot run here ("" when it can).
+std::string bf16_kernel_unavailable(const KernelUnderTest& kernel) {
+  if (kernel.kernel != AttentionKernel::tensor_core) return "";
+  return miniattn::kernels::tensor_core_unavailable_reason(64);
+}
+
 TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
   using miniattn::bf16;
   const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
-  if (tensor_core) {
-    const std::string reason = miniattn::kernels::tensor_core_unavailable_reason(64);
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
+  if (const std::string reason = bf16_kernel_unavailable(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
   std::uint64_t seed = 901;
   double worst_ratio = 0;
   for (const auto& c : forward_cases()) {
@@ -1018,10 +1021,7 @@ TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
 TEST_P(AttentionBf16, SharpScoresKeepFp32Precision) {
   using miniattn::bf16;
   const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
-  if (tensor_core) {
-    const std::string reason = miniattn::kernels::tensor_core_unavailable_reason(64);
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
+  if (const std::string reason = bf16_kernel_unavailable(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
   const index_t dh = tensor_core ? 64 : 16;
   Problem sharp = make_problem(2, 3, dh, range_positions(0, 96), range_positions(0, 96), 4242);
   for (double& x : sharp.q) x *= 6;  // scores of standard deviation 13.5
