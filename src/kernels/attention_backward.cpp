@@ -54,11 +54,12 @@ struct BackwardTilePair {
   View4<T> dq, dk, dv;
   View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
   AttentionMask mask;
-  index_t batch, kv_heads, group, nq, nk, dh, qb, kb, kb_ld, dh_ld, n_qtiles, n_ktiles, waves,
-      wave;  // group: query heads per K/V head
-  bool one_launch;
-  int level;
-  T scale;
+  // Set after the Views (attention_backward_accumulate). group: query heads per K/V head.
+  index_t batch = 0, kv_heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, kb_ld = 0, dh_ld = 0,
+          n_qtiles = 0, n_ktiles = 0, waves = 0, wave = 0;
+  bool one_launch = false;
+  int level = 0;
+  T scale = T(0);
 
   struct Pair {
     index_t b, h, kh, i0, rows, j0, cols;  // h: the query head, kh: its K/V head
@@ -143,7 +144,6 @@ struct BackwardTilePair {
 
   // The K^T and V^T tiles and the key positions into scratch, dk and dv cleared.
   KOKKOS_INLINE_FUNCTION void stage(const TeamMember& team, const Pair& t) const {
-    const index_t always_masked = std::numeric_limits<index_t>::max();
     copy_tile(team, &k_t(t.b, t.kh, 0, t.j0), index_t(k_t.stride(2)), dh, t.cols, t.k_t, kb_ld);
     copy_tile(team, &v_t(t.b, t.kh, 0, t.j0), index_t(v_t.stride(2)), dh, t.cols, t.v_t, kb_ld);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
@@ -153,7 +153,7 @@ struct BackwardTilePair {
       });
     });
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kb_ld), [&](const index_t j) {
-      Kokkos::single(Kokkos::PerThread(team), [&]() { t.kpos[j] = j < t.cols ? k_pos(t.j0 + j) : always_masked; });
+      Kokkos::single(Kokkos::PerThread(team), [&]() { t.kpos[j] = j < t.cols ? k_pos(t.j0 + j) : kPaddingPosition; });
     });
   }
 

@@ -92,7 +92,6 @@ struct ForwardQueryTile {
   // Q^T, the running state and the positions into scratch.
   KOKKOS_FORCEINLINE_FUNCTION void stage(const TeamMember& team, const Tile& t) const {
     const T neg_inf = -compat::infinity<T>();
-    const index_t never_masked = std::numeric_limits<index_t>::max();
     stage_transposed(team, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), t.rows, dh, t.q_t, qb_ld);
     const T* const o_out = &out_acc(t.b, t.h, t.i0, 0);
     const index_t o_ld = out_acc.stride(2);
@@ -105,7 +104,7 @@ struct ForwardQueryTile {
       Kokkos::single(Kokkos::PerThread(team), [&]() {
         t.m_run[r] = r < t.rows ? row_max(t.b, t.h, t.i0 + r) : neg_inf;
         t.l_run[r] = r < t.rows ? row_sum(t.b, t.h, t.i0 + r) : T(0);
-        t.qpos[r] = r < t.rows ? q_pos(t.i0 + r) : never_masked;
+        t.qpos[r] = r < t.rows ? q_pos(t.i0 + r) : kPaddingPosition;
       });
     });
   }

@@ -44,6 +44,11 @@ template <class T>
 using ScratchView = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
 
+// The position of a tile's padding rows: past every real one (how the masks
+// treat it: AttentionMask::hides). A constant, so that device code calls no
+// host function (std::numeric_limits) for it.
+constexpr index_t kPaddingPosition = std::numeric_limits<index_t>::max();
+
 // Register tile of the products: R rows x P packs (W = P * lanes columns).
 // Host: 2R accumulator registers + P for B + 1 broadcast fit the SIMD register
 // file: R = 6 for the 16 registers of SSE2/AVX2, R = 8 for AVX-512's 32
