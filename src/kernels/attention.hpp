@@ -168,11 +168,11 @@ struct AttentionShape {
 // tile pair transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
 // (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never
-// O(N^2); when T is narrower than Acc<T> (bf16), the scores and then the score
-// gradients dP in Acc<T> (`logits`) and the probabilities, then dS, in T
-// (`scores`): a bf16 score rounds by up to 2^-9 of its size, which blurs a head
-// that must pick one key among thousands (chunked_attention.cpp). When T
-// computes in a wider type (bf16), also an Acc<T> accumulator
+// O(N^2). When T computes in a wider type (bf16): the gemm kernel's scores,
+// then score gradients dP, in Acc<T> (`logits`; a bf16 score rounds by up to
+// 2^-9 of its size, which blurs a head that must pick one key among
+// thousands: chunked_attention.cpp) and its probabilities, then dS, in T
+// (`scores`); and an Acc<T> accumulator
 // [B, H, queries, Dh] for the running output in the forward pass and for dq in
 // the backward pass (they never overlap), and, gemm, a key chunk's dk and dv
 // in Acc<T>, [B, KV, min(chunk, keys), Dh] each, added to the caller's dk, dv

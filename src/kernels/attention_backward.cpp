@@ -22,7 +22,6 @@
 //    tile for its dq (three: P and dS again), all in one launch with every
 //    team busy, instead of a launch per wave in which most teams of a causal
 //    mask return at once. Two more products per pair for n-fold fewer launches.
-#include <limits>
 #include <type_traits>
 
 #include "kernels/attention_tiles.hpp"
@@ -297,8 +296,8 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
           "the workspace must hold K^T and V^T of at least [B, KV, Dh, n_k]");
   transpose_rows<T>(k, workspace.k_t);
   transpose_rows<T>(v, workspace.v_t);
-  BackwardTilePair<T> pair{q,  k,  v,  dout, lse, delta, scope.q_pos, scope.k_pos, dq, dk, dv, workspace.k_t,
-                           workspace.v_t, scope.mask};
+  BackwardTilePair<T> pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos,
+                           dq, dk, dv, workspace.k_t, workspace.v_t, scope.mask};
   pair.batch = batch;
   pair.kv_heads = kv_heads;
   pair.group = heads / kv_heads;

@@ -14,7 +14,6 @@
 // registers; libm's expf/exp are scalar calls). The products reach the FMA
 // units when the target has them and the compiler may contract a * b + c
 // (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
-#include <limits>
 #include <type_traits>
 
 #include "kernels/attention_tiles.hpp"

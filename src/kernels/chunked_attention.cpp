@@ -23,7 +23,6 @@
 #include "kernels/chunked_attention.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -132,6 +131,11 @@ constexpr int kGpuRowsPerTeam = 8;
 template <class T>
 using Pack = typename simd::Pack<Acc<T>>::type;
 
+// Whether P overwrites S and dS overwrites dP (T computes in T), else S and dP
+// share an Acc<T> buffer and the backward's row kernel runs in two passes.
+template <class T>
+constexpr bool kScoresInPlace = std::is_same<T, Acc<T>>::value;
+
 // Where a chunk pair's blocks lie (see the top of this file).
 template <class T>
 struct PairBuffers {
@@ -143,7 +147,7 @@ struct PairBuffers {
 
 template <class T>
 PairBuffers<T> pair_buffers(const AttentionWorkspace<T>& w) {
-  if constexpr (std::is_same<T, Acc<T>>::value)
+  if constexpr (kScoresInPlace<T>)
     return {w.scores.data(), w.scores.data(), w.score_grads.data(), w.score_grads.data()};
   else
     return {w.logits.data(), w.scores.data(), w.logits.data(), w.scores.data()};
@@ -248,7 +252,7 @@ struct BackwardRows {
 template <class T>
 void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, index_t chunk, bool backward) {
   const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk, s.nq) * std::min(chunk, s.nk));
-  constexpr bool in_place = std::is_same<T, Acc<T>>::value;  // the second buffer: score_grads, else logits
+  constexpr bool in_place = kScoresInPlace<T>;  // the second buffer: score_grads, else logits
   const std::size_t second = in_place ? workspace.score_grads.extent(0) : workspace.logits.extent(0);
   if (workspace.scores.extent(0) < needed || ((backward || !in_place) && second < needed))
     throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
@@ -359,7 +363,7 @@ struct BackwardOperands {
 
 template <class T>
 void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, BackwardRows<T> rows) {
-  constexpr bool one_pass = std::is_same<T, Acc<T>>::value;  // dP has a buffer of its own
+  constexpr bool one_pass = kScoresInPlace<T>;  // dP has a buffer of its own
   const PairOperands<T> at{s, rows.qc, rows.kc};
   const index_t E = s.entries();
   const auto run_rows = [&](RowPass pass) {
