@@ -17,6 +17,8 @@
 // emulates a warp's products with them on the host.
 #include <Kokkos_Core.hpp>
 
+#include <cstdint>
+
 namespace miniattn::kernels::mma {
 
 constexpr int kWarpLanes = 32;
@@ -56,6 +58,30 @@ KOKKOS_INLINE_FUNCTION constexpr int b_pair_offset(int lane, int r, int ld) {
 // agree element for element, so no value leaves its lane.
 KOKKOS_INLINE_FUNCTION constexpr int c_tile_of_a(int r) { return r / 2; }
 KOKKOS_INLINE_FUNCTION constexpr int c_value_of_a(int r) { return 2 * (r % 2); }
+
+// Which of a lane's C values across `Tiles` 8-column tiles of a 16-row
+// result a mask hides, as bits (tile t, value e: bit t kCValues + e; 32 of
+// them for the attention kernels' 64-column blocks): hides(column, slot) with
+// slot = e / 2, which of the lane's two rows (c_element's row g or g + 8).
+// The kernels work the mask out before the products, so the positions it reads
+// are not live through them (ptxas -v, sm_90: the forward kernel at Dh = 64
+// holds 161 registers a thread instead of 241, three teams an SM instead of two).
+template <int Tiles, class Hides>
+KOKKOS_INLINE_FUNCTION std::uint32_t hidden_c_values(int lane, Hides hides) {
+  static_assert(Tiles * kCValues <= 32, "one bit a C value of a 32-bit word");
+  std::uint32_t bits = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll 8  // a few of the mask's loads in flight, not 32
+#endif
+  for (int i = 0; i < Tiles * kCValues; ++i) {
+    const int tile = i / kCValues, e = i % kCValues;
+    if (hides(tile * kCols + c_element(lane, e).col, e / 2)) bits |= std::uint32_t(1) << i;
+  }
+  return bits;
+}
+KOKKOS_INLINE_FUNCTION constexpr bool is_hidden(std::uint32_t bits, int tile, int e) {
+  return (bits >> (tile * kCValues + e)) & 1u;
+}
 
 // ldmatrix.sync.aligned.m8n8.x4.b16 (PTX ISA, "Warp-level matrix load
 // instruction: ldmatrix"): lane l gives the address of row l % 8 of matrix

@@ -122,6 +122,9 @@ template <int Dh>
 __device__ void add_query_block(const BackwardArgs& a, index_t sample, const QueryBlock& b, index_t first_query,
                                 bool partly, KeyRows<Dh>& x) {
   const int lane = lane_id();
+  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int query, int slot) {
+    return first_query + query >= a.nq || a.mask.hides(sample, b.pos[query], x.pos[slot]);
+  }) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.k, b.q, Widths<Dh>::rows_ld, p);      // S^T = K Q^T
   accumulate_product<Dh, kTileN>(x.v, b.dout, Widths<Dh>::rows_ld, ds);  // dP^T = V dO^T
@@ -129,9 +132,8 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
-      const int query = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
-      const bool hidden = partly && (first_query + query >= a.nq || a.mask.hides(sample, b.pos[query], x.pos[slot]));
-      p[j][e] = hidden ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - b.lse2[query]));
+      const int query = j * mma::kCols + mma::c_element(lane, e).col;
+      p[j][e] = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - b.lse2[query]));
       ds[j][e] = p[j][e] * (ds[j][e] - b.delta[query]);
     }
   Word operand[kTileK][mma::kARegisters];
@@ -220,6 +222,9 @@ template <int Dh>
 __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                               index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
   const int lane = lane_id();
+  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int key, int slot) {
+    return first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]);
+  }) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
   accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T
@@ -227,9 +232,8 @@ __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16*
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
-      const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
-      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]));
-      const float prob = hidden ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - x.lse2[slot]));
+      const int slot = e / 2;
+      const float prob = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - x.lse2[slot]));
       ds[j][e] = prob * (ds[j][e] - x.delta[slot]);
     }
   Word operand[kTileK][mma::kARegisters];

@@ -5,6 +5,7 @@
 // its lanes), and stores the state back once.
 #include "kernels/tensor_core_attention.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "core/error.hpp"
@@ -89,6 +90,9 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
                                index_t first_key, bool partly, QueryRows<Dh>& x) {
   const int lane = lane_id();
   const float neg_inf = -compat::infinity<float>();
+  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int key, int slot) {
+    return first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]);
+  }) : 0u;
   float s[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);
   float block_max[kRowSlots] = {neg_inf, neg_inf};
@@ -96,10 +100,8 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
-      const int key = j * mma::kCols + mma::c_element(lane, e).col, slot = e / 2;
-      const bool hidden = partly && (first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]));
-      s[j][e] = hidden ? neg_inf : s[j][e] * a.scale_log2;
-      block_max[slot] = fmaxf(block_max[slot], s[j][e]);
+      s[j][e] = mma::is_hidden(hidden, j, e) ? neg_inf : s[j][e] * a.scale_log2;
+      block_max[e / 2] = fmaxf(block_max[e / 2], s[j][e]);
     }
   float base[kRowSlots], alpha[kRowSlots], sum[kRowSlots] = {0.0f, 0.0f};
   for (int slot = 0; slot < kRowSlots; ++slot) {
