@@ -246,22 +246,29 @@ TEST(MmaFragments, LdmatrixLoadsTheBFragments) {
 // The kernels decide which scores a mask hides before the products, as one
 // bit per C value (hidden_c_values), and read the bits back per (tile, value):
 // each bit must name the pair its C value holds, through the lane's row slot.
+constexpr int kMaskTiles = 8, kMaskColumns = kMaskTiles * mma::kCols;  // a 64-key block
+
+// A 16 x 64 pattern of hidden pairs as the kernels' mask lambdas ask for it
+// (a functor callable where hidden_c_values is: host and device).
+struct PatternMask {
+  const bool* hidden;  // [16][64]
+  int lane;
+  KOKKOS_INLINE_FUNCTION bool operator()(int column, int slot) const {
+    return hidden[mma::c_element(lane, 2 * slot).row * kMaskColumns + column];
+  }
+};
+
 TEST(MmaFragments, HiddenBitsNameEachLanesPairs) {
-  constexpr int kTiles = 8, kColumns = kTiles * mma::kCols;  // a 64-key block
   std::mt19937 rng(5);
   std::bernoulli_distribution coin(0.5);
-  std::array<std::array<bool, kColumns>, mma::kRows> hidden{};
-  for (auto& row : hidden)
-    for (auto& pair : row) pair = coin(rng);
+  bool hidden[mma::kRows * kMaskColumns];  // row-major
+  for (bool& pair : hidden) pair = coin(rng);
   for (int lane = 0; lane < kLanes; ++lane) {
-    const std::uint32_t bits = mma::hidden_c_values<kTiles>(lane, [&](int column, int slot) {
-      return hidden[static_cast<std::size_t>(mma::c_element(lane, 2 * slot).row)][static_cast<std::size_t>(column)];
-    });
-    for (int tile = 0; tile < kTiles; ++tile)
+    const std::uint32_t bits = mma::hidden_c_values<kMaskTiles>(lane, PatternMask{hidden, lane});
+    for (int tile = 0; tile < kMaskTiles; ++tile)
       for (int e = 0; e < mma::kCValues; ++e) {
         const auto at = mma::c_element(lane, e);
-        EXPECT_EQ(mma::is_hidden(bits, tile, e),
-                  hidden[static_cast<std::size_t>(at.row)][static_cast<std::size_t>(tile * mma::kCols + at.col)])
+        EXPECT_EQ(mma::is_hidden(bits, tile, e), hidden[at.row * kMaskColumns + tile * mma::kCols + at.col])
             << "lane " << lane << " tile " << tile << " c" << e;
       }
   }
