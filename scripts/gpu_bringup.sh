@@ -25,8 +25,9 @@
 # Environment: CUDA_HOME (/usr/local/cuda), MINIATTN_KOKKOS_CUDA_ARCH (HOPPER90),
 # MINIATTN_PYTHON (python3 on PATH), MINIATTN_BUILD_DIR (build-gpu),
 # MINIATTN_BRINGUP_RESULTS (results/gpu), MINIATTN_GPU_TESTS (ctest -R regex of the
-# tests to run), OUT (when set, each invocation ends by copying the summary, the
-# figures and a tarball of the results there).
+# tests to run), MINIATTN_BENCH_SEQ_LENS and MINIATTN_BENCH_FP32_KERNELS (bench: the fp32
+# sequence lengths, "8192 32768", and kernels, "gemm fused"), OUT (when set, each
+# invocation ends by copying the summary, the figures and a tarball of the results there).
 set -Eeuo pipefail
 trap 'echo "gpu_bringup: FAILED at line $LINENO: $BASH_COMMAND" >&2' ERR
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
@@ -480,22 +481,27 @@ bench_model=(--set model.vocab=256 --set model.d_model=256 --set model.heads=4 -
 step_bench() {
   setup_env
   local py n causal
+  # A short lease can narrow the fp32 part (the bf16 part is N = 32768 only):
+  # MINIATTN_BENCH_SEQ_LENS="32768" MINIATTN_BENCH_FP32_KERNELS="gemm".
+  local -a seq_lens fp32_kernels
+  read -r -a seq_lens <<< "${MINIATTN_BENCH_SEQ_LENS:-8192 32768}"
+  read -r -a fp32_kernels <<< "${MINIATTN_BENCH_FP32_KERNELS:-gemm fused}"
   py=$(find_python) || die "no Python with torch, h5py and numpy"
   # First, so that a failing miniattn kernel below still leaves the figures to compare with.
   say "PyTorch on the same GPU: SGEMM, SDPA, one training step of validation/reference_model.py (fp32 and bf16)"
-  "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens 8192 32768 --heads 4 --head-dim 64 \
+  "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens "${seq_lens[@]}" --heads 4 --head-dim 64 \
     --train-seq-len 32768 --bf16 > "$results/reference_bench.json"
   local kernel
-  for n in 8192 32768; do
-    for kernel in gemm fused; do
+  for n in "${seq_lens[@]}"; do
+    for kernel in "${fp32_kernels[@]}"; do
       say "bench_attention n=$n Dh=64 H=4 fp32, $kernel kernel (reference GEMM 8192^3)"
       "$build/tests/attention/bench_attention" "$n" 64 4 --precision=fp32 --reps=5 --gemm=8192 --kernel=$kernel |
         tee "$results/bench_attention_${kernel}_n$n.txt"
     done
   done
-  for n in 8192 32768; do
+  for n in "${seq_lens[@]}"; do
     for causal in true false; do
-      for kernel in gemm fused; do
+      for kernel in "${fp32_kernels[@]}"; do
         say "miniattn bench N=$n causal=$causal, $kernel kernel"
         miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=$n --set model.causal=$causal \
                  --set kernels.attention=$kernel --set run.result="$results/bench_miniattn_${kernel}_n${n}_$(
