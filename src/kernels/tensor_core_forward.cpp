@@ -129,15 +129,9 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
 
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) forward_kernel(const ForwardArgs a) {
-  extern __shared__ uint4 shared[];
-  bf16* const staged = reinterpret_cast<bf16*>(shared);
-  __shared__ Range parts[kWarps];
-  const index_t sample = blockIdx.y / a.heads, kv_rows = kv_head_offset(a.heads, a.kv_heads, a.nk, Dh);
   QueryRows<Dh> x;
-  const Range queries = load_query_rows<Dh>(a, x);
-  const Range team = team_range(queries, parts);
-  for_each_visible_key_block<Dh>(a.mask, sample, a.k + kv_rows, a.v + kv_rows, a.k_pos, a.nk, staged, queries, team,
-                                 [&](index_t first_key, bool partly, const bf16* ks, const bf16* vs) {
+  for_each_visible_key_block<Dh>(a, load_query_rows<Dh>(a, x),
+                                 [&](index_t sample, index_t first_key, bool partly, const bf16* ks, const bf16* vs) {
                                    fold_key_block<Dh>(a, sample, ks, vs, first_key, partly, x);
                                  });
   store_query_rows<Dh>(a, x);

@@ -275,48 +275,48 @@ __device__ __forceinline__ KeyBlock next_visible_key_block(const AttentionMask& 
   return {nk, kNoRows};
 }
 
-// The first of the [nk, Dh] rows of the K/V head that serves query head
-// blockIdx.y % heads of sample blockIdx.y / heads (GQA: heads / kv_heads
-// query heads a K/V head).
-__device__ __forceinline__ index_t kv_head_offset(index_t heads, index_t kv_heads, index_t nk, int dh) {
-  const index_t sample = blockIdx.y / heads, head = blockIdx.y % heads;
-  return (sample * kv_heads + head / (heads / kv_heads)) * nk * dh;
-}
-
 // Shared memory of the key-block walk below: two buffers of a K block and a V block.
 template <int Dh>
 constexpr int key_block_buffers_bytes() {
   return 2 * 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16));
 }
 
-// The K/V blocks of [0, nk) a team of query rows walks (forward, query
-// gradients; k and v point at the K/V head's [nk, Dh] rows), double-buffered
-// in `staged` (key_block_buffers_bytes): while the warps fold one block, the
-// next visible one is copied into the other buffer. Blocks the mask hides
-// from every row of the team are never staged; fold(first_key, partly, ks, vs)
-// runs in each warp whose own rows may see some key of the block (partly:
-// some pair may be hidden, or the block runs past nk).
-template <int Dh, class Fold>
-__device__ __forceinline__ void for_each_visible_key_block(const AttentionMask& mask, index_t sample, const bf16* k,
-                                                           const bf16* v, const index_t* k_pos, index_t nk,
-                                                           bf16* staged, Range queries, Range team, Fold fold) {
+// The key blocks a team of query rows walks (the forward, the query
+// gradients; Args: their kernel's arguments): the [nk, Dh] rows of the K/V
+// head that serves query head blockIdx.y % heads of sample blockIdx.y / heads
+// (GQA: heads / kv_heads query heads a K/V head), double-buffered in the
+// dynamic shared memory (key_block_buffers_bytes): while the warps fold one
+// block, the next visible one is copied into the other buffer. Blocks the
+// mask hides from every row of the team are never staged; fold(sample,
+// first_key, partly, ks, vs) runs in each warp whose own rows (`queries`,
+// their positions) may see some key of the block (partly: some pair may be
+// hidden, or the block runs past nk).
+template <int Dh, class Args, class Fold>
+__device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range queries, Fold fold) {
+  extern __shared__ uint4 shared[];
+  __shared__ Range parts[kWarps];
+  bf16* const staged = reinterpret_cast<bf16*>(shared);
+  const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads, nk = a.nk;
+  const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * nk * Dh;
+  const Range team = team_range(queries, parts);
   auto keys_of = [&](int buffer) { return staged + 2 * buffer * Widths<Dh>::block_bf16; };
   auto stage = [&](index_t first_key, int buffer) {
-    stage_rows_async<Dh>(k, first_key, nk, keys_of(buffer));
-    stage_rows_async<Dh>(v, first_key, nk, keys_of(buffer) + Widths<Dh>::block_bf16);
+    stage_rows_async<Dh>(a.k + kv_rows, first_key, nk, keys_of(buffer));
+    stage_rows_async<Dh>(a.v + kv_rows, first_key, nk, keys_of(buffer) + Widths<Dh>::block_bf16);
   };
-  KeyBlock block = next_visible_key_block(mask, sample, k_pos, nk, team, 0);
+  KeyBlock block = next_visible_key_block(a.mask, sample, a.k_pos, nk, team, 0);
   if (block.first < nk) stage(block.first, 0);
   commit_copies();
   for (int buffer = 0; block.first < nk; buffer ^= 1) {
-    const KeyBlock next = next_visible_key_block(mask, sample, k_pos, nk, team, block.first + kTile);
+    const KeyBlock next = next_visible_key_block(a.mask, sample, a.k_pos, nk, team, block.first + kTile);
     if (next.first < nk) stage(next.first, buffer ^ 1);
     commit_copies();
     wait_for_copies_but_newest();
     __syncthreads();  // every thread's copies of this block have landed
     bool partly = false;
-    if (!queries.empty() && mask.blocks_meet(sample, queries.lo, queries.hi, block.keys.lo, block.keys.hi, partly))
-      fold(block.first, partly || block.first + kTile > nk, keys_of(buffer), keys_of(buffer) + Widths<Dh>::block_bf16);
+    if (!queries.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, block.keys.lo, block.keys.hi, partly))
+      fold(sample, block.first, partly || block.first + kTile > nk, keys_of(buffer),
+           keys_of(buffer) + Widths<Dh>::block_bf16);
     __syncthreads();  // every warp is done with this buffer before it is refilled
     block = next;
   }
