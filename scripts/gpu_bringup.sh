@@ -18,6 +18,7 @@
 #       train      inputs/example.yaml on 1 rank
 #       reference  fp64 snapshots checked against the PyTorch float64 reference
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
+#       profile    Nsight Compute on the tensor-core kernels (not part of all)
 #   scripts/gpu_bringup.sh cmake-args   print the CMake arguments that point at the unpacked
 #                                       packages (one a line), for a configure by hand
 #   scripts/gpu_bringup.sh env          print the PATH / LD_LIBRARY_PATH exports
@@ -523,6 +524,20 @@ step_bench() {
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 
+# Nsight Compute on the tensor-core kernels (bf16, N = 8192 so that each
+# replay is short): occupancy, warp stall reasons, pipe and memory use of the
+# forward and both backward kernels, as text (ncu_tensor_core.txt) and as a
+# report for the Nsight Compute GUI. Not in `all`: run it by name.
+step_profile() {
+  setup_env
+  command -v ncu > /dev/null || die "no ncu (Nsight Compute) on PATH"
+  ncu --kernel-name regex:'forward_kernel|key_gradients_kernel|query_gradients_kernel' --launch-count 3 \
+      --set full --export "$results/ncu_tensor_core" --force-overwrite \
+      "$build/tests/attention/bench_attention" 8192 64 4 --precision=bf16 --reps=1 --kernel=tensor_core
+  ncu --import "$results/ncu_tensor_core.ncu-rep" --print-details all > "$results/ncu_tensor_core.txt"
+  say "profile: $results/ncu_tensor_core.txt"
+}
+
 # ------------------------------------------------------------------ driver
 summary=$results/summary.txt
 
@@ -530,7 +545,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json; do
+  for f in summary.txt figures.md figures.json reference_bench.json ncu_tensor_core.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
