@@ -16,8 +16,6 @@
 
 namespace miniattn {
 
-namespace {
-
 // Typed views of one block's parameters (or gradients) inside a flat buffer:
 // this rank's shards, Ds = D / tp attention columns, Qs = Ds + 2 KV Dh / tp QKV
 // rows (KV = model.kv_heads) and Fs = F / tp FFN units.
@@ -34,6 +32,8 @@ struct BlockTensors {
         qkv_weight(matrix_at(buf, o.qkv_weight, Qs, D)), proj_weight(matrix_at(buf, o.proj_weight, D, Ds)),
         fc1_weight(matrix_at(buf, o.fc1_weight, Fs, D)), fc2_weight(matrix_at(buf, o.fc2_weight, D, Fs)) {}
 };
+
+namespace {
 
 // Attention runs as a phase of the timer (fenced, for bench runs) when there
 // is one, else inside a profiling region of the same name.
@@ -131,6 +131,24 @@ View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_ro
 }
 
 template <class T>
+void Transformer<T>::attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in,
+                                      BlockActivations<T>& a) {
+  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
+  kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
+  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
+  rotary_.rotate(slot, q_, k_);
+}
+
+template <class T>
+void Transformer<T>::ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a) {
+  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
+  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
+  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
+  kernels::gelu_forward<T>(fc1_out_, d_hidden_);
+}
+
+template <class T>
 void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l,
                                    const DocumentIds& documents) {
   const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, qkv_rows(), ffn_shard_);
@@ -140,11 +158,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   const View2<T>& x_in = saved.residual[i];
   const View2<T>& x_out = saved.residual[i + 1];
 
-  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
-  kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
-  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
-  rotary_.rotate(slot, q_, k_);
+  attention_inputs(w, slot, x_in, a);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_forward",
                   [&] { attention.forward(q_, k_, v_, documents, a.attention_out, a.lse); });
@@ -155,12 +169,8 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   Kokkos::deep_copy(a.after_attention, x_in);
   kernels::add_inplace<T>(a.after_attention, normed_);
 
-  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
-  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
-  const View2<T>& gelu_out = d_hidden_;  // a workspace: backward recomputes it
-  kernels::gelu_forward<T>(fc1_out_, gelu_out);
-  kernels::linear_forward<T>(gelu_out, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
+  ffn_hidden(w, a);  // gelu(fc1 out) in d_hidden_, a workspace: backward recomputes it
+  kernels::linear_forward<T>(d_hidden_, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
   tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
   Kokkos::deep_copy(x_out, a.after_attention);
   kernels::add_inplace<T>(x_out, normed_);
@@ -203,10 +213,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // ln2's output (normed_, gathered into all_rows_) and fc1's output are
   // recomputed, bitwise as in the forward pass; gelu(fc1_out) goes into
   // d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
-  kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
-  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
-  kernels::gelu_forward<T>(fc1_out_, d_hidden_);
+  ffn_hidden(w, a);
   tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
   kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
                               tp_.on_first_rank(g.fc2_bias), column_partials_);
@@ -228,11 +235,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::linear_backward<T>(d_all_rows_out_, merged, w.proj_weight, d_merged, g.proj_weight,
                               tp_.on_first_rank(g.proj_bias), column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
-  kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
-  kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
-  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
-  rotary_.rotate(slot, q_, k_);
+  attention_inputs(w, slot, x_in, a);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_backward", [&] {
     attention.backward(q_, k_, v_, documents, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);

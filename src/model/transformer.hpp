@@ -61,6 +61,10 @@ struct MicroBatch {
   DocumentIds documents;
 };
 
+// Typed views of one block's parameters or gradients (transformer.cpp).
+template <class T>
+struct BlockTensors;
+
 template <class T>
 class Transformer {
  public:
@@ -115,6 +119,12 @@ class Transformer {
   void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l, const DocumentIds& documents);
   void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
                       index_t l, const DocumentIds& documents);
+  // The two runs the backward recomputes, so each is written once and the
+  // recompute matches the forward bitwise: q_, k_, v_ from the block's input
+  // (ln1, the QKV projection, heads, rotary positions), and fc1_out_ and
+  // gelu(fc1_out_) in d_hidden_ from a.after_attention (ln2, fc1, gelu).
+  void attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in, BlockActivations<T>& a);
+  void ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a);
   void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, const View2<T>& x,
                      const View1<const index_t>& targets, Acc<T> loss_scale);
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
