@@ -91,13 +91,16 @@ KOKKOS_INLINE_FUNCTION constexpr bool is_hidden(std::uint32_t bits, int tile, in
 KOKKOS_INLINE_FUNCTION constexpr Element ldsm_element(int lane, int i, bool trans) {
   return trans ? Element{2 * (lane % 4) + i, lane / 4} : Element{lane / 4, 2 * (lane % 4) + i};
 }
-// The row a lane addresses to load B fragments with one ldmatrix.x4:
+// The row a lane addresses to load A or B fragments with one ldmatrix.x4:
 // - n-major B (B(k, n) at n ld + k; K's rows for S = Q K^T): two k-steps of one
 //   8-column tile, registers (0, 1) for the first step and (2, 3) for the next;
 //   returns {n, k} of the row's first element.
 // - k-major B (B(k, n) at k ld + n; V's rows for O += P V), with .trans: one
 //   k-step of two 8-column tiles, registers (0, 1) for the first tile and (2, 3)
 //   for the next; returns {k, n}.
+// - row-major A (A(m, k) at m ld + k): one 16 x 16 A fragment, registers in
+//   a_element's order; returns {m, k} of the row's first element.
+KOKKOS_INLINE_FUNCTION constexpr Element a_row_major_row(int lane) { return {lane % 16, 8 * (lane / 16)}; }
 KOKKOS_INLINE_FUNCTION constexpr Element b_nmajor_row(int lane) { return {lane % 8, 8 * (lane / 8)}; }
 KOKKOS_INLINE_FUNCTION constexpr Element b_kmajor_row(int lane) { return {lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16)}; }
 

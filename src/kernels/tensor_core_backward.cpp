@@ -1,7 +1,7 @@
 // The tensor-core kernel's backward pass (tensor_core_attention.hpp), two
 // launches as in FlashAttention-2 without its atomics:
-//   key gradients: a team per 64 key rows of one (sample, K/V head); each
-//     warp keeps its 16 keys' K and V fragments and dK, dV accumulators in
+//   key gradients: a team per 64 key rows of one (sample, K/V head), staged
+//     in shared memory; each warp keeps its 16 keys' dK, dV accumulators in
 //     registers and walks every query block of the K/V head's query heads:
 //     S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
 //     dV += P^T dO, dK += dS^T Q; dk, dv get the sums with one rounding.
@@ -37,22 +37,50 @@ struct BackwardArgs {
 // ---------------------------------------------------------------------------
 // Key gradients.
 
+// A query block staged in shared memory: Q and dO row-major (read as n-major
+// and as k-major operands), lse in log2 units (+inf where the row saw no key
+// or does not exist: P = 0), delta and positions; beside it the team's K and
+// V rows.
+struct QueryBlock {
+  bf16 *q, *dout, *team_k, *team_v;
+  float *lse2, *delta;
+  index_t* pos;
+};
+template <int Dh>
+__device__ QueryBlock query_block_in(uint4* shared) {
+  bf16* const m = reinterpret_cast<bf16*>(shared);
+  constexpr int block = Widths<Dh>::block_bf16;
+  float* const stats = reinterpret_cast<float*>(m + 4 * block);
+  return {m, m + block, m + 2 * block, m + 3 * block, stats, stats + kTile,
+          reinterpret_cast<index_t*>(stats + 2 * kTile)};
+}
+template <int Dh>
+constexpr int key_gradients_shared_bytes() {
+  return 4 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
+         kTile * static_cast<int>(2 * sizeof(float) + sizeof(index_t));
+}
+
 template <int Dh>
 struct KeyRows {
-  Word k[Widths<Dh>::k_steps][mma::kARegisters], v[Widths<Dh>::k_steps][mma::kARegisters];
+  const bf16 *k, *v;  // the warp's 16 rows of the team's K and V in shared memory
   float dk[Widths<Dh>::n_tiles][mma::kCValues], dv[Widths<Dh>::n_tiles][mma::kCValues];
   index_t pos[kRowSlots];
   index_t first;  // row of [B KV nk] of the warp's first key
   index_t valid;  // keys of the 16 that exist
 };
 
+// K and V stay in shared memory, loaded as A fragments for each query block:
+// held in registers through the walk beside dK, dV and the scores, they did
+// not fit (ptxas, sm_90, Dh = 128: 724 bytes spilled).
 template <int Dh>
-__device__ Range load_key_rows(const BackwardArgs& a, KeyRows<Dh>& x) {
+__device__ Range load_key_rows(const BackwardArgs& a, const QueryBlock& b, KeyRows<Dh>& x) {
   const index_t first_key = blockIdx.x * kTile + warp_id() * mma::kRows;
+  stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, b.team_k);
+  stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, b.team_v);
+  x.k = b.team_k + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
+  x.v = b.team_v + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.valid = rows_left(a.nk, first_key);
   x.first = blockIdx.y * a.nk + first_key;
-  load_a_fragments<Dh>(a.k + x.first * Dh, x.valid, x.k);
-  load_a_fragments<Dh>(a.v + x.first * Dh, x.valid, x.v);
   Range rows = kNoRows;
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const bool exists = slot_row(slot) < x.valid;
@@ -66,9 +94,13 @@ __device__ Range load_key_rows(const BackwardArgs& a, KeyRows<Dh>& x) {
 
 template <int Dh>
 __device__ void store_key_gradients(const BackwardArgs& a, const KeyRows<Dh>& x) {
+  // Unrolled: a loop index into dk and dv would put them in local memory.
+#pragma unroll
   for (int slot = 0; slot < kRowSlots; ++slot) {
     if (slot_row(slot) >= x.valid) continue;
+#pragma unroll
     for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+#pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int e = 2 * slot + half;
         const index_t at = (x.first + slot_row(slot)) * Dh + j * mma::kCols + mma::c_element(lane_id(), e).col;
@@ -76,27 +108,6 @@ __device__ void store_key_gradients(const BackwardArgs& a, const KeyRows<Dh>& x)
         a.dv[at] = bf16(static_cast<float>(a.dv[at]) + x.dv[j][e]);
       }
   }
-}
-
-// A query block staged in shared memory: Q and dO row-major (read as n-major
-// and as k-major operands), lse in log2 units (+inf where the row saw no key
-// or does not exist: P = 0), delta and positions.
-struct QueryBlock {
-  bf16 *q, *dout;
-  float *lse2, *delta;
-  index_t* pos;
-};
-template <int Dh>
-__device__ QueryBlock query_block_in(uint4* shared) {
-  bf16* const m = reinterpret_cast<bf16*>(shared);
-  constexpr int block = Widths<Dh>::block_bf16;
-  float* const stats = reinterpret_cast<float*>(m + 2 * block);
-  return {m, m + block, stats, stats + kTile, reinterpret_cast<index_t*>(stats + 2 * kTile)};
-}
-template <int Dh>
-constexpr int key_gradients_shared_bytes() {
-  return 2 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
-         kTile * static_cast<int>(2 * sizeof(float) + sizeof(index_t));
 }
 
 __device__ void stage_query_statistics(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
@@ -126,8 +137,11 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
     return first_query + query >= a.nq || a.mask.hides(sample, b.pos[query], x.pos[slot]);
   }) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
-  accumulate_product<Dh, kTileN>(x.k, b.q, Widths<Dh>::rows_ld, p);      // S^T = K Q^T
-  accumulate_product<Dh, kTileN>(x.v, b.dout, Widths<Dh>::rows_ld, ds);  // dP^T = V dO^T
+  Word rows[Widths<Dh>::k_steps][mma::kARegisters];
+  load_a_fragments_staged<Dh>(x.k, Widths<Dh>::rows_ld, rows);
+  accumulate_product<Dh, kTileN>(rows, b.q, Widths<Dh>::rows_ld, p);  // S^T = K Q^T
+  load_a_fragments_staged<Dh>(x.v, Widths<Dh>::rows_ld, rows);
+  accumulate_product<Dh, kTileN>(rows, b.dout, Widths<Dh>::rows_ld, ds);  // dP^T = V dO^T
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
@@ -150,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) key_gradients_kernel(const BackwardA
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.kv_heads, group = a.heads / a.kv_heads;
   KeyRows<Dh> x;
-  const Range keys = load_key_rows<Dh>(a, x);
+  const Range keys = load_key_rows<Dh>(a, b, x);
   const Range team = team_range(keys, parts);
   for (index_t g = 0; g < group; ++g) {
     const index_t bh = sample * a.heads + (blockIdx.y % a.kv_heads) * group + g;

@@ -206,6 +206,17 @@ __device__ __forceinline__ void load_a_fragments(const bf16* rows, index_t valid
                     : Word(0);
 }
 
+// The A fragments of 16 rows of a row-major [rows, Depth] block staged in
+// shared memory with leading dimension ld, one ldmatrix a k-step.
+template <int Depth>
+__device__ __forceinline__ void load_a_fragments_staged(const bf16* rows, int ld,
+                                                        Word (&a)[Depth / mma::kDepth][mma::kARegisters]) {
+  const mma::Element at = mma::a_row_major_row(lane_id());
+  const bf16* const lane_row = rows + at.row * ld + at.col;
+#pragma unroll
+  for (int s = 0; s < Depth / mma::kDepth; ++s) load_matrices(lane_row + s * mma::kDepth, a[s]);
+}
+
 // Rows [first, first + kTile) of a row-major [n, Dh] matrix staged row-major
 // (dst[row * (Dh + kPad) + d]); rows at or past n are 0. 16-byte loads: the caller checks the alignment.
 template <int Dh>

@@ -243,6 +243,27 @@ TEST(MmaFragments, LdmatrixLoadsTheBFragments) {
       }
 }
 
+// The key-gradient kernel loads K's and V's A fragments with ldmatrix from
+// rows staged with padding: each register must hold the pair the A layout
+// (a_element) asks for, at every k-step of the head.
+TEST(MmaFragments, LdmatrixLoadsTheAFragments) {
+  constexpr int kLd = 128 + 8;  // a staged row: a head of 128 values and the kernels' padding
+  std::mt19937 rng(13);
+  const auto m = random_bf16(mma::kRows * kLd, rng);
+  for (int step = 0; step < 128 / mma::kDepth; ++step) {
+    std::array<int, kLanes> row_at{};
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const auto at = mma::a_row_major_row(lane);
+      row_at[static_cast<std::size_t>(lane)] = at.row * kLd + step * mma::kDepth + at.col;
+    }
+    const auto loaded = emulate_ldmatrix_x4(m, row_at, false);
+    for (int lane = 0; lane < kLanes; ++lane)
+      for (int r = 0; r < mma::kARegisters; ++r)
+        EXPECT_EQ(loaded[lane][r], pair_at(m, step * mma::kDepth + mma::a_pair_offset(lane, r, kLd)))
+            << "lane " << lane << " k-step " << step << " a" << r;
+  }
+}
+
 // The kernels decide which scores a mask hides before the products, as one
 // bit per C value (hidden_c_values), and read the bits back per (tile, value):
 // each bit must name the pair its C value holds, through the lane's row slot.
