@@ -496,7 +496,7 @@ step_bench() {
   for n in "${seq_lens[@]}"; do
     for kernel in "${fp32_kernels[@]}"; do
       say "bench_attention n=$n Dh=64 H=4 fp32, $kernel kernel (reference GEMM 8192^3)"
-      "$build/tests/attention/bench_attention" "$n" 64 4 --precision=fp32 --reps=5 --gemm=8192 --kernel=$kernel |
+      "$build/tests/attention/bench_attention" "$n" 64 4 --precision=fp32 --reps=5 --gemm=8192 --kernel="$kernel" |
         tee "$results/bench_attention_${kernel}_n$n.txt"
     done
   done
@@ -504,8 +504,8 @@ step_bench() {
     for causal in true false; do
       for kernel in "${fp32_kernels[@]}"; do
         say "miniattn bench N=$n causal=$causal, $kernel kernel"
-        miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=$n --set model.causal=$causal \
-                 --set kernels.attention=$kernel --set run.result="$results/bench_miniattn_${kernel}_n${n}_$(
+        miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len="$n" --set model.causal=$causal \
+                 --set kernels.attention="$kernel" --set run.result="$results/bench_miniattn_${kernel}_n${n}_$(
                    [ $causal = true ] && echo causal || echo noncausal).json"
       done
     done
