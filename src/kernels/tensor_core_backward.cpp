@@ -71,7 +71,7 @@ struct KeyRows {
 
 // K and V stay in shared memory, loaded as A fragments for each query block:
 // held in registers through the walk beside dK, dV and the scores, they did
-// not fit (ptxas, sm_90, Dh = 128: 724 bytes spilled).
+// not fit (ptxas, sm_90, Dh = 128: 700 bytes spilled, dK and dV in local memory).
 template <int Dh>
 __device__ Range load_key_rows(const BackwardArgs& a, const QueryBlock& b, KeyRows<Dh>& x) {
   const index_t first_key = blockIdx.x * kTile + warp_id() * mma::kRows;
@@ -235,10 +235,7 @@ __device__ void store_query_gradients(const BackwardArgs& a, const QueryGradient
 template <int Dh>
 __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                               index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
-  const int lane = lane_id();
-  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int key, int slot) {
-    return first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]);
-  }) : 0u;
+  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key, x.pos) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
   accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T

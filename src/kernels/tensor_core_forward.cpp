@@ -88,11 +88,8 @@ __device__ void store_query_rows(const ForwardArgs& a, const QueryRows<Dh>& x) {
 template <int Dh>
 __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                                index_t first_key, bool partly, QueryRows<Dh>& x) {
-  const int lane = lane_id();
   const float neg_inf = -compat::infinity<float>();
-  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int key, int slot) {
-    return first_key + key >= a.nk || a.mask.hides(sample, x.pos[slot], a.k_pos[first_key + key]);
-  }) : 0u;
+  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key, x.pos) : 0u;
   float s[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);
   float block_max[kRowSlots] = {neg_inf, neg_inf};

@@ -338,6 +338,18 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
 constexpr int kRowSlots = 2;
 __device__ __forceinline__ int slot_row(int slot) { return mma::c_element(lane_id(), 2 * slot).row; }
 
+// Which pairs of a key block starting at first_key the mask hides from a
+// warp's query rows (pos: the positions of the lane's two), as
+// mma::hidden_c_values bits; keys at or past nk are hidden. Args: the
+// forward's or the query gradients' kernel arguments.
+template <class Args>
+__device__ __forceinline__ std::uint32_t hidden_keys(const Args& a, index_t sample, index_t first_key,
+                                                     const index_t (&pos)[kRowSlots]) {
+  return mma::hidden_c_values<kTileN>(lane_id(), [&](int key, int slot) {
+    return first_key + key >= a.nk || a.mask.hides(sample, pos[slot], a.k_pos[first_key + key]);
+  });
+}
+
 // Host side. A launch may use more shared memory than the 48 KB a kernel
 // gets by default (and than Kokkos's team scratch): ask once per kernel.
 template <class Kernel>
