@@ -58,6 +58,9 @@ KOKKOS_INLINE_FUNCTION constexpr int b_pair_offset(int lane, int r, int ld) {
 // agree element for element, so no value leaves its lane.
 KOKKOS_INLINE_FUNCTION constexpr int c_tile_of_a(int r) { return r / 2; }
 KOKKOS_INLINE_FUNCTION constexpr int c_value_of_a(int r) { return 2 * (r % 2); }
+// The other way: C value e of tile t is in register a_register_of_c(t, e) of
+// A fragment t / 2, in its low half when e is even.
+KOKKOS_INLINE_FUNCTION constexpr int a_register_of_c(int tile, int e) { return 2 * (tile % 2) + e / 2; }
 
 // Which of a lane's C values across `Tiles` 8-column tiles of a 16-row
 // result a mask hides, as bits (tile t, value e: bit t kCValues + e; 32 of

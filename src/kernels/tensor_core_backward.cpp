@@ -2,7 +2,8 @@
 // launches as in FlashAttention-2 without its atomics:
 //   key gradients: a team per 64 key rows of one (sample, K/V head), staged
 //     in shared memory; each warp keeps its 16 keys' dK, dV accumulators in
-//     registers and walks every query block of the K/V head's query heads:
+//     registers and walks every query block of the K/V head's query heads
+//     (Q and dO blocks double-buffered, as the forward's K and V blocks):
 //     S^T = K Q^T, P^T = exp(S^T - lse), dP^T = V dO^T, dS^T = P^T (dP^T - delta),
 //     dV += P^T dO, dK += dS^T Q; dk, dv get the sums with one rounding.
 //   query gradients: a team per 64 query rows of one (sample, head); each warp
@@ -37,27 +38,34 @@ struct BackwardArgs {
 // ---------------------------------------------------------------------------
 // Key gradients.
 
-// A query block staged in shared memory: Q and dO row-major (read as n-major
-// and as k-major operands), lse in log2 units (+inf where the row saw no key
-// or does not exist: P = 0), delta and positions; beside it the team's K and
-// V rows.
+// The team's K and V rows, and two buffers of a query block: Q and dO
+// row-major (read as n-major and as k-major operands), lse in log2 units
+// (+inf where the row saw no key or does not exist: P = 0) and delta.
 struct QueryBlock {
-  bf16 *q, *dout, *team_k, *team_v;
+  bf16 *q, *dout;
   float *lse2, *delta;
-  index_t* pos;
 };
+// Shared memory: the team's K and V, then Q and dO of buffer 0 and of
+// buffer 1, then lse2 and delta of each (worked out from the buffer number:
+// an array of the two, indexed by it, lived in local memory).
 template <int Dh>
-__device__ QueryBlock query_block_in(uint4* shared) {
-  bf16* const m = reinterpret_cast<bf16*>(shared);
+__device__ bf16* team_keys(uint4* shared) {
+  return reinterpret_cast<bf16*>(shared);
+}
+template <int Dh>
+__device__ bf16* team_values(uint4* shared) {
+  return team_keys<Dh>(shared) + Widths<Dh>::block_bf16;
+}
+template <int Dh>
+__device__ QueryBlock query_buffer(uint4* shared, int buffer) {
   constexpr int block = Widths<Dh>::block_bf16;
-  float* const stats = reinterpret_cast<float*>(m + 4 * block);
-  return {m, m + block, m + 2 * block, m + 3 * block, stats, stats + kTile,
-          reinterpret_cast<index_t*>(stats + 2 * kTile)};
+  bf16* const q = team_keys<Dh>(shared) + (2 + 2 * buffer) * block;
+  float* const stats = reinterpret_cast<float*>(team_keys<Dh>(shared) + 6 * block) + 2 * buffer * kTile;
+  return {q, q + block, stats, stats + kTile};
 }
 template <int Dh>
 constexpr int key_gradients_shared_bytes() {
-  return 4 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) +
-         kTile * static_cast<int>(2 * sizeof(float) + sizeof(index_t));
+  return 6 * Widths<Dh>::block_bf16 * static_cast<int>(sizeof(bf16)) + 4 * kTile * static_cast<int>(sizeof(float));
 }
 
 template <int Dh>
@@ -73,12 +81,12 @@ struct KeyRows {
 // held in registers through the walk beside dK, dV and the scores, they did
 // not fit (ptxas, sm_90, Dh = 128: 700 bytes spilled, dK and dV in local memory).
 template <int Dh>
-__device__ Range load_key_rows(const BackwardArgs& a, const QueryBlock& b, KeyRows<Dh>& x) {
+__device__ Range load_key_rows(const BackwardArgs& a, uint4* shared, KeyRows<Dh>& x) {
   const index_t first_key = blockIdx.x * kTile + warp_id() * mma::kRows;
-  stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, b.team_k);
-  stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, b.team_v);
-  x.k = b.team_k + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
-  x.v = b.team_v + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
+  stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_keys<Dh>(shared));
+  stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_values<Dh>(shared));
+  x.k = team_keys<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
+  x.v = team_values<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.valid = rows_left(a.nk, first_key);
   x.first = blockIdx.y * a.nk + first_key;
   Range rows = kNoRows;
@@ -110,32 +118,37 @@ __device__ void store_key_gradients(const BackwardArgs& a, const KeyRows<Dh>& x)
   }
 }
 
-__device__ void stage_query_statistics(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
+// Query block `first_query` of head bh into a buffer: Q and dO copied
+// asynchronously, the statistics by plain loads (lse is rewritten in log2 units).
+template <int Dh>
+__device__ void stage_query_block(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
   const float inf = compat::infinity<float>();
+  const index_t rows = bh * a.nq * Dh;
+  stage_rows_async<Dh>(a.q + rows, first_query, a.nq, b.q);
+  stage_rows_async<Dh>(a.dout + rows, first_query, a.nq, b.dout);
   for (int i = static_cast<int>(threadIdx.x); i < kTile; i += kThreads) {
     const index_t r = first_query + i;
     const bool exists = r < a.nq;
-    const float lse = exists ? a.lse[bh * a.nq + r] : -inf;
-    b.lse2[i] = lse_log2(lse);
+    b.lse2[i] = lse_log2(exists ? a.lse[bh * a.nq + r] : -inf);
     b.delta[i] = exists ? a.delta[bh * a.nq + r] : 0.0f;
-    b.pos[i] = exists ? a.q_pos[r] : 0;
   }
 }
 
-template <int Dh>
-__device__ void stage_query_operands(const BackwardArgs& a, index_t bh, index_t first_query, const QueryBlock& b) {
-  const index_t rows = bh * a.nq * Dh;
-  stage_rows<Dh>(a.q + rows, first_query, a.nq, b.q);
-  stage_rows<Dh>(a.dout + rows, first_query, a.nq, b.dout);
+// Which pairs of the query block starting at first_query the mask hides from
+// a warp's keys (pos: the positions of the lane's two), as
+// mma::hidden_c_values bits; queries at or past nq are hidden.
+__device__ std::uint32_t hidden_queries(const BackwardArgs& a, index_t sample, index_t first_query,
+                                        const index_t (&pos)[kRowSlots]) {
+  return mma::hidden_c_values<kTileN>(lane_id(), [&](int query, int slot) {
+    return first_query + query >= a.nq || a.mask.hides(sample, a.q_pos[first_query + query], pos[slot]);
+  });
 }
 
 template <int Dh>
 __device__ void add_query_block(const BackwardArgs& a, index_t sample, const QueryBlock& b, index_t first_query,
                                 bool partly, KeyRows<Dh>& x) {
   const int lane = lane_id();
-  const std::uint32_t hidden = partly ? mma::hidden_c_values<kTileN>(lane, [&](int query, int slot) {
-    return first_query + query >= a.nq || a.mask.hides(sample, b.pos[query], x.pos[slot]);
-  }) : 0u;
+  const std::uint32_t hidden = partly ? hidden_queries(a, sample, first_query, x.pos) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   Word rows[Widths<Dh>::k_steps][mma::kARegisters];
   load_a_fragments_staged<Dh>(x.k, Widths<Dh>::rows_ld, rows);
@@ -147,7 +160,7 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
       const int query = j * mma::kCols + mma::c_element(lane, e).col;
-      p[j][e] = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - b.lse2[query]));
+      p[j][e] = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(fmaf(p[j][e], a.scale_log2, -b.lse2[query])));
       ds[j][e] = p[j][e] * (ds[j][e] - b.delta[query]);
     }
   Word operand[kTileK][mma::kARegisters];
@@ -157,30 +170,35 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
   accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.q, Widths<Dh>::rows_ld, x.dk);  // dK += dS^T Q
 }
 
+// The team walks the query blocks of every query head its K/V head serves
+// (GQA: `group` passes), double-buffered; blocks the mask hides from all its
+// keys are never staged.
 template <int Dh>
 __global__ void __launch_bounds__(kThreads) key_gradients_kernel(const BackwardArgs a) {
   extern __shared__ uint4 shared[];
-  const QueryBlock b = query_block_in<Dh>(shared);
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.kv_heads, group = a.heads / a.kv_heads;
+  const index_t first_head = sample * a.heads + (blockIdx.y % a.kv_heads) * group;
   KeyRows<Dh> x;
-  const Range keys = load_key_rows<Dh>(a, b, x);
+  const Range keys = load_key_rows<Dh>(a, shared, x);
   const Range team = team_range(keys, parts);
-  for (index_t g = 0; g < group; ++g) {
-    const index_t bh = sample * a.heads + (blockIdx.y % a.kv_heads) * group + g;
-    for (index_t first_query = 0; first_query < a.nq; first_query += kTile) {
-      __syncthreads();  // the previous block's readers are done
-      stage_query_statistics(a, bh, first_query, b);
-      __syncthreads();
-      const Range queries = staged_range(b.pos, a.nq - first_query);
-      bool partly = false;
-      if (team.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) continue;
-      stage_query_operands<Dh>(a, bh, first_query, b);
-      __syncthreads();
-      if (keys.empty() || !a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly)) continue;
-      add_query_block<Dh>(a, sample, b, first_query, partly || first_query + kTile > a.nq, x);
-    }
-  }
+  const auto visible = [&](index_t, index_t first_query, WarpView& warp) {
+    if (team.empty()) return false;
+    const Range queries = block_range(a.q_pos, first_query, a.nq);
+    bool partly = false;
+    if (!a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) return false;
+    warp.sees = !keys.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
+    warp.partly = partly || first_query + kTile > a.nq;
+    return true;
+  };
+  const auto stage = [&](const VisibleBlock& block, int buffer) {
+    stage_query_block<Dh>(a, first_head + block.pass, block.first, query_buffer<Dh>(shared, buffer));
+  };
+  const auto fold = [&](const VisibleBlock& block, int buffer) {
+    if (block.warp.sees)
+      add_query_block<Dh>(a, sample, query_buffer<Dh>(shared, buffer), block.first, block.warp.partly, x);
+  };
+  walk_visible_blocks(CopyingTeam{}, a.nq, kTile, group, visible, stage, fold);
   store_key_gradients<Dh>(a, x);
 }
 
@@ -239,12 +257,13 @@ __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16*
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
   accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T
+  if (partly) hide_scores<kTileN>(hidden, p);
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) {
       const int slot = e / 2;
-      const float prob = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(p[j][e] * a.scale_log2 - x.lse2[slot]));
+      const float prob = round_bf16(exp2f(fmaf(p[j][e], a.scale_log2, -x.lse2[slot])));
       ds[j][e] = prob * (ds[j][e] - x.delta[slot]);
     }
   Word operand[kTileK][mma::kARegisters];

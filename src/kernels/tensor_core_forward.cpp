@@ -84,7 +84,10 @@ __device__ void store_query_rows(const ForwardArgs& a, const QueryRows<Dh>& x) {
 
 // One staged key block into a warp's rows. Hidden keys (the mask, rows past
 // n_k) score -inf; a row that has seen no key keeps m = -inf and subtracts 0.
-// The row sum adds the probabilities rounded to bf16, as P V multiplies them.
+// The maximum is taken over the unscaled scores (scaling by a positive factor
+// keeps the order, and rounds the largest to the same value), so that scale
+// and shift are one fma before the exponential. The row sum adds the
+// probabilities rounded to bf16, as P V multiplies them.
 template <int Dh>
 __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                                index_t first_key, bool partly, QueryRows<Dh>& x) {
@@ -92,17 +95,15 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
   const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key, x.pos) : 0u;
   float s[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);
+  if (partly) hide_scores<kTileN>(hidden, s);
   float block_max[kRowSlots] = {neg_inf, neg_inf};
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) {
-      s[j][e] = mma::is_hidden(hidden, j, e) ? neg_inf : s[j][e] * a.scale_log2;
-      block_max[e / 2] = fmaxf(block_max[e / 2], s[j][e]);
-    }
+    for (int e = 0; e < mma::kCValues; ++e) block_max[e / 2] = fmaxf(block_max[e / 2], s[j][e]);
   float base[kRowSlots], alpha[kRowSlots], sum[kRowSlots] = {0.0f, 0.0f};
   for (int slot = 0; slot < kRowSlots; ++slot) {
-    const float m_new = fmaxf(x.m[slot], quad_max(block_max[slot]));
+    const float m_new = fmaxf(x.m[slot], quad_max(block_max[slot]) * a.scale_log2);
     base[slot] = m_new == neg_inf ? 0.0f : m_new;
     alpha[slot] = exp2f(x.m[slot] - base[slot]);
     x.m[slot] = m_new;
@@ -110,17 +111,15 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) {
-      s[j][e] = round_bf16(exp2f(s[j][e] - base[e / 2]));
-      sum[e / 2] += s[j][e];
-    }
+    for (int e = 0; e < mma::kCValues; ++e) s[j][e] = exp2f(fmaf(s[j][e], a.scale_log2, -base[e / 2]));
+  Word p[kTileK][mma::kARegisters];
+  as_a_fragments<kTileN>(s, p);
+  add_row_sums<kTileN>(p, sum);
   for (int slot = 0; slot < kRowSlots; ++slot) x.l[slot] = x.l[slot] * alpha[slot] + quad_sum(sum[slot]);
 #pragma unroll
   for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
 #pragma unroll
     for (int e = 0; e < mma::kCValues; ++e) x.o[j][e] *= alpha[e / 2];
-  Word p[kTileK][mma::kARegisters];
-  as_a_fragments<kTileN>(s, p);
   accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(p, vs, Widths<Dh>::rows_ld, x.o);
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/block_walk.hpp"
 #include "kernels/mma_fragments.hpp"
 #include "kernels/tensor_core_attention.hpp"
 
@@ -43,6 +44,10 @@ struct Range {
   index_t lo, hi;
   KOKKOS_INLINE_FUNCTION bool empty() const { return lo > hi; }
 };
+
+// The two rows (g and g + 8 of its warp's 16) whose C values a lane holds:
+// C value e belongs to row slot e / 2.
+constexpr int kRowSlots = 2;
 
 __device__ __forceinline__ int lane_id() { return static_cast<int>(threadIdx.x) % mma::kWarpLanes; }
 __device__ __forceinline__ int warp_id() { return static_cast<int>(threadIdx.x) / mma::kWarpLanes; }
@@ -133,13 +138,6 @@ __device__ __forceinline__ Range team_range(Range warp_rows, Range* parts) {
   return r;
 }
 
-// The position range of a staged block's kTile positions, of which `count` exist.
-__device__ __forceinline__ Range staged_range(const index_t* pos, index_t count) {
-  Range r = kNoRows;
-  for (int i = lane_id(); i < kTile && i < count; i += mma::kWarpLanes) r = with(r, pos[i]);
-  return warp_range(r);
-}
-
 // C += A B over a 16-row A of Depth columns (Depth / 16 fragments) and a B of
 // N 8-column tiles staged in shared memory with leading dimension ld, either
 // n-major (b_rows[n ld + k] = B(k, n): K's rows for S = Q K^T) or k-major
@@ -188,6 +186,19 @@ __device__ __forceinline__ void as_a_fragments(const float (&c)[N][mma::kCValues
     for (int r = 0; r < mma::kARegisters; ++r) {
       const float* pair = c[2 * s + mma::c_tile_of_a(r)] + mma::c_value_of_a(r);
       a[s][r] = pack_bf16(pair[0], pair[1]);
+    }
+}
+
+// Per row slot, the sum of the bf16 values as_a_fragments packed, taken in
+// C order (tile by tile): the row sums of P as P V multiplies it.
+template <int N>
+__device__ __forceinline__ void add_row_sums(const Word (&a)[N / 2][mma::kARegisters], float (&sum)[kRowSlots]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e) {
+      const Word w = a[j / 2][mma::a_register_of_c(j, e)];
+      sum[e / 2] += __uint_as_float(e % 2 == 0 ? w << 16 : w & 0xffff0000u);
     }
 }
 
@@ -262,29 +273,23 @@ __device__ __forceinline__ void wait_for_copies_but_newest() {
 #endif
 }
 
-// The positions of the key block starting at first_key (every lane of a warp
+// The positions of rows [first, first + kTile) of n (every lane of a warp
 // gets the range; a layout may shuffle positions, so not first and last).
-__device__ __forceinline__ Range key_block_range(const index_t* k_pos, index_t first_key, index_t nk) {
+__device__ __forceinline__ Range block_range(const index_t* pos, index_t first, index_t n) {
   Range r = kNoRows;
-  for (int i = lane_id(); i < kTile && first_key + i < nk; i += mma::kWarpLanes) r = with(r, k_pos[first_key + i]);
+  for (int i = lane_id(); i < kTile && first + i < n; i += mma::kWarpLanes) r = with(r, pos[first + i]);
   return warp_range(r);
 }
-struct KeyBlock {
-  index_t first;  // nk: none left
-  Range keys;
-};
-// The first key block at or after first_key that the mask lets some row of
-// the team see. Every warp finds the same one (team is the team's range).
-__device__ __forceinline__ KeyBlock next_visible_key_block(const AttentionMask& mask, index_t sample,
-                                                           const index_t* k_pos, index_t nk, Range team,
-                                                           index_t first_key) {
-  for (; !team.empty() && first_key < nk; first_key += kTile) {
-    const Range keys = key_block_range(k_pos, first_key, nk);
-    bool partly = false;
-    if (mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return {first_key, keys};
+
+// The device side of walk_visible_blocks (block_walk.hpp).
+struct CopyingTeam {
+  __device__ void commit() const { commit_copies(); }
+  __device__ void wait_for_staged() const {
+    wait_for_copies_but_newest();
+    __syncthreads();  // every thread's copies of the block have landed
   }
-  return {nk, kNoRows};
-}
+  __device__ void barrier() const { __syncthreads(); }
+};
 
 // Shared memory of the key-block walk below: two buffers of a K block and a V block.
 template <int Dh>
@@ -296,12 +301,11 @@ constexpr int key_block_buffers_bytes() {
 // gradients; Args: their kernel's arguments): the [nk, Dh] rows of the K/V
 // head that serves query head blockIdx.y % heads of sample blockIdx.y / heads
 // (GQA: heads / kv_heads query heads a K/V head), double-buffered in the
-// dynamic shared memory (key_block_buffers_bytes): while the warps fold one
-// block, the next visible one is copied into the other buffer. Blocks the
-// mask hides from every row of the team are never staged; fold(sample,
-// first_key, partly, ks, vs) runs in each warp whose own rows (`queries`,
-// their positions) may see some key of the block (partly: some pair may be
-// hidden, or the block runs past nk).
+// dynamic shared memory (key_block_buffers_bytes). Blocks the mask hides from
+// every row of the team are never staged; fold(sample, first_key, partly, ks,
+// vs) runs in each warp whose own rows (`queries`, their positions) may see
+// some key of the block (partly: some pair may be hidden, or the block runs
+// past nk).
 template <int Dh, class Args, class Fold>
 __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range queries, Fold fold) {
   extern __shared__ uint4 shared[];
@@ -311,32 +315,38 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
   const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * nk * Dh;
   const Range team = team_range(queries, parts);
   auto keys_of = [&](int buffer) { return staged + 2 * buffer * Widths<Dh>::block_bf16; };
-  auto stage = [&](index_t first_key, int buffer) {
-    stage_rows_async<Dh>(a.k + kv_rows, first_key, nk, keys_of(buffer));
-    stage_rows_async<Dh>(a.v + kv_rows, first_key, nk, keys_of(buffer) + Widths<Dh>::block_bf16);
-  };
-  KeyBlock block = next_visible_key_block(a.mask, sample, a.k_pos, nk, team, 0);
-  if (block.first < nk) stage(block.first, 0);
-  commit_copies();
-  for (int buffer = 0; block.first < nk; buffer ^= 1) {
-    const KeyBlock next = next_visible_key_block(a.mask, sample, a.k_pos, nk, team, block.first + kTile);
-    if (next.first < nk) stage(next.first, buffer ^ 1);
-    commit_copies();
-    wait_for_copies_but_newest();
-    __syncthreads();  // every thread's copies of this block have landed
+  const auto visible = [&](index_t, index_t first_key, WarpView& warp) {
+    if (team.empty()) return false;
+    const Range keys = block_range(a.k_pos, first_key, nk);
     bool partly = false;
-    if (!queries.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, block.keys.lo, block.keys.hi, partly))
-      fold(sample, block.first, partly || block.first + kTile > nk, keys_of(buffer),
-           keys_of(buffer) + Widths<Dh>::block_bf16);
-    __syncthreads();  // every warp is done with this buffer before it is refilled
-    block = next;
-  }
+    if (!a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return false;
+    warp.sees = !queries.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
+    warp.partly = partly || first_key + kTile > nk;
+    return true;
+  };
+  const auto stage = [&](const VisibleBlock& block, int buffer) {
+    stage_rows_async<Dh>(a.k + kv_rows, block.first, nk, keys_of(buffer));
+    stage_rows_async<Dh>(a.v + kv_rows, block.first, nk, keys_of(buffer) + Widths<Dh>::block_bf16);
+  };
+  const auto fold_block = [&](const VisibleBlock& block, int buffer) {
+    if (block.warp.sees)
+      fold(sample, block.first, block.warp.partly, keys_of(buffer), keys_of(buffer) + Widths<Dh>::block_bf16);
+  };
+  walk_visible_blocks(CopyingTeam{}, nk, kTile, 1, visible, stage, fold_block);
 }
 
-// The two rows (g and g + 8 of its warp's 16) whose C values a lane holds:
-// C value e belongs to row slot e / 2.
-constexpr int kRowSlots = 2;
 __device__ __forceinline__ int slot_row(int slot) { return mma::c_element(lane_id(), 2 * slot).row; }
+
+// The C values a mask hides (bits of mma::hidden_c_values) set to -inf:
+// scores the exponential turns into probabilities of 0.
+template <int N>
+__device__ __forceinline__ void hide_scores(std::uint32_t hidden, float (&c)[N][mma::kCValues]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int e = 0; e < mma::kCValues; ++e)
+      if (mma::is_hidden(hidden, j, e)) c[j][e] = -compat::infinity<float>();
+}
 
 // Which pairs of a key block starting at first_key the mask hides from a
 // warp's query rows (pos: the positions of the lane's two), as

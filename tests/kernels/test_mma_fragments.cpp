@@ -279,6 +279,28 @@ struct PatternMask {
   }
 };
 
+// as_a_fragments packs C value e of tile t into register c_tile_of_a /
+// c_value_of_a name; a_register_of_c (how add_row_sums reads P's bf16 values
+// back) must find every one of them there.
+TEST(MmaFragments, ARegisterOfCFindsEachPackedValue) {
+  constexpr int kTiles = 8;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  float c[kTiles][mma::kCValues];
+  for (auto& tile : c)
+    for (float& x : tile) x = u(rng);
+  Word a[kTiles / 2][mma::kARegisters];
+  for (int s = 0; s < kTiles / 2; ++s)
+    for (int r = 0; r < mma::kARegisters; ++r) {
+      const float* pair = c[2 * s + mma::c_tile_of_a(r)] + mma::c_value_of_a(r);
+      a[s][r] = pack(pair[0], pair[1]);
+    }
+  for (int t = 0; t < kTiles; ++t)
+    for (int e = 0; e < mma::kCValues; ++e)
+      EXPECT_EQ(half_of(a[t / 2][mma::a_register_of_c(t, e)], e % 2), static_cast<float>(bf16(c[t][e])))
+          << "tile " << t << " c" << e;
+}
+
 TEST(MmaFragments, HiddenBitsNameEachLanesPairs) {
   std::mt19937 rng(5);
   std::bernoulli_distribution coin(0.5);
