@@ -72,7 +72,6 @@ template <int Dh>
 struct KeyRows {
   const bf16 *k, *v;  // the warp's 16 rows of the team's K and V in shared memory
   float dk[Widths<Dh>::n_tiles][mma::kCValues], dv[Widths<Dh>::n_tiles][mma::kCValues];
-  index_t pos[kRowSlots];
   index_t first;  // row of [B KV nk] of the warp's first key
   index_t valid;  // keys of the 16 that exist
 };
@@ -82,19 +81,18 @@ struct KeyRows {
 // not fit (ptxas, sm_90, Dh = 128: 700 bytes spilled, dK and dV in local memory).
 template <int Dh>
 __device__ Range load_key_rows(const BackwardArgs& a, uint4* shared, KeyRows<Dh>& x) {
-  const index_t first_key = blockIdx.x * kTile + warp_id() * mma::kRows;
+  const index_t first_key = warp_first_row();
   stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_keys<Dh>(shared));
   stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_values<Dh>(shared));
   x.k = team_keys<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.v = team_values<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.valid = rows_left(a.nk, first_key);
   x.first = blockIdx.y * a.nk + first_key;
+  index_t pos[kRowSlots];
+  lane_positions(a.k_pos, a.nk, pos);
   Range rows = kNoRows;
-  for (int slot = 0; slot < kRowSlots; ++slot) {
-    const bool exists = slot_row(slot) < x.valid;
-    x.pos[slot] = exists ? a.k_pos[first_key + slot_row(slot)] : 0;
-    if (exists) rows = with(rows, x.pos[slot]);
-  }
+  for (int slot = 0; slot < kRowSlots; ++slot)
+    if (slot_row(slot) < x.valid) rows = with(rows, pos[slot]);
   for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
     for (int e = 0; e < mma::kCValues; ++e) x.dk[j][e] = x.dv[j][e] = 0.0f;
   return warp_range(rows);
@@ -135,10 +133,10 @@ __device__ void stage_query_block(const BackwardArgs& a, index_t bh, index_t fir
 }
 
 // Which pairs of the query block starting at first_query the mask hides from
-// a warp's keys (pos: the positions of the lane's two), as
-// mma::hidden_c_values bits; queries at or past nq are hidden.
-__device__ std::uint32_t hidden_queries(const BackwardArgs& a, index_t sample, index_t first_query,
-                                        const index_t (&pos)[kRowSlots]) {
+// a warp's keys, as mma::hidden_c_values bits; queries at or past nq are hidden.
+__device__ std::uint32_t hidden_queries(const BackwardArgs& a, index_t sample, index_t first_query) {
+  index_t pos[kRowSlots];
+  lane_positions(a.k_pos, a.nk, pos);
   return mma::hidden_c_values<kTileN>(lane_id(), [&](int query, int slot) {
     return first_query + query >= a.nq || a.mask.hides(sample, a.q_pos[first_query + query], pos[slot]);
   });
@@ -148,7 +146,7 @@ template <int Dh>
 __device__ void add_query_block(const BackwardArgs& a, index_t sample, const QueryBlock& b, index_t first_query,
                                 bool partly, KeyRows<Dh>& x) {
   const int lane = lane_id();
-  const std::uint32_t hidden = partly ? hidden_queries(a, sample, first_query, x.pos) : 0u;
+  const std::uint32_t hidden = partly ? hidden_queries(a, sample, first_query) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   Word rows[Widths<Dh>::k_steps][mma::kARegisters];
   load_a_fragments_staged<Dh>(x.k, Widths<Dh>::rows_ld, rows);
@@ -210,7 +208,6 @@ struct QueryGradientRows {
   Word q[Widths<Dh>::k_steps][mma::kARegisters], dout[Widths<Dh>::k_steps][mma::kARegisters];
   float dq[Widths<Dh>::n_tiles][mma::kCValues];
   float lse2[kRowSlots], delta[kRowSlots];
-  index_t pos[kRowSlots];
   index_t first, valid;
 };
 
@@ -222,6 +219,8 @@ __device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRo
   x.first = blockIdx.y * a.nq + first_query;
   load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
   load_a_fragments<Dh>(a.dout + x.first * Dh, x.valid, x.dout);
+  index_t pos[kRowSlots];
+  lane_positions(a.q_pos, a.nq, pos);
   Range rows = kNoRows;
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const bool exists = slot_row(slot) < x.valid;
@@ -229,8 +228,7 @@ __device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRo
     const float lse = exists ? a.lse[r] : -inf;
     x.lse2[slot] = lse_log2(lse);
     x.delta[slot] = exists ? a.delta[r] : 0.0f;
-    x.pos[slot] = exists ? a.q_pos[first_query + slot_row(slot)] : 0;
-    if (exists) rows = with(rows, x.pos[slot]);
+    if (exists) rows = with(rows, pos[slot]);
   }
   for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
     for (int e = 0; e < mma::kCValues; ++e) x.dq[j][e] = 0.0f;
@@ -253,7 +251,7 @@ __device__ void store_query_gradients(const BackwardArgs& a, const QueryGradient
 template <int Dh>
 __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                               index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
-  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key, x.pos) : 0u;
+  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key) : 0u;
   float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
   accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T

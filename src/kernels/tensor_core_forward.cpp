@@ -35,18 +35,19 @@ struct QueryRows {
   Word q[Widths<Dh>::k_steps][mma::kARegisters];
   float o[Widths<Dh>::n_tiles][mma::kCValues];
   float m[kRowSlots], l[kRowSlots];
-  index_t pos[kRowSlots];
   index_t first;  // row of [B H nq] of the warp's first row
   index_t valid;  // rows of the 16 that exist
 };
 
 template <int Dh>
 __device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
-  const index_t first_query = blockIdx.x * kTile + warp_id() * mma::kRows;
+  const index_t first_query = warp_first_row();
   x.valid = rows_left(a.nq, first_query);
   x.first = blockIdx.y * a.nq + first_query;
   load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
   const float neg_inf = -compat::infinity<float>();
+  index_t pos[kRowSlots];
+  lane_positions(a.q_pos, a.nq, pos);
   Range rows = kNoRows;
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const int row = slot_row(slot);
@@ -54,8 +55,7 @@ __device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
     const index_t r = x.first + row;
     x.m[slot] = exists ? a.row_max[r] * kLog2e : neg_inf;
     x.l[slot] = exists ? a.row_sum[r] : 0.0f;
-    x.pos[slot] = exists ? a.q_pos[first_query + row] : 0;
-    if (exists) rows = with(rows, x.pos[slot]);
+    if (exists) rows = with(rows, pos[slot]);
     for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
       const index_t at = r * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
       x.o[j][2 * slot] = exists ? a.out_acc[at] : 0.0f;
@@ -92,7 +92,7 @@ template <int Dh>
 __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                                index_t first_key, bool partly, QueryRows<Dh>& x) {
   const float neg_inf = -compat::infinity<float>();
-  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key, x.pos) : 0u;
+  const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key) : 0u;
   float s[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);
   if (partly) hide_scores<kTileN>(hidden, s);

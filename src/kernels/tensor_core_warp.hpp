@@ -336,6 +336,18 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
 }
 
 __device__ __forceinline__ int slot_row(int slot) { return mma::c_element(lane_id(), 2 * slot).row; }
+// The first of the warp's 16 rows (queries of the forward and the query
+// gradients, keys of the key gradients).
+__device__ __forceinline__ index_t warp_first_row() { return index_t(blockIdx.x) * kTile + warp_id() * mma::kRows; }
+// The positions of the lane's two rows of the warp's 16 (pos: n rows'). A
+// row past n reads the last row's: nothing of it is kept. Read when needed,
+// not held: four registers through every block otherwise.
+__device__ __forceinline__ void lane_positions(const index_t* pos, index_t n, index_t (&out)[kRowSlots]) {
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const index_t row = warp_first_row() + slot_row(slot);
+    out[slot] = pos[row < n ? row : n - 1];
+  }
+}
 
 // The C values a mask hides (bits of mma::hidden_c_values) set to -inf:
 // scores the exponential turns into probabilities of 0.
@@ -349,12 +361,12 @@ __device__ __forceinline__ void hide_scores(std::uint32_t hidden, float (&c)[N][
 }
 
 // Which pairs of a key block starting at first_key the mask hides from a
-// warp's query rows (pos: the positions of the lane's two), as
-// mma::hidden_c_values bits; keys at or past nk are hidden. Args: the
-// forward's or the query gradients' kernel arguments.
+// warp's query rows, as mma::hidden_c_values bits; keys at or past nk are
+// hidden. Args: the forward's or the query gradients' kernel arguments.
 template <class Args>
-__device__ __forceinline__ std::uint32_t hidden_keys(const Args& a, index_t sample, index_t first_key,
-                                                     const index_t (&pos)[kRowSlots]) {
+__device__ __forceinline__ std::uint32_t hidden_keys(const Args& a, index_t sample, index_t first_key) {
+  index_t pos[kRowSlots];
+  lane_positions(a.q_pos, a.nq, pos);
   return mma::hidden_c_values<kTileN>(lane_id(), [&](int key, int slot) {
     return first_key + key >= a.nk || a.mask.hides(sample, pos[slot], a.k_pos[first_key + key]);
   });
