@@ -178,13 +178,14 @@ __global__ void __launch_bounds__(kThreads) key_gradients_kernel(const BackwardA
   const index_t sample = blockIdx.y / a.kv_heads, group = a.heads / a.kv_heads;
   const index_t first_head = sample * a.heads + (blockIdx.y % a.kv_heads) * group;
   KeyRows<Dh> x;
-  const Range keys = load_key_rows<Dh>(a, shared, x);
-  const Range team = team_range(keys, parts);
+  share_warp_range(load_key_rows<Dh>(a, shared, x), parts);
   const auto visible = [&](index_t, index_t first_query, WarpView& warp) {
+    const Range team = team_range(parts);
     if (team.empty()) return false;
     const Range queries = block_range(a.q_pos, first_query, a.nq);
     bool partly = false;
     if (!a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) return false;
+    const Range keys = parts[warp_id()];
     warp.sees = !keys.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
     warp.partly = partly || first_query + kTile > a.nq;
     return true;

@@ -129,10 +129,14 @@ __device__ __forceinline__ Range with(Range r, index_t pos) {
 }
 constexpr Range kNoRows = {Kokkos::reduction_identity<index_t>::min(), Kokkos::reduction_identity<index_t>::max()};
 
-// The range of the team's rows from each warp's (parts: kWarps in shared memory).
-__device__ __forceinline__ Range team_range(Range warp_rows, Range* parts) {
+// Each warp's range of row positions into shared memory (parts: kWarps),
+// where the walk reads it for each block instead of holding it, and the
+// team's, in registers.
+__device__ __forceinline__ void share_warp_range(Range warp_rows, Range* parts) {
   if (lane_id() == 0) parts[warp_id()] = warp_rows;
   __syncthreads();
+}
+__device__ __forceinline__ Range team_range(const Range* parts) {
   Range r = kNoRows;
   for (int w = 0; w < kWarps; ++w) r = {parts[w].lo < r.lo ? parts[w].lo : r.lo, parts[w].hi > r.hi ? parts[w].hi : r.hi};
   return r;
@@ -313,13 +317,15 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
   bf16* const staged = reinterpret_cast<bf16*>(shared);
   const index_t sample = blockIdx.y / a.heads, head = blockIdx.y % a.heads, nk = a.nk;
   const index_t kv_rows = (sample * a.kv_heads + head / (a.heads / a.kv_heads)) * nk * Dh;
-  const Range team = team_range(queries, parts);
+  share_warp_range(queries, parts);
   auto keys_of = [&](int buffer) { return staged + 2 * buffer * Widths<Dh>::block_bf16; };
   const auto visible = [&](index_t, index_t first_key, WarpView& warp) {
+    const Range team = team_range(parts);
     if (team.empty()) return false;
     const Range keys = block_range(a.k_pos, first_key, nk);
     bool partly = false;
     if (!a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return false;
+    const Range queries = parts[warp_id()];
     warp.sees = !queries.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
     warp.partly = partly || first_key + kTile > nk;
     return true;
