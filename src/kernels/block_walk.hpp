@@ -11,7 +11,8 @@
 
 // The walk runs on the device in the kernels and on the host in its test,
 // whose lambdas are host-only: nvcc's check of that call is turned off for
-// these two templates, as Kokkos and Eigen do for theirs.
+// these two templates, as CUDA's own libraries (CCCL: _CCCL_EXEC_CHECK_DISABLE)
+// do for theirs.
 #if defined(__CUDACC__)
 #define MINIATTN_HOST_OR_DEVICE_TEMPLATE _Pragma("nv_exec_check_disable")
 #else

@@ -38,30 +38,25 @@ struct BackwardArgs {
 // ---------------------------------------------------------------------------
 // Key gradients.
 
-// The team's K and V rows, and two buffers of a query block: Q and dO
-// row-major (read as n-major and as k-major operands), lse in log2 units
-// (+inf where the row saw no key or does not exist: P = 0) and delta.
+// A query block staged in shared memory: Q and dO row-major (read as n-major
+// and as k-major operands), lse in log2 units (+inf where the row saw no key
+// or does not exist: P = 0) and delta.
 struct QueryBlock {
   bf16 *q, *dout;
   float *lse2, *delta;
 };
-// Shared memory: the team's K and V, then Q and dO of buffer 0 and of
-// buffer 1, then lse2 and delta of each (worked out from the buffer number:
-// an array of the two, indexed by it, lived in local memory).
+// Shared memory: staged blocks 0 and 1 hold the team's K and V, 2 + 2 b and
+// 3 + 2 b buffer b's Q and dO; after them each buffer's lse2 and delta. (A
+// buffer is found from its number: an array of the two, indexed by it, lived
+// in local memory.)
 template <int Dh>
-__device__ bf16* team_keys(uint4* shared) {
-  return reinterpret_cast<bf16*>(shared);
-}
-template <int Dh>
-__device__ bf16* team_values(uint4* shared) {
-  return team_keys<Dh>(shared) + Widths<Dh>::block_bf16;
+__device__ bf16* staged_block(uint4* shared, int i) {
+  return reinterpret_cast<bf16*>(shared) + i * Widths<Dh>::block_bf16;
 }
 template <int Dh>
 __device__ QueryBlock query_buffer(uint4* shared, int buffer) {
-  constexpr int block = Widths<Dh>::block_bf16;
-  bf16* const q = team_keys<Dh>(shared) + (2 + 2 * buffer) * block;
-  float* const stats = reinterpret_cast<float*>(team_keys<Dh>(shared) + 6 * block) + 2 * buffer * kTile;
-  return {q, q + block, stats, stats + kTile};
+  float* const stats = reinterpret_cast<float*>(staged_block<Dh>(shared, 6)) + 2 * buffer * kTile;
+  return {staged_block<Dh>(shared, 2 + 2 * buffer), staged_block<Dh>(shared, 3 + 2 * buffer), stats, stats + kTile};
 }
 template <int Dh>
 constexpr int key_gradients_shared_bytes() {
@@ -82,10 +77,10 @@ struct KeyRows {
 template <int Dh>
 __device__ Range load_key_rows(const BackwardArgs& a, uint4* shared, KeyRows<Dh>& x) {
   const index_t first_key = warp_first_row();
-  stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_keys<Dh>(shared));
-  stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, team_values<Dh>(shared));
-  x.k = team_keys<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
-  x.v = team_values<Dh>(shared) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
+  stage_rows<Dh>(a.k + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, staged_block<Dh>(shared, 0));
+  stage_rows<Dh>(a.v + blockIdx.y * a.nk * Dh, blockIdx.x * kTile, a.nk, staged_block<Dh>(shared, 1));
+  x.k = staged_block<Dh>(shared, 0) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
+  x.v = staged_block<Dh>(shared, 1) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.valid = rows_left(a.nk, first_key);
   x.first = blockIdx.y * a.nk + first_key;
   index_t pos[kRowSlots];
