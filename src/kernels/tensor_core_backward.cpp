@@ -142,32 +142,41 @@ __device__ void add_query_block(const BackwardArgs& a, index_t sample, const Que
                                 bool partly, KeyRows<Dh>& x) {
   const int lane = lane_id();
   const std::uint32_t hidden = partly ? hidden_queries(a, sample, first_query) : 0u;
-  float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
+  const auto query = [&](int j, int e) { return j * mma::kCols + mma::c_element(lane, e).col; };
   Word rows[Widths<Dh>::k_steps][mma::kARegisters];
-  load_a_fragments_staged<Dh>(x.k, Widths<Dh>::rows_ld, rows);
-  accumulate_product<Dh, kTileN>(rows, b.q, Widths<Dh>::rows_ld, p);  // S^T = K Q^T
+  Word operand[kTileK][mma::kARegisters];  // P^T, then dS^T (the fp32 P^T is not held beside dP^T)
+  {
+    float s[kTileN][mma::kCValues] = {};
+    load_a_fragments_staged<Dh>(x.k, Widths<Dh>::rows_ld, rows);
+    accumulate_product<Dh, kTileN>(rows, b.q, Widths<Dh>::rows_ld, s);  // S^T = K Q^T
+    if (partly) hide_scores<kTileN>(hidden, s);
+#pragma unroll
+    for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+      for (int e = 0; e < mma::kCValues; ++e)
+        s[j][e] = exp2_flushed(fmaf(s[j][e], a.scale_log2, -b.lse2[query(j, e)]));
+    as_a_fragments<kTileN>(s, operand);
+  }
+  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.dout, Widths<Dh>::rows_ld, x.dv);  // dV += P^T dO
+  float ds[kTileN][mma::kCValues] = {};
   load_a_fragments_staged<Dh>(x.v, Widths<Dh>::rows_ld, rows);
   accumulate_product<Dh, kTileN>(rows, b.dout, Widths<Dh>::rows_ld, ds);  // dP^T = V dO^T
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) {
-      const int query = j * mma::kCols + mma::c_element(lane, e).col;
-      p[j][e] = mma::is_hidden(hidden, j, e) ? 0.0f : round_bf16(exp2f(fmaf(p[j][e], a.scale_log2, -b.lse2[query])));
-      ds[j][e] = p[j][e] * (ds[j][e] - b.delta[query]);
-    }
-  Word operand[kTileK][mma::kARegisters];
-  as_a_fragments<kTileN>(p, operand);
-  accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.dout, Widths<Dh>::rows_ld, x.dv);  // dV += P^T dO
+    for (int e = 0; e < mma::kCValues; ++e)
+      ds[j][e] = packed_value<kTileN>(operand, j, e) * (ds[j][e] - b.delta[query(j, e)]);
   as_a_fragments<kTileN>(ds, operand);
   accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, b.q, Widths<Dh>::rows_ld, x.dk);  // dK += dS^T Q
 }
 
 // The team walks the query blocks of every query head its K/V head serves
 // (GQA: `group` passes), double-buffered; blocks the mask hides from all its
-// keys are never staged.
+// keys are never staged. At Dh = 64 ptxas is asked for three teams an SM
+// (168 registers, 20 bytes spilled; left to itself it takes 182, two teams):
+// more warps to hide latency with, not yet timed against two.
 template <int Dh>
-__global__ void __launch_bounds__(kThreads) key_gradients_kernel(const BackwardArgs a) {
+__global__ void __launch_bounds__(kThreads, Dh == 64 ? 3 : 1) key_gradients_kernel(const BackwardArgs a) {
   extern __shared__ uint4 shared[];
   __shared__ Range parts[kWarps];
   const index_t sample = blockIdx.y / a.kv_heads, group = a.heads / a.kv_heads;
@@ -248,19 +257,24 @@ template <int Dh>
 __device__ void add_key_block(const BackwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
                               index_t first_key, bool partly, QueryGradientRows<Dh>& x) {
   const std::uint32_t hidden = partly ? hidden_keys(a, sample, first_key) : 0u;
-  float p[kTileN][mma::kCValues] = {}, ds[kTileN][mma::kCValues] = {};
-  accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, p);      // S = Q K^T
+  Word operand[kTileK][mma::kARegisters];  // P, then dS (the fp32 P is not held beside dP)
+  {
+    float s[kTileN][mma::kCValues] = {};
+    accumulate_product<Dh, kTileN>(x.q, ks, Widths<Dh>::rows_ld, s);  // S = Q K^T
+    if (partly) hide_scores<kTileN>(hidden, s);
+#pragma unroll
+    for (int j = 0; j < kTileN; ++j)
+#pragma unroll
+      for (int e = 0; e < mma::kCValues; ++e) s[j][e] = exp2_flushed(fmaf(s[j][e], a.scale_log2, -x.lse2[e / 2]));
+    as_a_fragments<kTileN>(s, operand);
+  }
+  float ds[kTileN][mma::kCValues] = {};
   accumulate_product<Dh, kTileN>(x.dout, vs, Widths<Dh>::rows_ld, ds);  // dP = dO V^T
-  if (partly) hide_scores<kTileN>(hidden, p);
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) {
-      const int slot = e / 2;
-      const float prob = round_bf16(exp2f(fmaf(p[j][e], a.scale_log2, -x.lse2[slot])));
-      ds[j][e] = prob * (ds[j][e] - x.delta[slot]);
-    }
-  Word operand[kTileK][mma::kARegisters];
+    for (int e = 0; e < mma::kCValues; ++e)
+      ds[j][e] = packed_value<kTileN>(operand, j, e) * (ds[j][e] - x.delta[e / 2]);
   as_a_fragments<kTileN>(ds, operand);
   accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(operand, ks, Widths<Dh>::rows_ld, x.dq);  // dQ += dS K
 }

@@ -105,13 +105,13 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const float m_new = fmaxf(x.m[slot], quad_max(block_max[slot]) * a.scale_log2);
     base[slot] = m_new == neg_inf ? 0.0f : m_new;
-    alpha[slot] = exp2f(x.m[slot] - base[slot]);
+    alpha[slot] = exp2_flushed(x.m[slot] - base[slot]);
     x.m[slot] = m_new;
   }
 #pragma unroll
   for (int j = 0; j < kTileN; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) s[j][e] = exp2f(fmaf(s[j][e], a.scale_log2, -base[e / 2]));
+    for (int e = 0; e < mma::kCValues; ++e) s[j][e] = exp2_flushed(fmaf(s[j][e], a.scale_log2, -base[e / 2]));
   Word p[kTileK][mma::kARegisters];
   as_a_fragments<kTileN>(s, p);
   add_row_sums<kTileN>(p, sum);

@@ -97,6 +97,16 @@ __device__ __forceinline__ Word pack_bf16(float lo, float hi) {
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ Word load_word(const bf16* p) { return *reinterpret_cast<const Word*>(p); }
 
+// 2^x by the special-function unit alone. exp2f without fast math wraps the
+// same approximation in a test and two multiplies so that results below
+// 2^-126 stay subnormal; here those flush to 0, which no probability notices:
+// every row's largest is 1, and P V and the row sum add them to it in fp32.
+__device__ __forceinline__ float exp2_flushed(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // A row's log-sum-exp in log2 units for P = exp2(S log2(e) / sqrt(Dh) - lse2);
 // a row that saw no key (lse -inf) or does not exist gets +inf: P = 0.
 __device__ __forceinline__ float lse_log2(float lse) {
@@ -193,6 +203,13 @@ __device__ __forceinline__ void as_a_fragments(const float (&c)[N][mma::kCValues
     }
 }
 
+// C value e of tile j of a result as_a_fragments packed: the bf16 value it
+// became, read back when the fp32 one is no longer held.
+template <int N>
+__device__ __forceinline__ float packed_value(const Word (&a)[N / 2][mma::kARegisters], int j, int e) {
+  const Word w = a[j / 2][mma::a_register_of_c(j, e)];
+  return __uint_as_float(e % 2 == 0 ? w << 16 : w & 0xffff0000u);
+}
 // Per row slot, the sum of the bf16 values as_a_fragments packed, taken in
 // C order (tile by tile): the row sums of P as P V multiplies it.
 template <int N>
@@ -200,10 +217,7 @@ __device__ __forceinline__ void add_row_sums(const Word (&a)[N / 2][mma::kARegis
 #pragma unroll
   for (int j = 0; j < N; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) {
-      const Word w = a[j / 2][mma::a_register_of_c(j, e)];
-      sum[e / 2] += __uint_as_float(e % 2 == 0 ? w << 16 : w & 0xffff0000u);
-    }
+    for (int e = 0; e < mma::kCValues; ++e) sum[e / 2] += packed_value<N>(a, j, e);
 }
 
 // A fragments of 16 rows of a row-major [rows, Depth] matrix; rows at or
