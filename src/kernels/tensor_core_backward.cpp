@@ -189,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, Dh == 64 ? 3 : 1) key_gradients_kern
     const Range queries = block_range(a.q_pos, first_query, a.nq);
     bool partly = false;
     if (!a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) return false;
-    const Range keys = parts[warp_id()];
-    warp.sees = !keys.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
+    const Range own = parts[warp_id()];
+    warp.sees = !own.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, own.lo, own.hi, partly);
     warp.partly = partly || first_query + kTile > a.nq;
     return true;
   };

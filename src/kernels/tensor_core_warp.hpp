@@ -139,9 +139,9 @@ __device__ __forceinline__ Range with(Range r, index_t pos) {
 }
 constexpr Range kNoRows = {Kokkos::reduction_identity<index_t>::min(), Kokkos::reduction_identity<index_t>::max()};
 
-// Each warp's range of row positions into shared memory (parts: kWarps),
-// where the walk reads it for each block instead of holding it, and the
-// team's, in registers.
+// Each warp's range of row positions into shared memory (parts: kWarps):
+// the walk reads it, and works out the team's from the four (team_range),
+// for each block it looks at instead of holding them in registers.
 __device__ __forceinline__ void share_warp_range(Range warp_rows, Range* parts) {
   if (lane_id() == 0) parts[warp_id()] = warp_rows;
   __syncthreads();
@@ -339,8 +339,8 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
     const Range keys = block_range(a.k_pos, first_key, nk);
     bool partly = false;
     if (!a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return false;
-    const Range queries = parts[warp_id()];
-    warp.sees = !queries.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, keys.lo, keys.hi, partly);
+    const Range own = parts[warp_id()];
+    warp.sees = !own.empty() && a.mask.blocks_meet(sample, own.lo, own.hi, keys.lo, keys.hi, partly);
     warp.partly = partly || first_key + kTile > nk;
     return true;
   };
