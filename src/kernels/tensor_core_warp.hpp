@@ -94,7 +94,6 @@ __device__ __forceinline__ Word pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const Word*>(&v);
 }
-__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 __device__ __forceinline__ Word load_word(const bf16* p) { return *reinterpret_cast<const Word*>(p); }
 
 // 2^x by the special-function unit alone. exp2f without fast math wraps the
