@@ -116,10 +116,13 @@ __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16*
   as_a_fragments<kTileN>(s, p);
   add_row_sums<kTileN>(p, sum);
   for (int slot = 0; slot < kRowSlots; ++slot) x.l[slot] = x.l[slot] * alpha[slot] + quad_sum(sum[slot]);
+  // Once a row's maximum has settled, alpha is 1: the warp skips multiplying
+  // its output by it when that holds in every lane (the same bits either way).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
 #pragma unroll
-  for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
+    for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
 #pragma unroll
-    for (int e = 0; e < mma::kCValues; ++e) x.o[j][e] *= alpha[e / 2];
+      for (int e = 0; e < mma::kCValues; ++e) x.o[j][e] *= alpha[e / 2];
   accumulate_product_kmajor<kTile, Widths<Dh>::n_tiles>(p, vs, Widths<Dh>::rows_ld, x.o);
 }
 
