@@ -129,6 +129,8 @@ __device__ void stage_query_block(const BackwardArgs& a, index_t bh, index_t fir
 
 // Which pairs of the query block starting at first_query the mask hides from
 // a warp's keys, as mma::hidden_c_values bits; queries at or past nq are hidden.
+// (A function: with the lambda written inside add_query_block's conditional,
+// CUDA 13.0's front end stopped on an internal assertion, il.c i_copy_expr_tree.)
 __device__ std::uint32_t hidden_queries(const BackwardArgs& a, index_t sample, index_t first_query) {
   index_t pos[kRowSlots];
   lane_positions(a.k_pos, a.nk, pos);
