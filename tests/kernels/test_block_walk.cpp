@@ -1,10 +1,10 @@
 // The tensor-core kernels' block walk (src/kernels/block_walk.hpp), run on
 // the host with a team that records what the walk asks of it: every block
 // the mask lets the team see is folded once, in order, from the buffer it
-// was staged into, with what the walk learnt of it for the warp; its copies belong to a group older than the newest when
-// the team waits (cp.async.wait_group 1 leaves only the newest in flight);
-// no buffer is refilled before the team has passed a barrier since it was
-// folded.
+// was staged into, with what the walk learnt of it for the warp; its copies
+// belong to a group older than the newest when the team waits
+// (cp.async.wait_group 1 leaves only the newest in flight); no buffer is
+// refilled before the team has passed a barrier since it was folded.
 #include <gtest/gtest.h>
 
 #include <random>
