@@ -67,8 +67,8 @@ KOKKOS_INLINE_FUNCTION constexpr int a_register_of_c(int tile, int e) { return 2
 // them for the attention kernels' 64-column blocks): hides(column, slot) with
 // slot = e / 2, which of the lane's two rows (c_element's row g or g + 8).
 // The kernels work the mask out before the products, so the positions it reads
-// are not live through them (ptxas -v, sm_90: the forward kernel at Dh = 64
-// holds 160 registers a thread instead of 241, three teams an SM instead of two).
+// are not live through them (ptxas -v, sm_90: that took the forward kernel at
+// Dh = 64 from 241 registers a thread to 160, three teams an SM instead of two).
 template <int Tiles, class Hides>
 KOKKOS_INLINE_FUNCTION std::uint32_t hidden_c_values(int lane, Hides hides) {
   static_assert(Tiles * kCValues <= 32, "one bit a C value of a 32-bit word");

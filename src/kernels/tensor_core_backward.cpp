@@ -83,14 +83,9 @@ __device__ Range load_key_rows(const BackwardArgs& a, uint4* shared, KeyRows<Dh>
   x.v = staged_block<Dh>(shared, 1) + warp_id() * mma::kRows * Widths<Dh>::rows_ld;
   x.valid = rows_left(a.nk, first_key);
   x.first = blockIdx.y * a.nk + first_key;
-  index_t pos[kRowSlots];
-  lane_positions(a.k_pos, a.nk, pos);
-  Range rows = kNoRows;
-  for (int slot = 0; slot < kRowSlots; ++slot)
-    if (slot_row(slot) < x.valid) rows = with(rows, pos[slot]);
   for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
     for (int e = 0; e < mma::kCValues; ++e) x.dk[j][e] = x.dv[j][e] = 0.0f;
-  return warp_range(rows);
+  return warp_rows_range(a.k_pos, a.nk);
 }
 
 template <int Dh>
@@ -186,15 +181,7 @@ __global__ void __launch_bounds__(kThreads, Dh == 64 ? 3 : 1) key_gradients_kern
   KeyRows<Dh> x;
   share_warp_range(load_key_rows<Dh>(a, shared, x), parts);
   const auto visible = [&](index_t, index_t first_query, WarpView& warp) {
-    const Range team = team_range(parts);
-    if (team.empty()) return false;
-    const Range queries = block_range(a.q_pos, first_query, a.nq);
-    bool partly = false;
-    if (!a.mask.blocks_meet(sample, queries.lo, queries.hi, team.lo, team.hi, partly)) return false;
-    const Range own = parts[warp_id()];
-    warp.sees = !own.empty() && a.mask.blocks_meet(sample, queries.lo, queries.hi, own.lo, own.hi, partly);
-    warp.partly = partly || first_query + kTile > a.nq;
-    return true;
+    return team_sees_block<false>(a.mask, sample, parts, a.q_pos, first_query, a.nq, warp);
   };
   const auto stage = [&](const VisibleBlock& block, int buffer) {
     stage_query_block<Dh>(a, first_head + block.pass, block.first, query_buffer<Dh>(shared, buffer));
@@ -220,14 +207,15 @@ struct QueryGradientRows {
 
 template <int Dh>
 __device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRows<Dh>& x) {
-  const index_t first_query = blockIdx.x * kTile + warp_id() * mma::kRows;
+  const index_t first_query = warp_first_row();
   const float inf = compat::infinity<float>();
   x.valid = rows_left(a.nq, first_query);
   x.first = blockIdx.y * a.nq + first_query;
   load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
   load_a_fragments<Dh>(a.dout + x.first * Dh, x.valid, x.dout);
-  index_t pos[kRowSlots];
-  lane_positions(a.q_pos, a.nq, pos);
+  // The rows' position range is taken here, in the statistics' loop, not by
+  // warp_rows_range as the other kernels do: ptxas (sm_90, Dh = 64) then
+  // needs 172 registers instead of 168, two teams an SM instead of three.
   Range rows = kNoRows;
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const bool exists = slot_row(slot) < x.valid;
@@ -235,7 +223,7 @@ __device__ Range load_query_gradient_rows(const BackwardArgs& a, QueryGradientRo
     const float lse = exists ? a.lse[r] : -inf;
     x.lse2[slot] = lse_log2(lse);
     x.delta[slot] = exists ? a.delta[r] : 0.0f;
-    if (exists) rows = with(rows, pos[slot]);
+    if (exists) rows = with(rows, a.q_pos[first_query + slot_row(slot)]);
   }
   for (int j = 0; j < Widths<Dh>::n_tiles; ++j)
     for (int e = 0; e < mma::kCValues; ++e) x.dq[j][e] = 0.0f;

@@ -46,23 +46,19 @@ __device__ Range load_query_rows(const ForwardArgs& a, QueryRows<Dh>& x) {
   x.first = blockIdx.y * a.nq + first_query;
   load_a_fragments<Dh>(a.q + x.first * Dh, x.valid, x.q);
   const float neg_inf = -compat::infinity<float>();
-  index_t pos[kRowSlots];
-  lane_positions(a.q_pos, a.nq, pos);
-  Range rows = kNoRows;
   for (int slot = 0; slot < kRowSlots; ++slot) {
     const int row = slot_row(slot);
     const bool exists = row < x.valid;
     const index_t r = x.first + row;
     x.m[slot] = exists ? a.row_max[r] * kLog2e : neg_inf;
     x.l[slot] = exists ? a.row_sum[r] : 0.0f;
-    if (exists) rows = with(rows, pos[slot]);
     for (int j = 0; j < Widths<Dh>::n_tiles; ++j) {
       const index_t at = r * Dh + j * mma::kCols + mma::c_element(lane_id(), 2 * slot).col;
       x.o[j][2 * slot] = exists ? a.out_acc[at] : 0.0f;
       x.o[j][2 * slot + 1] = exists ? a.out_acc[at + 1] : 0.0f;
     }
   }
-  return warp_range(rows);
+  return warp_rows_range(a.q_pos, a.nq);
 }
 
 template <int Dh>

@@ -298,6 +298,29 @@ __device__ __forceinline__ Range block_range(const index_t* pos, index_t first, 
   return warp_range(r);
 }
 
+// Whether some row of the team may see some row of the block starting at
+// `first` of n (block_pos: their positions), and what the calling warp may
+// (parts: the warps' ranges, share_warp_range). The team's and the warp's
+// rows are the queries when team_queries, else the keys.
+template <bool team_queries>
+__device__ __forceinline__ bool team_sees_block(const AttentionMask& mask, index_t sample, const Range* parts,
+                                                const index_t* block_pos, index_t first, index_t n,
+                                                WarpView& warp) {
+  const Range team = team_range(parts);
+  if (team.empty()) return false;
+  const Range block = block_range(block_pos, first, n);
+  const auto meet = [&](Range rows, bool& partly) {
+    return team_queries ? mask.blocks_meet(sample, rows.lo, rows.hi, block.lo, block.hi, partly)
+                        : mask.blocks_meet(sample, block.lo, block.hi, rows.lo, rows.hi, partly);
+  };
+  bool partly = false;
+  if (!meet(team, partly)) return false;
+  const Range own = parts[warp_id()];
+  warp.sees = !own.empty() && meet(own, partly);
+  warp.partly = partly || first + kTile > n;
+  return true;
+}
+
 // The device side of walk_visible_blocks (block_walk.hpp).
 struct CopyingTeam {
   __device__ void commit() const { commit_copies(); }
@@ -333,15 +356,7 @@ __device__ __forceinline__ void for_each_visible_key_block(const Args& a, Range 
   share_warp_range(queries, parts);
   auto keys_of = [&](int buffer) { return staged + 2 * buffer * Widths<Dh>::block_bf16; };
   const auto visible = [&](index_t, index_t first_key, WarpView& warp) {
-    const Range team = team_range(parts);
-    if (team.empty()) return false;
-    const Range keys = block_range(a.k_pos, first_key, nk);
-    bool partly = false;
-    if (!a.mask.blocks_meet(sample, team.lo, team.hi, keys.lo, keys.hi, partly)) return false;
-    const Range own = parts[warp_id()];
-    warp.sees = !own.empty() && a.mask.blocks_meet(sample, own.lo, own.hi, keys.lo, keys.hi, partly);
-    warp.partly = partly || first_key + kTile > nk;
-    return true;
+    return team_sees_block<true>(a.mask, sample, parts, a.k_pos, first_key, nk, warp);
   };
   const auto stage = [&](const VisibleBlock& block, int buffer) {
     stage_rows_async<Dh>(a.k + kv_rows, block.first, nk, keys_of(buffer));
@@ -366,6 +381,15 @@ __device__ __forceinline__ void lane_positions(const index_t* pos, index_t n, in
     const index_t row = warp_first_row() + slot_row(slot);
     out[slot] = pos[row < n ? row : n - 1];
   }
+}
+// The positions of the warp's rows that exist (every lane gets the range).
+__device__ __forceinline__ Range warp_rows_range(const index_t* pos, index_t n) {
+  Range r = kNoRows;
+  for (int slot = 0; slot < kRowSlots; ++slot) {
+    const index_t row = warp_first_row() + slot_row(slot);
+    if (row < n) r = with(r, pos[row]);
+  }
+  return warp_range(r);
 }
 
 // The C values a mask hides (bits of mma::hidden_c_values) set to -inf:
