@@ -186,7 +186,7 @@ void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
 
 // The elementwise kernels of one transformer block, forward and backward, on
 // [rows, D] and [rows, F] arrays, counted as the performance model counts them
-// (perf/flop_count.hpp, elementwise_scalars); the block's other element-wise
+// (perfmodel/performance_model.hpp, elementwise_scalars); the block's other element-wise
 // work (bias rows and bias gradients) is assumed to run at the same rate.
 template <class T>
 double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Comm world) {

@@ -111,7 +111,7 @@ template <class T>
 void AllGatherAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                     const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
-  const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
+  const View4<Acc<T>> out_acc = kernels::accumulator_of(out, workspace_->kernel);
   kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
   gather_keys_values(k, v, Exchange::allgather_forward_kv);
   for (int g = 0; g < size_; ++g)
@@ -131,7 +131,7 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
                                      const View4<T>& dk, const View4<T>& dv) {
   AllGatherWorkspace<T>& w = *workspace_;
   kernels::attention_backward_delta<T>(out, dout, w.delta);
-  const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, w.kernel);
+  const View4<Acc<T>> dq_acc = kernels::accumulator_of(dq, w.kernel);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
   gather_keys_values(k, v, Exchange::allgather_backward_kv);
   if (size_ == 1) {

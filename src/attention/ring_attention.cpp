@@ -106,7 +106,7 @@ template <class T>
 void RingAttention<T>::forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                                const DocumentIds& documents, const View4<T>& out, const View3<Acc<T>>& lse) {
   const View3<Acc<T>>& row_max = lse;  // lse doubles as the running maximum until finalize
-  const View4<Acc<T>> out_acc = kernels::output_accumulator(out, workspace_->kernel);
+  const View4<Acc<T>> out_acc = kernels::accumulator_of(out, workspace_->kernel);
   kernels::attention_forward_init<Acc<T>>(out_acc, row_max, workspace_->row_sum);
   const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
   View4<const T> k_current = k, v_current = v;
@@ -138,7 +138,7 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                                 const View4<const T>& dout, const View4<T>& dq, const View4<T>& dk,
                                 const View4<T>& dv) {
   kernels::attention_backward_delta<T>(out, dout, workspace_->delta);
-  const View4<Acc<T>> dq_acc = kernels::query_gradient_accumulator(dq, workspace_->kernel);
+  const View4<Acc<T>> dq_acc = kernels::accumulator_of(dq, workspace_->kernel);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
   const RingBackwardBuffers<T> buffers{workspace_->k, workspace_->v, workspace_->dk, workspace_->dv};
   ring_backward_pass<T>(comm_, ring_, rank_, size_, steps_, k, v, dk, dv, buffers,

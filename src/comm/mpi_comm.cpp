@@ -10,6 +10,7 @@
 #endif
 
 #include "comm/comm.hpp"
+#include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 
@@ -76,12 +77,6 @@ void out_of_place(bool staged, const void* send, std::size_t send_bytes, void* r
   const std::unique_ptr<char[]> host_recv(new char[recv_bytes]);
   call(host_send.get(), host_recv.get());
   copy_to_memory_space(recv, host_recv.get(), recv_bytes);
-}
-
-std::size_t group_size(MPI_Comm group) {
-  int size = 1;
-  MPI_Comm_size(group, &size);
-  return static_cast<std::size_t>(size);
 }
 
 // What the MPI library says about device memory of this build's kind; false when it cannot say.
@@ -158,7 +153,7 @@ void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_
                             MPI_Comm group) {
   compat::fence("miniattn::MpiComm::alltoall");
   const int count = mpi_count(count_per_rank);
-  const std::size_t bytes = group_size(group) * count_per_rank * bytes_of(type);
+  const std::size_t bytes = static_cast<std::size_t>(size_of(group)) * count_per_rank * bytes_of(type);
   out_of_place(staged_, send, bytes, recv, bytes, [&](const void* from, void* to) {
     MPI_Alltoall(from, count, mpi_type(type), to, count, mpi_type(type), group);
   });
@@ -169,7 +164,8 @@ void MpiComm::allgather_impl(const void* send, void* recv, std::size_t count_per
   compat::fence("miniattn::MpiComm::allgather");
   const int count = mpi_count(count_per_rank);
   const std::size_t block_bytes = count_per_rank * bytes_of(type);
-  out_of_place(staged_, send, block_bytes, recv, group_size(group) * block_bytes, [&](const void* from, void* to) {
+  const std::size_t all_bytes = static_cast<std::size_t>(size_of(group)) * block_bytes;
+  out_of_place(staged_, send, block_bytes, recv, all_bytes, [&](const void* from, void* to) {
     MPI_Allgather(from, count, mpi_type(type), to, count, mpi_type(type), group);
   });
 }
@@ -179,7 +175,8 @@ void MpiComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t 
   compat::fence("miniattn::MpiComm::reduce_scatter_sum");
   const int count = mpi_count(count_per_rank);
   const std::size_t block_bytes = count_per_rank * bytes_of(type);
-  out_of_place(stage_sum(staged_, type), send, group_size(group) * block_bytes, recv, block_bytes,
+  const std::size_t all_bytes = static_cast<std::size_t>(size_of(group)) * block_bytes;
+  out_of_place(stage_sum(staged_, type), send, all_bytes, recv, block_bytes,
                [&](const void* from, void* to) {
                  MPI_Reduce_scatter_block(from, to, count, mpi_type(type), mpi_sum(type), group);
                });

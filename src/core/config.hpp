@@ -9,53 +9,51 @@
 
 namespace miniattn {
 
-// The deck's enumerations: parsed once into these, compared as these; their
-// deck words come from enum_names<E>() (declaration order), in one place.
+// The deck's enumerations: parsed once into these, compared as these. Each
+// enumeration's deck words, enum_names<E>() in declaration order, stand beside it.
+template <class E>
+const std::vector<std::string>& enum_names();
+#define MINIATTN_DECK_WORDS(E, ...)                                \
+  template <>                                                      \
+  inline const std::vector<std::string>& enum_names<E>() {         \
+    static const std::vector<std::string> words = {__VA_ARGS__};   \
+    return words;                                                  \
+  }
+
 enum class Precision { fp32, fp64, bf16 };
+MINIATTN_DECK_WORDS(Precision, "fp32", "fp64", "bf16")
 // How the model knows where a token is: a learned table wpe, or rotary
 // embeddings of q and k (docs/design.md section 1.1).
 enum class PositionEncoding { learned, rope };
+MINIATTN_DECK_WORDS(PositionEncoding, "learned", "rope")
 enum class Strategy { local, rsa, ring, ulysses, hybrid, allgather };
+MINIATTN_DECK_WORDS(Strategy, "local", "rsa", "ring", "ulysses", "hybrid", "allgather")
 enum class Layout { contiguous, zigzag, striped };
+MINIATTN_DECK_WORDS(Layout, "contiguous", "zigzag", "striped")
 enum class CommBackend { mpi, nccl };
+MINIATTN_DECK_WORDS(CommBackend, "mpi", "nccl")
 // Whether MPI may be handed device memory: auto asks the MPI library (host memory never needs staging).
 enum class GpuAwareMpi { automatic, yes, no };
+MINIATTN_DECK_WORDS(GpuAwareMpi, "auto", "true", "false")
 enum class OptimizerKind { adamw, sgd };
+MINIATTN_DECK_WORDS(OptimizerKind, "adamw", "sgd")
 enum class RunMode { train, bench, predict, calibrate };
+MINIATTN_DECK_WORDS(RunMode, "train", "bench", "predict", "calibrate")
 // The attention kernels: the tiled online-softmax kernel or chunked attention
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
 enum class AttentionKernel { automatic, fused, gemm, tensor_core };
+MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "tensor_core")
 // The synthetic task (model/synthetic_task.hpp): copy (each sample's second
 // half repeats its first) or lookup (key-value pairs defined in the first
 // quarter, then retrieved from context).
 enum class DataTask { copy, lookup };
+MINIATTN_DECK_WORDS(DataTask, "copy", "lookup")
+#undef MINIATTN_DECK_WORDS
 // lookup's tokens: kKeys key tokens, then one token per (key, value) pair.
 struct LookupTokens {
   static constexpr std::int64_t kKeys = 8, kValues = 8, kVocab = kKeys + kKeys * kValues;
 };
 
-template <class E>
-const std::vector<std::string>& enum_names();
-template <>
-const std::vector<std::string>& enum_names<Precision>();
-template <>
-const std::vector<std::string>& enum_names<PositionEncoding>();
-template <>
-const std::vector<std::string>& enum_names<Strategy>();
-template <>
-const std::vector<std::string>& enum_names<Layout>();
-template <>
-const std::vector<std::string>& enum_names<CommBackend>();
-template <>
-const std::vector<std::string>& enum_names<GpuAwareMpi>();
-template <>
-const std::vector<std::string>& enum_names<OptimizerKind>();
-template <>
-const std::vector<std::string>& enum_names<RunMode>();
-template <>
-const std::vector<std::string>& enum_names<AttentionKernel>();
-template <>
-const std::vector<std::string>& enum_names<DataTask>();
 template <class E>
 const char* to_string(E value) {
   return enum_names<E>()[static_cast<std::size_t>(value)].c_str();

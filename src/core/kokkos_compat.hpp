@@ -23,13 +23,9 @@ KOKKOS_INLINE_FUNCTION T log(T x) { return MINIATTN_KOKKOS_MATH_NS::log(x); }
 template <class T>
 KOKKOS_INLINE_FUNCTION T sqrt(T x) { return MINIATTN_KOKKOS_MATH_NS::sqrt(x); }
 template <class T>
-KOKKOS_INLINE_FUNCTION T tanh(T x) { return MINIATTN_KOKKOS_MATH_NS::tanh(x); }
-template <class T>
 KOKKOS_INLINE_FUNCTION T cos(T x) { return MINIATTN_KOKKOS_MATH_NS::cos(x); }
 template <class T>
 KOKKOS_INLINE_FUNCTION T sin(T x) { return MINIATTN_KOKKOS_MATH_NS::sin(x); }
-template <class T>
-KOKKOS_INLINE_FUNCTION T fabs(T x) { return MINIATTN_KOKKOS_MATH_NS::fabs(x); }
 template <class T>
 KOKKOS_INLINE_FUNCTION bool isfinite(T x) { return MINIATTN_KOKKOS_MATH_NS::isfinite(x); }
 

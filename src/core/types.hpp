@@ -31,11 +31,11 @@ using View3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using View4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
 
-// Non-owning 2D view onto part of a flat buffer (parameters, gradients).
 // Each position's document [samples, N] with packed documents (a query sees
 // only keys of its own document), else an empty View.
 using DocumentIds = View2<const index_t>;
 
+// Non-owning 2D view onto part of a flat buffer (parameters, gradients).
 template <class T>
 using UnmanagedView2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class T>

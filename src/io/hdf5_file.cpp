@@ -101,7 +101,6 @@ class Handle {
     id_ = -1;
   }
   hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
 
  private:
   hid_t id_ = -1;

@@ -202,12 +202,12 @@ std::size_t attention_workspace_bytes(const AttentionShape& shape, const Attenti
 template <class T>
 View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate);
 
-// The running output and the dq accumulator of a call: out / dq themselves
-// when T computes in T, else the workspace's Acc<T> copies (of out's / dq's shape).
+// The running output or the dq accumulator of a call: out / dq themselves when
+// T computes in T, else the workspace's Acc<T> buffer (of out's / dq's shape).
 template <class T>
-View4<Acc<T>> output_accumulator(const View4<T>& out, const AttentionWorkspace<T>& workspace);
-template <class T>
-View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWorkspace<T>& workspace);
+View4<Acc<T>> accumulator_of(const View4<T>& own, const AttentionWorkspace<T>& workspace) {
+  return accumulator_of<T>(own, workspace.acc);
+}
 
 // out_acc = 0, row_max = -inf, row_sum = 0 (A: the accumulators' type, Acc<T>).
 template <class A>
@@ -251,7 +251,7 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
 // Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
-// dq accumulates in Acc<T> (query_gradient_accumulator); dk, dv in T (they
+// dq accumulates in Acc<T> (accumulator_of); dk, dv in T (they
 // travel a ring as T). No atomics: every sum runs in an order fixed by the
 // tiling alone.
 template <class T>

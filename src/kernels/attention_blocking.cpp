@@ -163,21 +163,9 @@ View4<Acc<T>> accumulator_of(const View4<T>& own, const View4<Acc<T>>& separate)
   }
 }
 
-template <class T>
-View4<Acc<T>> output_accumulator(const View4<T>& out, const AttentionWorkspace<T>& workspace) {
-  return accumulator_of<T>(out, workspace.acc);
-}
-
-template <class T>
-View4<Acc<T>> query_gradient_accumulator(const View4<T>& dq, const AttentionWorkspace<T>& workspace) {
-  return accumulator_of<T>(dq, workspace.acc);
-}
-
 #define MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(T)                                                 \
   template struct AttentionWorkspace<T>;                                                           \
-  template View4<Acc<T>> accumulator_of<T>(const View4<T>&, const View4<Acc<T>>&);                 \
-  template View4<Acc<T>> output_accumulator<T>(const View4<T>&, const AttentionWorkspace<T>&);     \
-  template View4<Acc<T>> query_gradient_accumulator<T>(const View4<T>&, const AttentionWorkspace<T>&);
+  template View4<Acc<T>> accumulator_of<T>(const View4<T>&, const View4<Acc<T>>&);
 MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(float)
 MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(double)
 MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(bf16)

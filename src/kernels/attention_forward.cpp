@@ -309,7 +309,7 @@ template <class T>
 void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
                        const AttentionScope& scope, const View4<T>& out, const View3<Acc<T>>& lse,
                        const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
-  const View4<Acc<T>> out_acc = output_accumulator(out, workspace);
+  const View4<Acc<T>> out_acc = accumulator_of(out, workspace);
   attention_forward_init<Acc<T>>(out_acc, lse, row_sum);
   attention_forward_accumulate<T>(q, k, v, scope, out_acc, lse, row_sum, workspace);
   attention_forward_finalize<T>(out_acc, lse, row_sum, lse, out);

@@ -159,7 +159,7 @@ void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlo
               const miniattn::kernels::AttentionWorkspace<T>& workspace) {
   Kokkos::deep_copy(x.dk, T());
   Kokkos::deep_copy(x.dv, T());
-  const auto dq_acc = miniattn::kernels::query_gradient_accumulator(x.dq, workspace);
+  const auto dq_acc = miniattn::kernels::accumulator_of(x.dq, workspace);
   Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
   miniattn::kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
   miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.dout, x.lse, x.delta,

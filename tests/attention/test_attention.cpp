@@ -425,7 +425,7 @@ ForwardResult kernel_forward_blocks(const Problem& p, const std::vector<Problem>
   index_t widest = 0;
   for (const auto& block : blocks) widest = std::max(widest, block.nk());
   const auto workspace = workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), widest);
-  const auto out_acc = miniattn::kernels::output_accumulator(out, workspace);
+  const auto out_acc = miniattn::kernels::accumulator_of(out, workspace);
   miniattn::kernels::attention_forward_init<miniattn::Acc<T>>(out_acc, row_max, row_sum);
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);
@@ -458,7 +458,7 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
   index_t widest = 0;
   for (const auto& block : blocks) widest = std::max(widest, block.nk());
   const auto workspace = workspace_for<T>(blocking, p.batch, p.heads, p.heads, p.dh, p.nq(), widest);
-  const auto dq_acc = miniattn::kernels::query_gradient_accumulator(dq, workspace);
+  const auto dq_acc = miniattn::kernels::accumulator_of(dq, workspace);
   Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
   for (const auto& block : blocks) {
     DeviceProblem<T> kb(block);

@@ -36,12 +36,16 @@ TEST(GpuLaneWalk, EveryColumnOnceInOrderGroupsAskedFirst) {
             used.push_back(static_cast<index_t>(term));
             // A full group's terms are all asked for before its first is used.
             const std::size_t k = used.size() - 1;
-            if (k < in_full_groups) EXPECT_GE(asked.size(), (k / group + 1) * group) << "lane " << lane;
+            if (k < in_full_groups) {
+              EXPECT_GE(asked.size(), (k / group + 1) * group) << "lane " << lane;
+            }
           });
       EXPECT_EQ(used, asked) << "lane " << lane;
       for (std::size_t k = 0; k < used.size(); ++k) {
         EXPECT_EQ(used[k] % kGpuRowLanes, lane);
-        if (k > 0) EXPECT_EQ(used[k], used[k - 1] + kGpuRowLanes);
+        if (k > 0) {
+          EXPECT_EQ(used[k], used[k - 1] + kGpuRowLanes);
+        }
       }
     }
     for (index_t c = 0; c < count; ++c)
