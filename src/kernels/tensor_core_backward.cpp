@@ -286,11 +286,9 @@ void launch_backward(const BackwardArgs& a, index_t batch) {
                                allow_shared_memory(query_gradients_kernel<Dh>, query_bytes), true);
   (void)allowed;
   const auto stream = ExecSpace().cuda_stream();
-  const dim3 key_grid(grid_side(a.nk), static_cast<unsigned>(batch * a.kv_heads));
-  key_gradients_kernel<Dh><<<key_grid, kThreads, key_bytes, stream>>>(a);
+  key_gradients_kernel<Dh><<<team_grid(a.nk, batch * a.kv_heads), kThreads, key_bytes, stream>>>(a);
   check_launch("key gradients");
-  const dim3 query_grid(grid_side(a.nq), static_cast<unsigned>(batch * a.heads));
-  query_gradients_kernel<Dh><<<query_grid, kThreads, query_bytes, stream>>>(a);
+  query_gradients_kernel<Dh><<<team_grid(a.nq, batch * a.heads), kThreads, query_bytes, stream>>>(a);
   check_launch("query gradients");
 }
 

@@ -81,8 +81,8 @@ __device__ void store_query_rows(const ForwardArgs& a, const QueryRows<Dh>& x) {
 // One staged key block into a warp's rows. Hidden keys (the mask, rows past
 // n_k) score -inf; a row that has seen no key keeps m = -inf and subtracts 0.
 // The maximum is taken over the unscaled scores (scaling by a positive factor
-// keeps the order, and rounds the largest to the same value), so that scale
-// and shift are one fma before the exponential. The row sum adds the
+// keeps the order), so that scale and shift are one fma before the
+// exponential: the largest score's probability is 1 to the fma's rounding. The row sum adds the
 // probabilities rounded to bf16, as P V multiplies them.
 template <int Dh>
 __device__ void fold_key_block(const ForwardArgs& a, index_t sample, const bf16* ks, const bf16* vs,
@@ -137,8 +137,7 @@ void launch_forward(const ForwardArgs& a, index_t batch) {
   constexpr int bytes = key_block_buffers_bytes<Dh>();
   static const bool allowed = (allow_shared_memory(forward_kernel<Dh>, bytes), true);
   (void)allowed;
-  const dim3 grid(grid_side(a.nq), static_cast<unsigned>(batch * a.heads));
-  forward_kernel<Dh><<<grid, kThreads, bytes, ExecSpace().cuda_stream()>>>(a);
+  forward_kernel<Dh><<<team_grid(a.nq, batch * a.heads), kThreads, bytes, ExecSpace().cuda_stream()>>>(a);
   check_launch("forward");
 }
 

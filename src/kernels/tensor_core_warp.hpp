@@ -436,7 +436,13 @@ void require_rows_aligned(const View& x, const char* name) {
     throw RuntimeFailure(std::string("attention (tensor_core): ") + name +
                          " must be contiguous and 16-byte aligned");
 }
-inline unsigned grid_side(index_t rows) { return static_cast<unsigned>((rows + kTile - 1) / kTile); }
+// A team per 64 rows (x) of every (sample, head) (y: at most 65535 in CUDA).
+inline dim3 team_grid(index_t rows, index_t sample_heads) {
+  if (sample_heads > 65535)
+    throw RuntimeFailure("attention (tensor_core): batch x heads = " + std::to_string(sample_heads) +
+                         " is more than the 65535 teams CUDA allows along a grid's second axis");
+  return dim3(static_cast<unsigned>((rows + kTile - 1) / kTile), static_cast<unsigned>(sample_heads));
+}
 
 }  // namespace miniattn::kernels::tensor_core
 #endif
