@@ -30,7 +30,7 @@ namespace {
 
 struct TextField {
   const char* key;
-  std::string MachineDescription::*member;
+  MemberOf<MachineDescription, std::string> member;
   const char* comment;
 };
 const TextField kTextFields[] = {
@@ -45,7 +45,7 @@ enum class Bound { positive, non_negative, unset, fraction, count };
 // A number of the machine file; `member` is null for the one integer, ranks_per_node.
 struct NumberField {
   const char* key;
-  double MachineDescription::*member;
+  MemberOf<MachineDescription, double> member;
   bool required;
   Bound bound;
   const char* comment;

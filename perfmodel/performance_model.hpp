@@ -70,11 +70,16 @@ struct RankRates {
   double rsa_backward_rate() const { return rsa_flops_backward > 0 ? rsa_flops_backward : attention_flops_backward; }
 };
 
+// A data member of type T of class C, named through an alias: g++ behind
+// nvcc warns (-Wparentheses) about a bare pointer-to-member declarator.
+template <class C, class T>
+using MemberOf = T C::*;
+
 // A rate's machine-file key (the same under `alone:`), its member and the
 // comment written above it. Optional rates are 0 when unset.
 struct RateField {
   const char* key;
-  double RankRates::*member;
+  MemberOf<RankRates, double> member;
   bool required;
   const char* comment;
 };

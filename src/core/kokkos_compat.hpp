@@ -12,6 +12,16 @@
 #define MINIATTN_KOKKOS_MATH_NS Kokkos::Experimental
 #endif
 
+// A host-and-device template that its host tests call with host-only
+// lambdas (the block walk, the GPU row lanes): nvcc's check of that call is
+// turned off for it, as CUDA's own libraries (CCCL: _CCCL_EXEC_CHECK_DISABLE)
+// do for theirs.
+#if defined(__CUDACC__)
+#define MINIATTN_HOST_OR_DEVICE_TEMPLATE _Pragma("nv_exec_check_disable")
+#else
+#define MINIATTN_HOST_OR_DEVICE_TEMPLATE
+#endif
+
 namespace miniattn::compat {
 
 // Math functions moved from Kokkos::Experimental to Kokkos in 3.7; the

@@ -7,17 +7,8 @@
 // while the next visible one is copied into the other of two buffers.
 #include <Kokkos_Core.hpp>
 
+#include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
-
-// The walk runs on the device in the kernels and on the host in its test,
-// whose lambdas are host-only: nvcc's check of that call is turned off for
-// these two templates, as CUDA's own libraries (CCCL: _CCCL_EXEC_CHECK_DISABLE)
-// do for theirs.
-#if defined(__CUDACC__)
-#define MINIATTN_HOST_OR_DEVICE_TEMPLATE _Pragma("nv_exec_check_disable")
-#else
-#define MINIATTN_HOST_OR_DEVICE_TEMPLATE
-#endif
 
 namespace miniattn::kernels::tensor_core {
 

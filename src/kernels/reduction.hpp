@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kokkos_compat.hpp"
 #include "kernels/simd_pack.hpp"
 
 namespace miniattn::kernels {
@@ -51,6 +52,7 @@ KOKKOS_INLINE_FUNCTION index_t team_row(const Member& team) {
 // run. Called once per lane index of ThreadVectorRange(team, kGpuRowLanes);
 // host-callable, so the tests walk all 32 lanes on the host.
 constexpr int kGpuLoadsInFlight = 4;
+MINIATTN_HOST_OR_DEVICE_TEMPLATE
 template <class T, class F, class Use>
 KOKKOS_FORCEINLINE_FUNCTION void gpu_lane_walk(index_t lane, index_t count, const F& f, const Use& use) {
   constexpr index_t lanes = kGpuRowLanes, group = kGpuLoadsInFlight;
