@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -17,6 +18,7 @@
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
+#include "perf/gemm_rate.hpp"
 
 namespace miniattn {
 
@@ -79,6 +81,9 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
               format_bytes(static_cast<double>(memory.plan.total())).c_str(),
               memory.available.bytes ? format_bytes(static_cast<double>(memory.available.bytes)).c_str()
                                      : "not checked");
+  // Said here as well as in the report: every mode's GEMMs run at the rate it names.
+  const std::string blas_warning = blas_info().warning;
+  if (!blas_warning.empty()) std::printf("miniattn: warning: %s\n", blas_warning.c_str());
   std::fflush(stdout);
 }
 
