@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "core/command_line.hpp"
@@ -24,8 +26,20 @@ int main(int argc, char** argv) {
   int status = 0;
   miniattn::flush_denormals_to_zero();  // before Kokkos starts threads: they inherit it
   {
-    // Kokkos removes its own --kokkos-* arguments from argv.
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    // Kokkos removes its own --kokkos-* arguments from argv. It throws on a
+    // malformed one (--kokkos-threads=abc), the same on every rank.
+    std::string kokkos_args;
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]).rfind("--kokkos", 0) == 0) kokkos_args += std::string(" ") + argv[i];
+    std::optional<Kokkos::ScopeGuard> kokkos;
+    try {
+      kokkos.emplace(argc, argv);
+    } catch (const std::exception& e) {
+      if (rank == 0)
+        std::fprintf(stderr, "miniattn: error: Kokkos refused its arguments%s (%s)\n", kokkos_args.c_str(), e.what());
+      MPI_Finalize();
+      return miniattn::kExitInputError;
+    }
     miniattn::match_blas_threads_to_kokkos();
     try {
       const miniattn::CommandLine cli = miniattn::parse_command_line(argc, argv);

@@ -1,17 +1,15 @@
 #include "driver/run_miniattn.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "comm/agree.hpp"
 #include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
+#include "driver/output_paths.hpp"
 #include "driver/training_run.hpp"
 #include "io/text_file.hpp"
 #include "model/synthetic_task.hpp"
@@ -20,18 +18,6 @@
 namespace miniattn {
 
 namespace {
-
-// Refuses an output path whose directory does not exist or is not writable,
-// before any work, instead of failing after a long run.
-void require_writable_directory(const std::string& key, const std::string& path) {
-  if (path.empty()) return;
-  const std::filesystem::path parent = std::filesystem::absolute(path).parent_path();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(parent, ec))
-    throw InputError(key + ": directory " + parent.string() + " of " + path + " does not exist");
-  if (access(parent.c_str(), W_OK) != 0)
-    throw InputError(key + ": directory " + parent.string() + " of " + path + " is not writable");
-}
 
 void print_fused_tiles(const nlohmann::json& tiles) {
   const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
@@ -85,12 +71,7 @@ int run_miniattn(const Config& config, MPI_Comm world, const ModelModes& model_m
     throw InputError(std::string("run.machine: required for run.mode ") + to_string(mode) +
                      " (the machine description YAML " + (mode == RunMode::predict ? "to read" : "to write") + ")");
   // File systems can differ between nodes: every rank checks, all agree.
-  agree_on(world, [&] {
-    if (mode == RunMode::calibrate) require_writable_directory("run.machine", config.run.machine);
-    if (!model_mode) require_writable_directory("io.snapshot", config.io.snapshot);
-    require_writable_directory("run.result", config.run.result);
-    require_writable_directory("io.checkpoint", config.io.checkpoint);
-  });
+  agree_on(world, [&] { check_output_paths(config); });
 
   const Precision precision = config.model.precision;
   nlohmann::json result;

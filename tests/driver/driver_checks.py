@@ -267,6 +267,11 @@ BAD_SETTINGS = [
     (1, ["io.snapshot_step=7"], "io.snapshot_step"),
     (1, ["io.snapshot=/nonexistent-dir/x.h5"], "io.snapshot"),
     (1, ["run.result=/nonexistent-dir/r.json"], "run.result"),
+    # Outputs that would fail only after the run, or destroy another file.
+    (1, ["io.checkpoint=."], "is a directory"),
+    (2, ["parallel.strategy=ring", "io.checkpoint=/dev/null"], "not a regular file"),
+    (1, ["io.checkpoint=./existing.json"], "also io.checkpoint's file"),
+    (1, ["io.snapshot=small.yaml"], "is the input deck"),
     (1, ["run.mode=sprint"], "run.mode"),
     (1, ["run.log_every=0"], "run.log_every"),
     (1, ["kernels.query_block=-1"], "kernels.query_block"),
@@ -315,6 +320,19 @@ def bad_input(c):
                     fail(f"{args}: {path} was overwritten")
         print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args[1:] if args else args)}")
     print(f"{len(cases)} bad decks and command lines refused; no existing file touched")
+    bad_kokkos_argument(c)
+
+
+def bad_kokkos_argument(c):
+    """Kokkos 3 throws on a malformed --kokkos-* argument (miniattn: exit 2),
+    Kokkos 4 aborts with its own message: either way every rank ends, and the
+    message names the argument."""
+    proc = c.run(2, args=[c.deck, "--kokkos-threads=abc"], expect=None)
+    if proc.returncode == 0 or "--kokkos-threads=abc" not in proc.stderr + proc.stdout:
+        fail(f"--kokkos-threads=abc: exit {proc.returncode}, message {proc.stderr!r}")
+    if "RESULT" in proc.stdout:
+        fail("--kokkos-threads=abc: the run went on")
+    print(f"--kokkos-threads=abc refused with exit status {proc.returncode}, naming the argument")
 
 
 def faults(c):
