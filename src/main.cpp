@@ -15,6 +15,7 @@
 #include "core/denormals.hpp"
 #include "core/error.hpp"
 #include "driver/run_miniattn.hpp"
+#include "io/hdf5_file.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/predict_mode.hpp"
 
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   int status = 0;
+  miniattn::io::hdf5_cleanup_in_mpi_finalize_only();
   miniattn::flush_denormals_to_zero();  // before Kokkos starts threads: they inherit it
   {
     // Kokkos removes its own --kokkos-* arguments from argv. It throws on a
@@ -67,6 +69,15 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       MPI_Abort(MPI_COMM_WORLD, miniattn::kExitRuntimeFailure);
     }
+  }
+  if (miniattn::io::hdf5_files_abandoned()) {
+    // Every rank failed the same write (agreed) and left the file open:
+    // MPI_Finalize would have HDF5 close it, with rank 0's metadata write
+    // failing inside its collectives.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : miniattn::kExitRuntimeFailure);
   }
   MPI_Finalize();
   return status;

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -62,6 +64,9 @@ std::string hdf5_reason() {
   H5Eclear2(H5E_DEFAULT);
   return reason;
 }
+
+// Files left open by ~Impl after their writing failed.
+std::atomic<int> abandoned_files{0};
 
 // An error recorded on one rank, to be agreed on by all (see agree()).
 struct LocalError : std::runtime_error {
@@ -321,7 +326,35 @@ Handle mpio_access(MPI_Comm comm) {
   return fapl;
 }
 
+// Room for HDF5's metadata placed after the last dataset's data (attributes
+// written after it; in miniattn's checkpoints the data ends the file).
+constexpr haddr_t kMetadataAfterData = haddr_t(1) << 20;
+
+// Blocks for every byte of `temp` (named `path` in messages) below
+// `data_end` + kMetadataAfterData. (The end of HDF5's allocated space itself,
+// H5Fget_eoa and H5Fget_filesize, is not available through the MPI-IO
+// driver.) Where the file system cannot allocate ahead (EOPNOTSUPP, ENOSYS), the
+// file is only extended: a file-size limit is still met here, a full disk
+// possibly not. HDF5 cuts the file back to its allocated space when it closes it.
+void reserve_allocated_space(haddr_t data_end, const std::string& temp, const std::string& path) {
+  const int fd = ::open(temp.c_str(), O_WRONLY);
+  if (fd < 0) fail(path + ": cannot open " + temp + ": " + errno_text(errno));
+  const off_t size = static_cast<off_t>(data_end + kMetadataAfterData);
+  int status = ::fallocate(fd, 0, 0, size);
+  struct stat info {};
+  if (status != 0 && (errno == EOPNOTSUPP || errno == ENOSYS))
+    status = ::fstat(fd, &info) != 0 ? -1 : info.st_size >= size ? 0 : ::ftruncate(fd, size);
+  const int err = errno;
+  ::close(fd);
+  if (status != 0)
+    fail(path + ": cannot reserve the " + std::to_string(size) + " bytes of " + temp + ": " + errno_text(err));
+}
+
 }  // namespace
+
+bool hdf5_files_abandoned() { return abandoned_files.load() > 0; }
+
+void hdf5_cleanup_in_mpi_finalize_only() { H5dont_atexit(); }
 
 // ---------------------------------------------------------------------------
 
@@ -333,6 +366,7 @@ struct Hdf5File::Impl {
   hid_t file = -1;
   bool writable = false;
   bool committed = false;
+  haddr_t data_end = 0;  // of the datasets written so far (commit() reserves beyond it)
 
   Impl(const std::string& p, MPI_Comm c) : path(p) {
     MPI_Comm_dup(c, &comm);
@@ -341,17 +375,24 @@ struct Hdf5File::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  // Collective (like every destructor of an open file); never throws.
+  // Never throws. A file being written that was not committed (its writing
+  // failed) is not closed: HDF5's close writes metadata from rank 0 inside
+  // collectives, and if that write fails too, rank 0 leaves them while the
+  // others wait for ever. Rank 0 removes the temporary file; the open handle
+  // is left to the process's end, which must skip HDF5's cleanup
+  // (hdf5_files_abandoned()).
   ~Impl() {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;  // too late for MPI-IO; nothing sensible to do
     QuietHdf5Errors quiet;
-    if (file >= 0) H5Fclose(file);
+    const bool abandoned = writable && !committed;
+    if (abandoned && file >= 0) abandoned_files.fetch_add(1);
+    if (!abandoned && file >= 0) H5Fclose(file);
     file = -1;
-    if (writable && !committed && !temp_path.empty()) {
+    if (abandoned && !temp_path.empty()) {
       if (rank == 0) std::remove(temp_path.c_str());
-      MPI_Barrier(comm);
+      MPI_Barrier(comm);  // gone for every rank once it leaves
     }
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
@@ -471,8 +512,8 @@ Hdf5File Hdf5File::create(const std::string& path, MPI_Comm comm) {
     // a rank whose share fails (and not the others') leaves them waiting until
     // the job's time limit. Rank 0 alone writes metadata here, so a failing
     // write on another rank can only be one of its raw-data writes, which
-    // every rank agrees on (Hdf5File::write). A failure of rank 0 inside the close
-    // remains a limit.
+    // every rank agrees on (Hdf5File::write), and rank 0's own metadata
+    // writes land in space that commit() reserved first.
     H5AC_cache_config_t cache{};
     cache.version = H5AC__CURR_CACHE_CONFIG_VERSION;
     check_status(H5Pget_mdc_config(fapl.get(), &cache), "cannot read the metadata cache settings");
@@ -573,6 +614,8 @@ void Hdf5File::write(const std::string& dataset, DType dtype, const RowBlock& bl
                                 dxpl.get(), buffer),
                        where + ": write failed");
         }));
+  const haddr_t offset = H5Dget_offset(d.get());  // storage allocated at creation (parallel HDF5)
+  if (offset != HADDR_UNDEF) f.data_end = std::max<haddr_t>(f.data_end, offset + H5Dget_storage_size(d.get()));
 }
 
 void Hdf5File::read(const std::string& dataset, DType dtype, const RowBlock& block, void* data) const {
@@ -709,6 +752,13 @@ void Hdf5File::commit() {
   Impl& f = *impl_;
   f.require_writable("commit");
   QuietHdf5Errors quiet;
+  // The flush and the close write HDF5's metadata from rank 0 inside
+  // collectives (create()): a write that failed there would leave rank 0
+  // outside them. Every object has its place in the file by now, so rank 0
+  // first reserves the file's space: a full disk or a file-size limit then
+  // fails here, where all ranks agree on it.
+  agree(f.comm, f.rank != 0 ? std::string()
+                             : attempt([&] { reserve_allocated_space(f.data_end, f.temp_path, f.path); }));
   std::string error = attempt([&] {
     if (H5Fflush(f.file, H5F_SCOPE_GLOBAL) < 0) fail_hdf5(f.path + ": cannot flush " + f.temp_path);
   });

@@ -52,7 +52,7 @@ class Hdf5File {
 
   Hdf5File(Hdf5File&&) noexcept;
   Hdf5File& operator=(Hdf5File&&) noexcept;
-  ~Hdf5File();  // a created file that was never committed is closed and removed
+  ~Hdf5File();  // a created file that was never committed is removed, its handle left open (below)
 
   // Collective: every rank calls with the same name, dtype and global shape.
   // Intermediate groups ("/params") are created as needed.
@@ -84,5 +84,14 @@ class Hdf5File {
   explicit Hdf5File(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Whether a file whose writing failed was left open (~Hdf5File): the
+// process must then end through MPI_Abort, without HDF5's cleanup, which
+// would close it.
+bool hdf5_files_abandoned();
+
+// Before any other HDF5 call: HDF5 then cleans up in MPI_Finalize only, not
+// also at the process's exit (which MPI_Abort runs).
+void hdf5_cleanup_in_mpi_finalize_only();
 
 }  // namespace miniattn::io

@@ -612,25 +612,34 @@ def checkpoint_restart(c):
     bad = c.run(2, *base, "io.restart=ck3.h5", "io.snapshot=early.h5", "io.snapshot_step=1", deck=deck, expect=2)
     if "io.snapshot_step" not in bad.stderr:
         fail(f"a snapshot step before the restart point: message does not name io.snapshot_step: {bad.stderr!r}")
-    # A checkpoint that cannot be written mid-run (here: a file size limit on
-    # rank 1 that its first rows of parameters exceed, as on a full disk) is a
+    # A checkpoint that cannot be written mid-run (here: a file size limit
+    # that a rank's first rows of parameters exceed, as on a full disk) is a
     # runtime failure, exit 1 on every rank, and leaves the previous
-    # checkpoint as it was.
+    # checkpoint as it was. On rank 0, which also writes HDF5's metadata, the
+    # file used to be closed after the failure, and that close (its metadata
+    # write failing as well) left the ranks in different collectives: a hang,
+    # or a crash in MPI_Finalize.
     shutil.copy(c.path("ck3.h5"), c.path("full.h5"))
     before = open(c.path("full.h5"), "rb").read()
     limit_kib = 10
     cmd = [c.mpiexec, "-n", "2", c.miniattn, deck] + [f"--set={s}" for s in base] + [
         "--set=io.restart=ck3.h5", "--set=io.checkpoint=full.h5"]
-    env = dict(os.environ, MINIATTN_FAULT=f"rank=1,file_limit_kib={limit_kib}")
-    proc = subprocess.run(cmd, cwd=c.scratch, capture_output=True, text=True, timeout=300, env=env)
-    if proc.returncode != 1 or "io.checkpoint" not in proc.stderr:
-        fail(f"a checkpoint write failure: exit {proc.returncode} (expected 1), stderr {proc.stderr!r}")
-    if open(c.path("full.h5"), "rb").read() != before:
-        fail("a failed checkpoint write changed the previous checkpoint")
-    leftovers = [n for n in os.listdir(c.scratch) if n.startswith("full.h5") and n != "full.h5"]
-    if leftovers:
-        fail(f"a failed checkpoint write left {leftovers} behind")
-    print(f"a checkpoint write failure (file size limit {limit_kib} KiB) exits 1; the previous checkpoint is intact")
+    for rank in (1, 0):
+        env = dict(os.environ, MINIATTN_FAULT=f"rank={rank},file_limit_kib={limit_kib}")
+        try:
+            proc = subprocess.run(cmd, cwd=c.scratch, capture_output=True, text=True, timeout=120, env=env)
+        except subprocess.TimeoutExpired:
+            fail(f"a checkpoint write failure on rank {rank} left the job hanging for 120 s")
+        if proc.returncode != 1 or "io.checkpoint" not in proc.stderr:
+            fail(f"a checkpoint write failure on rank {rank}: exit {proc.returncode} (expected 1), "
+                 f"stderr {proc.stderr!r}")
+        if open(c.path("full.h5"), "rb").read() != before:
+            fail(f"a failed checkpoint write on rank {rank} changed the previous checkpoint")
+        leftovers = [n for n in os.listdir(c.scratch) if n.startswith("full.h5") and n != "full.h5"]
+        if leftovers:
+            fail(f"a failed checkpoint write on rank {rank} left {leftovers} behind")
+        print(f"a checkpoint write failure on rank {rank} (file size limit {limit_kib} KiB) exits 1; "
+              "the previous checkpoint is intact")
 
 
 def threads(c):
