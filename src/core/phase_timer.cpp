@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 
 #include "core/kokkos_compat.hpp"
 
@@ -42,7 +43,15 @@ double median(std::vector<double> values) {
 
 double PhaseTimer::median(const std::string& phase) const {
   auto it = samples_.find(phase);
-  return it == samples_.end() ? 0.0 : miniattn::median(it->second);
+  if (it == samples_.end()) return 0.0;
+  const auto warm = warm_up_.find(phase);
+  const std::size_t skip = warm == warm_up_.end() || warm->second >= it->second.size() ? 0 : warm->second;
+  return miniattn::median(std::vector<double>(it->second.begin() + static_cast<std::ptrdiff_t>(skip),
+                                              it->second.end()));
+}
+
+void PhaseTimer::end_warm_up() {
+  for (const auto& [phase, samples] : samples_) warm_up_[phase] = samples.size();
 }
 
 }  // namespace miniattn

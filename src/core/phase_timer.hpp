@@ -29,10 +29,14 @@ class PhaseTimer {
   // Every recorded duration of every phase, in order.
   const std::map<std::string, std::vector<double>>& samples() const { return samples_; }
   double total(const std::string& phase) const;
+  // Over the samples after end_warm_up() where the phase has any, else all:
+  // the report's medians leave out the first step, as its step median does.
   double median(const std::string& phase) const;
+  void end_warm_up();
 
  private:
   std::map<std::string, std::vector<double>> samples_;
+  std::map<std::string, std::size_t> warm_up_;  // each phase's samples before end_warm_up()
 };
 
 double wall_seconds();

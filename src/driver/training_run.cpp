@@ -227,6 +227,7 @@ void train_step(TrainingState<T>& s, index_t step, const InjectedFault& fault, S
   record.last_grad_norm = clip_and_update(s, step);
   seconds += wall_seconds() - update_start;
   record.step_times.push_back(seconds);
+  if (record.step_times.size() == 1) s.timer.end_warm_up();
   record.losses.push_back(loss);
   const bool periodic = c.io.checkpoint_every > 0 && (step + 1) % c.io.checkpoint_every == 0;
   if (!c.io.checkpoint.empty() && (periodic || step + 1 == c.train.steps)) write_checkpoint(s, step + 1);
