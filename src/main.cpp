@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <optional>
 #include <string>
@@ -18,6 +19,20 @@
 #include "io/hdf5_file.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/predict_mode.hpp"
+
+namespace {
+
+// MPI_Abort makes the launcher kill every process at once, and output it has
+// not yet forwarded is lost with them: give it a moment to drain.
+[[noreturn]] void abort_job(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  MPI_Abort(MPI_COMM_WORLD, status);
+  std::abort();  // MPI_Abort does not return
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
@@ -63,21 +78,14 @@ int main(int argc, char** argv) {
       // Anything else may have hit this rank alone: abort the whole job
       // rather than leave the other ranks waiting in a collective.
       std::fprintf(stderr, "miniattn: rank %d: fatal: %s\n", rank, e.what());
-      std::fflush(stderr);
-      // MPI_Abort makes the launcher kill every process at once, and output it
-      // has not yet forwarded is lost with them: give it a moment to drain.
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      MPI_Abort(MPI_COMM_WORLD, miniattn::kExitRuntimeFailure);
+      abort_job(miniattn::kExitRuntimeFailure);
     }
   }
   if (miniattn::io::hdf5_files_abandoned()) {
     // Every rank failed the same write (agreed) and left the file open:
     // MPI_Finalize would have HDF5 close it, with rank 0's metadata write
     // failing inside its collectives.
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    MPI_Abort(MPI_COMM_WORLD, status != 0 ? status : miniattn::kExitRuntimeFailure);
+    abort_job(status != 0 ? status : miniattn::kExitRuntimeFailure);
   }
   MPI_Finalize();
   return status;
