@@ -3,13 +3,16 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/command_line.hpp"
 #include "core/config.hpp"
@@ -32,6 +35,43 @@ namespace {
   std::abort();  // MPI_Abort does not return
 }
 
+// The argv that Kokkos and then the command-line parser read. Kokkos prints its
+// whole help text for --help and --kokkos-help on every rank that sees one, so
+// ranks other than 0 keep both from Kokkos. Kokkos removes --kokkos-help from
+// argv and leaves --help; either one asks for miniattn's help too, so --help is
+// in what the parser reads, on every rank.
+class Arguments {
+ public:
+  Arguments(int argc, char** argv, bool kokkos_prints_help) {
+    for (int i = 0; i < argc; ++i) {
+      const bool help = i > 0 && (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "--kokkos-help") == 0);
+      help_asked_ = help_asked_ || help;
+      if (!help || kokkos_prints_help) args_.push_back(argv[i]);
+    }
+    terminate();
+  }
+  int& argc() { return argc_; }
+  char** argv() { return args_.data(); }
+  // After Kokkos took its own arguments out.
+  void give_back_help() {
+    args_.resize(static_cast<std::size_t>(argc_));
+    const auto is_help = [](const char* arg) { return std::strcmp(arg, "--help") == 0; };
+    const bool present = std::any_of(args_.begin(), args_.end(), is_help);
+    if (help_asked_ && !present) args_.push_back(help_flag_);
+    terminate();
+  }
+
+ private:
+  void terminate() {
+    argc_ = static_cast<int>(args_.size());
+    args_.push_back(nullptr);
+  }
+  std::vector<char*> args_;
+  bool help_asked_ = false;
+  char help_flag_[7] = "--help";
+  int argc_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,9 +88,10 @@ int main(int argc, char** argv) {
     std::string kokkos_args;
     for (int i = 1; i < argc; ++i)
       if (std::string(argv[i]).rfind("--kokkos", 0) == 0) kokkos_args += std::string(" ") + argv[i];
+    Arguments args(argc, argv, rank == 0);
     std::optional<Kokkos::ScopeGuard> kokkos;
     try {
-      kokkos.emplace(argc, argv);
+      kokkos.emplace(args.argc(), args.argv());
     } catch (const std::exception& e) {
       if (rank == 0)
         std::fprintf(stderr, "miniattn: error: Kokkos refused its arguments%s (%s)\n", kokkos_args.c_str(), e.what());
@@ -58,8 +99,9 @@ int main(int argc, char** argv) {
       return miniattn::kExitInputError;
     }
     miniattn::match_blas_threads_to_kokkos();
+    args.give_back_help();
     try {
-      const miniattn::CommandLine cli = miniattn::parse_command_line(argc, argv);
+      const miniattn::CommandLine cli = miniattn::parse_command_line(args.argc(), args.argv());
       if (cli.help_requested) {
         if (rank == 0) std::printf("%s", cli.help_text.c_str());
       } else {

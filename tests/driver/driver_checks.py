@@ -321,6 +321,7 @@ def bad_input(c):
         print(f"exit 2 on {ranks} rank(s), names {needle}: {' '.join(args[1:] if args else args)}")
     print(f"{len(cases)} bad decks and command lines refused; no existing file touched")
     bad_kokkos_argument(c)
+    help_once(c)
 
 
 def bad_kokkos_argument(c):
@@ -333,6 +334,18 @@ def bad_kokkos_argument(c):
     if "RESULT" in proc.stdout:
         fail("--kokkos-threads=abc: the run went on")
     print(f"--kokkos-threads=abc refused with exit status {proc.returncode}, naming the argument")
+
+
+def help_once(c):
+    """--help (with or without a deck) and --kokkos-help print Kokkos's help and
+    miniattn's, each once however many ranks run, and exit 0 without a run."""
+    for args in (["--help"], [c.deck, "--help"], ["--kokkos-help"]):
+        proc = c.run(3, args=args)
+        text = proc.stdout + proc.stderr
+        counts = (text.count("--kokkos-help"), text.count("usage: miniattn"))
+        if counts != (1, 1) or "RESULT" in text or "error" in text:
+            fail(f"{' '.join(args)} on 3 ranks: Kokkos's help {counts[0]} times, miniattn's {counts[1]}: {text!r}")
+    print("--help and --kokkos-help on 3 ranks: each help text once, exit 0")
 
 
 def faults(c):
