@@ -69,7 +69,8 @@ RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
   const int G = c.sp / U;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
   // Diagonal chunk pair: the part on and below the diagonal.
-  const double f = tile_level ? causal_diagonal_fraction(chunk, c.blocking.query_tile(), c.blocking.key_tile())
+  const bool bf16 = m.precision == Precision::bf16;  // gemm_key_chunk
+  const double f = tile_level ? causal_diagonal_fraction(chunk, c.blocking.query_tile(), c.blocking.key_tile(bf16))
                               : (static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk));
   double first = 0, other = 0;
   if (!m.causal) {
@@ -104,7 +105,8 @@ RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
   const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
   const std::int64_t P = c.sp, G = P / U, N = m.seq_len;
   const std::int64_t qb = tile_level ? std::max<std::int64_t>(1, c.blocking.query_tile()) : 1;
-  const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, c.blocking.key_tile()) : 1;
+  const bool bf16 = m.precision == Precision::bf16;  // gemm_key_chunk
+  const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, c.blocking.key_tile(bf16)) : 1;
   // Chunk offsets are multiples of `unit`; the chunk of index o / unit (offset o) is SP rank owner[o / unit]'s.
   const Chunk first = group_chunks(layout, N, P, 1, 0)[0];
   const std::int64_t unit = layout == Layout::striped ? 1 : first.length;

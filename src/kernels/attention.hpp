@@ -31,6 +31,15 @@ constexpr index_t kHostTileRows = 96;
 // values, is 0.5 GiB of fp32 at B H = 4.
 constexpr index_t kHostChunk = 256;
 constexpr index_t kDeviceChunk = 4096;
+// Key rows of a gemm chunk pair of `chunk` query rows. Where the values are
+// narrower than their compute type (bf16), a pair holds each score twice, S in
+// Acc<T> and P in T: 6 bytes a score against fp32's 8, where P overwrites S
+// and dS overwrites dP. Half the keys a pair make bf16's score workspace 3/8 of
+// fp32's, not 3/4, so that it halves with the rest of bf16's memory: twice
+// the pairs, each of GEMMs half as wide.
+constexpr index_t gemm_key_chunk(index_t chunk, bool scores_kept_twice) {
+  return scores_kept_twice ? (chunk + 1) / 2 : chunk;
+}
 // Query and key rows of a team of the tensor_core kernel (4 warps of 16 rows).
 constexpr index_t kTensorCoreTile = 64;
 // The tile sides a GPU chooses from.
@@ -103,8 +112,9 @@ struct AttentionMask {
 // How a run cuts attention into work (choose_attention_tiles resolves the
 // deck's zeros and `auto`). fused: the tiled online-softmax kernels below,
 // query_block x key_block tiles (both > 0). gemm: chunked attention through
-// batched GEMMs (chunked_attention.cpp), chunk x chunk score blocks of all
-// heads at a time (chunk > 0; the last chunk of a sequence may be shorter).
+// batched GEMMs (chunked_attention.cpp), score blocks of chunk query rows by
+// gemm_key_chunk key rows for all heads at a time (chunk > 0; the last chunk of
+// a sequence may be shorter).
 struct AttentionBlocking {
   index_t query_block = 0;
   index_t key_block = 0;
@@ -114,13 +124,15 @@ struct AttentionBlocking {
   // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
   // product once, a block's tiles in cache). Tests run both on every backend.
   bool one_launch_backward = !kHostExecution;
-  // The query and key rows of the unit of work a mask may skip whole.
-  index_t query_tile() const { return tile(query_block); }
-  index_t key_tile() const { return tile(key_block); }
+  // The query and key rows of the unit of work a mask may skip whole
+  // (narrow_values: bf16, whose gemm pairs take half the keys).
+  index_t query_tile() const { return kernel == AttentionKernel::gemm ? chunk : tile(query_block); }
+  index_t key_tile(bool narrow_values) const {
+    return kernel == AttentionKernel::gemm ? gemm_key_chunk(chunk, narrow_values) : tile(key_block);
+  }
 
  private:
   index_t tile(index_t fused_side) const {
-    if (kernel == AttentionKernel::gemm) return chunk;
     return kernel == AttentionKernel::tensor_core ? kTensorCoreTile : fused_side;
   }
 };
@@ -167,15 +179,15 @@ struct AttentionShape {
 // [B, KV, Dh, transposed_keys_row(keys)] each, written once per call so that no
 // tile pair transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
-// (Cq = min(chunk, queries), Ck = min(chunk, keys)): O(chunk^2) per head, never
-// O(N^2). When T computes in a wider type (bf16): the gemm kernel's scores,
+// (Cq = min(chunk, queries), Ck = min(gemm_key_chunk, keys)): O(chunk^2) per
+// head, never O(N^2). When T computes in a wider type (bf16): the gemm kernel's scores,
 // then score gradients dP, in Acc<T> (`logits`; a bf16 score rounds by up to
 // 2^-9 of its size, which blurs a head that must pick one key among
 // thousands: chunked_attention.cpp) and its probabilities, then dS, in T
 // (`scores`); and an Acc<T> accumulator
 // [B, H, queries, Dh] for the running output in the forward pass and for dq in
 // the backward pass (they never overlap), and, gemm, a key chunk's dk and dv
-// in Acc<T>, [B, KV, min(chunk, keys), Dh] each, added to the caller's dk, dv
+// in Acc<T>, [B, KV, Ck, Dh] each, added to the caller's dk, dv
 // (which travel as T) with one rounding per key chunk (fp32 and fp64
 // accumulate in the caller's out, dq, dk and dv).
 // Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would

@@ -98,18 +98,20 @@ struct WorkspaceElements {
   index_t chunk_pair = 0;   // each of the score and score-gradient blocks (bf16: scores and logits)
   index_t accumulator = 0;      // acc: the output, then dq (inputs narrower than their compute type)
   index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm: one key chunk)
+  index_t key_chunk = 0;        // key rows of a gemm chunk pair
 };
 
 WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking,
                                      bool separate_accumulators) {
   WorkspaceElements e;
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
+  e.key_chunk = std::min(gemm_key_chunk(blocking.chunk, separate_accumulators), s.keys);
   if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
-    e.key_accumulator = s.batch * s.kv_heads * std::min(blocking.chunk, s.keys) * s.head_dim;
+    e.key_accumulator = s.batch * s.kv_heads * e.key_chunk * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused)
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
   if (blocking.kernel == AttentionKernel::gemm)
-    e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * std::min(blocking.chunk, s.keys);
+    e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * e.key_chunk;
   return e;
 }
 
@@ -120,9 +122,8 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
   const WorkspaceElements e = workspace_elements(shape, blocking, !std::is_same<T, Acc<T>>::value);
   if (e.accumulator > 0) acc = View4<Acc<T>>("attention.acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
   if (e.key_accumulator > 0) {
-    const index_t rows = std::min(blocking.chunk, shape.keys);
-    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, rows, shape.head_dim);
-    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, rows, shape.head_dim);
+    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, e.key_chunk, shape.head_dim);
+    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, e.key_chunk, shape.head_dim);
   }
   if (e.transposed > 0) {
     const index_t row = transposed_keys_row(shape.keys);

@@ -1,6 +1,7 @@
 // Chunked attention through GEMMs (chunked_attention.hpp). For each pair of a
-// query chunk (Cq rows) and a key chunk (Ck rows) that the mask does not hide
-// entirely, for every sample and head at once:
+// query chunk (Cq rows: kernels.chunk) and a key chunk (Ck rows: the same, or
+// half of it in bf16, gemm_key_chunk) that the mask does not hide entirely, for
+// every sample and head at once:
 //   forward:  S = scale Q K^T                                   batched GEMM
 //             hide masked keys; m, l, O *= alpha; S -> P        one row kernel
 //             O += P V                                          batched GEMM
@@ -57,10 +58,19 @@ struct Shape {
   index_t entries() const { return batch * kv_heads; }  // one batched GEMM: every (sample, K/V head)
 };
 
-// The rows of a chunk: the blocking's, at most the longer side.
+// Whether P overwrites S and dS overwrites dP (T computes in T), else S and dP
+// share an Acc<T> buffer and the backward's row kernel runs in two passes.
 template <class T>
-index_t chunk_rows(const AttentionScope& scope, const Shape<T>& s) {
-  return attention_detail::clamp_block(scope.blocking.chunk, std::max(s.nq, s.nk));
+constexpr bool kScoresInPlace = std::is_same<T, Acc<T>>::value;
+
+// The query and key rows of a chunk pair: the blocking's, at most the longer side.
+struct ChunkSides {
+  index_t queries, keys;
+};
+template <class T>
+ChunkSides chunk_sides(const AttentionScope& scope, const Shape<T>& s) {
+  const index_t queries = attention_detail::clamp_block(scope.blocking.chunk, std::max(s.nq, s.nk));
+  return {queries, gemm_key_chunk(queries, !kScoresInPlace<T>)};
 }
 
 // Which chunk pairs run, decided on the host from copies of the positions (and
@@ -68,8 +78,8 @@ index_t chunk_rows(const AttentionScope& scope, const Shape<T>& s) {
 // decides for its tiles. Both answers err on the side of computing.
 class ChunkPairs {
  public:
-  ChunkPairs(const AttentionScope& scope, index_t chunk)
-      : mask_(scope.mask), chunk_(chunk), q_ranges_(ranges(scope.q_pos)), k_ranges_(ranges(scope.k_pos)) {
+  ChunkPairs(const AttentionScope& scope, ChunkSides sides)
+      : mask_(scope.mask), q_ranges_(ranges(scope.q_pos, sides.queries)), k_ranges_(ranges(scope.k_pos, sides.keys)) {
     if (mask_.documents.extent(1) > 0)
       documents_ = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mask_.documents);
   }
@@ -101,12 +111,12 @@ class ChunkPairs {
   struct Range {
     index_t lo, hi;
   };
-  std::vector<Range> ranges(const View1<const index_t>& positions) const {
+  static std::vector<Range> ranges(const View1<const index_t>& positions, index_t chunk) {
     const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), positions);
     const index_t n = static_cast<index_t>(host.extent(0));
     std::vector<Range> result;
-    for (index_t first = 0; first < n; first += chunk_) {
-      const index_t last = std::min(n, first + chunk_);
+    for (index_t first = 0; first < n; first += chunk) {
+      const index_t last = std::min(n, first + chunk);
       Range r{host(first), host(first)};
       for (index_t i = first; i < last; ++i) r = {std::min(r.lo, host(i)), std::max(r.hi, host(i))};
       result.push_back(r);
@@ -115,7 +125,6 @@ class ChunkPairs {
   }
 
   AttentionMask mask_;
-  index_t chunk_;
   std::vector<Range> q_ranges_, k_ranges_;
   Kokkos::View<const index_t**, Kokkos::LayoutRight, Kokkos::HostSpace> documents_;
 };
@@ -130,11 +139,6 @@ class ChunkPairs {
 constexpr int kGpuRowsPerTeam = 8;
 template <class T>
 using Pack = typename simd::Pack<Acc<T>>::type;
-
-// Whether P overwrites S and dS overwrites dP (T computes in T), else S and dP
-// share an Acc<T> buffer and the backward's row kernel runs in two passes.
-template <class T>
-constexpr bool kScoresInPlace = std::is_same<T, Acc<T>>::value;
 
 // Where a chunk pair's blocks lie (see the top of this file).
 template <class T>
@@ -250,15 +254,16 @@ struct BackwardRows {
 };
 
 template <class T>
-void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, index_t chunk, bool backward) {
-  const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk, s.nq) * std::min(chunk, s.nk));
+void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, ChunkSides chunk, bool backward) {
+  const index_t key_rows = std::min(chunk.keys, s.nk);
+  const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk.queries, s.nq) * key_rows);
   constexpr bool in_place = kScoresInPlace<T>;  // the second buffer: score_grads, else logits
   const std::size_t second = in_place ? workspace.score_grads.extent(0) : workspace.logits.extent(0);
   if (workspace.scores.extent(0) < needed || ((backward || !in_place) && second < needed))
     throw RuntimeFailure("attention (gemm): the workspace holds fewer than the " + std::to_string(needed) +
                          " values of a chunk pair's score blocks");
   if (backward && !std::is_same<T, Acc<T>>::value &&
-      static_cast<index_t>(workspace.dk_acc.extent(2)) < std::min(chunk, s.nk))
+      static_cast<index_t>(workspace.dk_acc.extent(2)) < key_rows)
     throw RuntimeFailure("attention (gemm): the workspace's dk/dv accumulators hold fewer rows than a key chunk");
 }
 
@@ -404,16 +409,16 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
                                 const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                 const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
-  const index_t chunk = chunk_rows(scope, s);
+  const ChunkSides chunk = chunk_sides(scope, s);
   require_workspace(workspace, s, chunk, false);
   const ChunkPairs pairs(scope, chunk);
   for (index_t qi = 0; qi < pairs.query_chunks(); ++qi)
     for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
       bool partly_masked = false;
       if (!pairs.meet(qi, ki, partly_masked)) continue;
-      const ForwardRows<T> rows{pair_buffers(workspace), chunk_of(qi, chunk, s.nq), chunk_of(ki, chunk, s.nk),
-                                s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, out_acc, row_max,
-                                row_sum};
+      const ForwardRows<T> rows{pair_buffers(workspace), chunk_of(qi, chunk.queries, s.nq),
+                                chunk_of(ki, chunk.keys, s.nk), s.heads, scope.q_pos, scope.k_pos, scope.mask,
+                                partly_masked, out_acc, row_max, row_sum};
       forward_chunk_pair<T>(s, q, k, v, rows);
     }
 }
@@ -425,20 +430,20 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
                                  const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                  const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
-  const index_t chunk = chunk_rows(scope, s);
+  const ChunkSides chunk = chunk_sides(scope, s);
   require_workspace(workspace, s, chunk, true);
   const ChunkPairs pairs(scope, chunk);
   const KeyGradients<T> key_gradients(dk, dv, workspace);
   const BackwardOperands<T> operands{q, k, v, dout, dq, key_gradients};
   for (index_t ki = 0; ki < pairs.key_chunks(); ++ki) {
-    const Chunk kc = chunk_of(ki, chunk, s.nk);
+    const Chunk kc = chunk_of(ki, chunk.keys, s.nk);
     bool started = false;
     for (index_t qi = 0; qi < pairs.query_chunks(); ++qi) {
       bool partly_masked = false;
       if (!pairs.meet(qi, ki, partly_masked)) continue;
       if (!started) key_gradients.begin(kc);
       started = true;
-      const BackwardRows<T> rows{pair_buffers(workspace), RowPass::both, chunk_of(qi, chunk, s.nq), kc,
+      const BackwardRows<T> rows{pair_buffers(workspace), RowPass::both, chunk_of(qi, chunk.queries, s.nq), kc,
                                  s.heads, scope.q_pos, scope.k_pos, scope.mask, partly_masked, lse, delta, s.scale};
       backward_chunk_pair<T>(s, operands, rows);
     }

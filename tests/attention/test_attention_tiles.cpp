@@ -142,10 +142,11 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
   // gemm: one chunk pair's scores and gradients for every head.
   const AttentionWorkspace<double> gemm({2, 6, 3, 16, 100, 37}, {0, 0, miniattn::AttentionKernel::gemm, 64});
   EXPECT_EQ(gemm.bytes(), 2u * 2 * 6 * 64 * 37 * sizeof(double));
-  // bf16: the scores in fp32 and the probabilities in bf16, besides the fp32
-  // accumulators of the output (then dq) and of a key chunk's dk and dv.
+  // bf16: the scores in fp32 and the probabilities in bf16, for pairs of half
+  // as many keys (32 of the 64), besides the fp32 accumulators of the output
+  // (then dq) and of a key chunk's dk and dv.
   const AttentionWorkspace<miniattn::bf16> mixed({2, 6, 3, 16, 100, 37}, {0, 0, miniattn::AttentionKernel::gemm, 64});
-  EXPECT_EQ(mixed.bytes(), 2u * 6 * 64 * 37 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 37 * 16) * 4);
+  EXPECT_EQ(mixed.bytes(), 2u * 6 * 64 * 32 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 32 * 16) * 4);
 }
 
 TEST(AttentionTiles, ScratchGrowsWithTheTiles) {
