@@ -87,15 +87,36 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
   std::fflush(stdout);
 }
 
+// Whether the parameters, their gradients and the optimizer's moments take
+// more than everything else: then more sequence-parallel ranks do not help.
+bool parameters_dominate(const MemoryPlan& plan) {
+  std::size_t parameters = 0;
+  for (const auto& [name, bytes] : plan.parts)
+    if (name == MemoryPart::parameters_gradients || name == MemoryPart::optimizer) parameters += bytes;
+  return 2 * parameters > plan.total();
+}
+
+// The deck keys that decide the larger share of a plan, and what to change.
+std::string memory_keys(const MemoryPlan& plan) {
+  return parameters_dominate(plan) ? "model.vocab, model.d_model, model.ffn, model.layers" : "model.seq_len";
+}
+std::string memory_advice(const MemoryPlan& plan) {
+  if (parameters_dominate(plan)) return "split the parameters over parallel.tp or parallel.pp, use a smaller model";
+  return "use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller kernels.chunk";
+}
+
 // Pipeline stages plan different amounts: the most any rank needs decides,
 // the same on every rank; rank 0 names its own parts.
 void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_sharing, MPI_Comm world) {
   const LeastOverRanks most = least_over_ranks(-static_cast<double>(memory.plan.total()), world);
   const std::size_t needed = static_cast<std::size_t>(-most.value), available = memory.available.bytes;
   if (available == 0 || needed <= available) return;
-  std::string parts = most.rank == 0 ? "" : " the most of any rank, on rank " + std::to_string(most.rank) + "; rank 0:";
-  for (const auto& [name, bytes] : memory.plan.parts)
-    parts += " " + std::string(to_string(name)) + " " + format_bytes(static_cast<double>(bytes)) + ";";
+  std::string parts;
+  for (const auto& [name, bytes] : memory.plan.parts) {
+    if (!parts.empty()) parts += "; ";
+    parts += std::string(to_string(name)) + " " + format_bytes(static_cast<double>(bytes));
+  }
+  if (most.rank != 0) parts = "the most of any rank, on rank " + std::to_string(most.rank) + "; rank 0: " + parts;
   const std::string amount = format_bytes(static_cast<double>(available));
   const std::string memory_kind = memory_device_id() < 0 ? "node" : "GPU";
   const std::string where = c.run.memory_per_rank_gib > 0
@@ -104,10 +125,9 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_s
                                       std::to_string(memory.available.rank) + "'s " + memory_kind +
                                       " (the least of all ranks; " + std::to_string(ranks_sharing) +
                                       " ranks share rank 0's)";
-  throw InputError("model.seq_len: this run needs " + format_bytes(static_cast<double>(needed)) + " per rank (" +
-                   parts.substr(1) + ") but " + where +
-                   "; use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller "
-                   "kernels.chunk, or set run.memory_per_rank_gib");
+  throw InputError(memory_keys(memory.plan) + ": this run needs " + format_bytes(static_cast<double>(needed)) +
+                   " per rank (" + parts + ") but " + where + "; " + memory_advice(memory.plan) +
+                   ", or set run.memory_per_rank_gib");
 }
 
 // io.restart: parameters, moments and step from a checkpoint of the same run.

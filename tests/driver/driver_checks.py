@@ -277,6 +277,8 @@ BAD_SETTINGS = [
     (1, ["kernels.query_block=-1"], "kernels.query_block"),
     (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "per rank"),
+    (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "model.seq_len: this run needs"),
+    (1, ["model.d_model=1200", "run.memory_per_rank_gib=0.5"], "model.layers: this run needs"),
     (1, ["model.seq_len=4000000000"], "model.seq_len"),
     (1, ["model.seq_len=1048576", "model.d_model=4096", "model.heads=32"], "model.seq_len"),
     (1, ["model.vocab"], "model.vocab"),
