@@ -59,6 +59,14 @@ double computed_area(const Chunk& q, const Chunk& k, const Band& band, std::int6
   return area;
 }
 
+// Key rows of the kernel's unit of work: values narrower than their compute
+// type (bf16) give gemm pairs of half the keys (kernels::gemm_key_chunk), the
+// memory plan's rule too.
+std::int64_t key_tile(const StepConfig& c) {
+  const ElementSizes sizes = element_sizes(c.model.precision);
+  return c.blocking.key_tile(sizes.value != sizes.acc);
+}
+
 }  // namespace
 
 RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
@@ -69,8 +77,7 @@ RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
   const int G = c.sp / U;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
   // Diagonal chunk pair: the part on and below the diagonal.
-  const bool bf16 = m.precision == Precision::bf16;  // gemm_key_chunk
-  const double f = tile_level ? causal_diagonal_fraction(chunk, c.blocking.query_tile(), c.blocking.key_tile(bf16))
+  const double f = tile_level ? causal_diagonal_fraction(chunk, c.blocking.query_tile(), key_tile(c))
                               : (static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk));
   double first = 0, other = 0;
   if (!m.causal) {
@@ -105,8 +112,7 @@ RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
   const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
   const std::int64_t P = c.sp, G = P / U, N = m.seq_len;
   const std::int64_t qb = tile_level ? std::max<std::int64_t>(1, c.blocking.query_tile()) : 1;
-  const bool bf16 = m.precision == Precision::bf16;  // gemm_key_chunk
-  const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, c.blocking.key_tile(bf16)) : 1;
+  const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, key_tile(c)) : 1;
   // Chunk offsets are multiples of `unit`; the chunk of index o / unit (offset o) is SP rank owner[o / unit]'s.
   const Chunk first = group_chunks(layout, N, P, 1, 0)[0];
   const std::int64_t unit = layout == Layout::striped ? 1 : first.length;

@@ -87,22 +87,22 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
   std::fflush(stdout);
 }
 
-// Whether the parameters, their gradients and the optimizer's moments take
-// more than everything else: then more sequence-parallel ranks do not help.
-bool parameters_dominate(const MemoryPlan& plan) {
+// The deck keys that decide the larger share of a plan, and what to change.
+// Where the parameters, their gradients and the optimizer's moments take more
+// than everything else, more sequence-parallel ranks do not help.
+struct MemoryRemedy {
+  const char* keys;
+  const char* advice;
+};
+MemoryRemedy memory_remedy(const MemoryPlan& plan) {
   std::size_t parameters = 0;
   for (const auto& [name, bytes] : plan.parts)
     if (name == MemoryPart::parameters_gradients || name == MemoryPart::optimizer) parameters += bytes;
-  return 2 * parameters > plan.total();
-}
-
-// The deck keys that decide the larger share of a plan, and what to change.
-std::string memory_keys(const MemoryPlan& plan) {
-  return parameters_dominate(plan) ? "model.vocab, model.d_model, model.ffn, model.layers" : "model.seq_len";
-}
-std::string memory_advice(const MemoryPlan& plan) {
-  if (parameters_dominate(plan)) return "split the parameters over parallel.tp or parallel.pp, use a smaller model";
-  return "use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller kernels.chunk";
+  if (2 * parameters > plan.total())
+    return {"model.vocab, model.d_model, model.ffn, model.layers",
+            "split the parameters over parallel.tp or parallel.pp, use a smaller model"};
+  return {"model.seq_len", "use more ranks, a shorter sequence, a smaller batch or (gemm attention) a smaller "
+                           "kernels.chunk"};
 }
 
 // Pipeline stages plan different amounts: the most any rank needs decides,
@@ -125,8 +125,9 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_s
                                       std::to_string(memory.available.rank) + "'s " + memory_kind +
                                       " (the least of all ranks; " + std::to_string(ranks_sharing) +
                                       " ranks share rank 0's)";
-  throw InputError(memory_keys(memory.plan) + ": this run needs " + format_bytes(static_cast<double>(needed)) +
-                   " per rank (" + parts + ") but " + where + "; " + memory_advice(memory.plan) +
+  const MemoryRemedy remedy = memory_remedy(memory.plan);
+  throw InputError(std::string(remedy.keys) + ": this run needs " + format_bytes(static_cast<double>(needed)) +
+                   " per rank (" + parts + ") but " + where + "; " + remedy.advice +
                    ", or set run.memory_per_rank_gib");
 }
 
