@@ -40,6 +40,17 @@ constexpr index_t kDeviceChunk = 4096;
 constexpr index_t gemm_key_chunk(index_t chunk, bool scores_kept_twice) {
   return scores_kept_twice ? (chunk + 1) / 2 : chunk;
 }
+// The query and key rows of a gemm chunk pair of nq queries against nk keys
+// (the last chunks of a side may be shorter): a chunk longer than both sides
+// is cut to the longer one before its keys are halved, so that the workspace
+// sized from these sides is what the kernel uses.
+struct GemmChunkSides {
+  index_t queries, keys;
+};
+constexpr GemmChunkSides gemm_chunk_sides(index_t chunk, index_t nq, index_t nk, bool scores_kept_twice) {
+  const index_t queries = chunk < nq || chunk < nk ? chunk : (nq > nk ? nq : nk);
+  return {queries, gemm_key_chunk(queries, scores_kept_twice)};
+}
 // Query and key rows of a team of the tensor_core kernel (4 warps of 16 rows).
 constexpr index_t kTensorCoreTile = 64;
 // The tile sides a GPU chooses from.

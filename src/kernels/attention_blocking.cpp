@@ -105,13 +105,14 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
                                      bool separate_accumulators) {
   WorkspaceElements e;
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
-  e.key_chunk = std::min(gemm_key_chunk(blocking.chunk, separate_accumulators), s.keys);
+  const GemmChunkSides chunk = gemm_chunk_sides(blocking.chunk, s.queries, s.keys, separate_accumulators);
+  e.key_chunk = std::min(chunk.keys, s.keys);
   if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
     e.key_accumulator = s.batch * s.kv_heads * e.key_chunk * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused)
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
   if (blocking.kernel == AttentionKernel::gemm)
-    e.chunk_pair = s.batch * s.heads * std::min(blocking.chunk, s.queries) * e.key_chunk;
+    e.chunk_pair = s.batch * s.heads * std::min(chunk.queries, s.queries) * e.key_chunk;
   return e;
 }
 

@@ -63,14 +63,10 @@ struct Shape {
 template <class T>
 constexpr bool kScoresInPlace = std::is_same<T, Acc<T>>::value;
 
-// The query and key rows of a chunk pair: the blocking's, at most the longer side.
-struct ChunkSides {
-  index_t queries, keys;
-};
 template <class T>
-ChunkSides chunk_sides(const AttentionScope& scope, const Shape<T>& s) {
-  const index_t queries = attention_detail::clamp_block(scope.blocking.chunk, std::max(s.nq, s.nk));
-  return {queries, gemm_key_chunk(queries, !kScoresInPlace<T>)};
+GemmChunkSides chunk_sides(const AttentionScope& scope, const Shape<T>& s) {
+  attention_detail::require(scope.blocking.chunk > 0, "gemm chunk rows must be > 0 (choose_attention_tiles resolves 0)");
+  return gemm_chunk_sides(scope.blocking.chunk, s.nq, s.nk, !kScoresInPlace<T>);
 }
 
 // Which chunk pairs run, decided on the host from copies of the positions (and
@@ -78,7 +74,7 @@ ChunkSides chunk_sides(const AttentionScope& scope, const Shape<T>& s) {
 // decides for its tiles. Both answers err on the side of computing.
 class ChunkPairs {
  public:
-  ChunkPairs(const AttentionScope& scope, ChunkSides sides)
+  ChunkPairs(const AttentionScope& scope, GemmChunkSides sides)
       : mask_(scope.mask), q_ranges_(ranges(scope.q_pos, sides.queries)), k_ranges_(ranges(scope.k_pos, sides.keys)) {
     if (mask_.documents.extent(1) > 0)
       documents_ = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mask_.documents);
@@ -254,7 +250,7 @@ struct BackwardRows {
 };
 
 template <class T>
-void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, ChunkSides chunk, bool backward) {
+void require_workspace(const AttentionWorkspace<T>& workspace, const Shape<T>& s, GemmChunkSides chunk, bool backward) {
   const index_t key_rows = std::min(chunk.keys, s.nk);
   const auto needed = static_cast<std::size_t>(s.batch * s.heads * std::min(chunk.queries, s.nq) * key_rows);
   constexpr bool in_place = kScoresInPlace<T>;  // the second buffer: score_grads, else logits
@@ -409,7 +405,7 @@ void chunked_forward_accumulate(const View4<const T>& q, const View4<const T>& k
                                 const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
                                 const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
-  const ChunkSides chunk = chunk_sides(scope, s);
+  const GemmChunkSides chunk = chunk_sides(scope, s);
   require_workspace(workspace, s, chunk, false);
   const ChunkPairs pairs(scope, chunk);
   for (index_t qi = 0; qi < pairs.query_chunks(); ++qi)
@@ -430,7 +426,7 @@ void chunked_backward_accumulate(const View4<const T>& q, const View4<const T>& 
                                  const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                  const AttentionWorkspace<T>& workspace) {
   const Shape<T> s(q, k);
-  const ChunkSides chunk = chunk_sides(scope, s);
+  const GemmChunkSides chunk = chunk_sides(scope, s);
   require_workspace(workspace, s, chunk, true);
   const ChunkPairs pairs(scope, chunk);
   const KeyGradients<T> key_gradients(dk, dv, workspace);
