@@ -15,8 +15,8 @@
 #     reference checks of snapshots written by 2 threads),
 #   * one end-to-end check of each kind against Kokkos 4.6 and the OpenMP
 #     OpenBLAS (labelled "backend": a ring, Ulysses, the gemm kernel,
-#     determinism, a checkpoint restart, a pipeline, two PyTorch reference
-#     checks).
+#     determinism, a checkpoint restart, a pipeline, bf16, four PyTorch
+#     reference checks).
 # The other sequence-parallel, feature, pipeline and reference checks, the
 # Slurm test and the tests labelled "slow" run in the Serial suite only.
 # CTest runs tests side by side up to the cores (a test's PROCESSORS counts its ranks).
