@@ -1,8 +1,8 @@
 #pragma once
 // Internal to src/core: the table of every deck key (section, key, where it
-// lives in Config, its type and allowed values). The parser, the YAML and
-// JSON writers and operator== all walk this one table, so a key added here is
-// read, checked, written and compared everywhere.
+// lives in Config, its type and allowed values). The parser, the validator,
+// the YAML and JSON writers and operator== all walk this one table, so a key
+// added here is read, checked, written and compared everywhere.
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -38,5 +38,11 @@ struct Field {
 // of the structs in config.hpp.
 const std::vector<Field>& fields();
 const std::vector<std::string>& sections();
+
+// Text helpers of the parser's and the validator's messages (config.cpp).
+std::string join(const std::vector<std::string>& items, const char* separator = ", ");
+// The shortest decimal text that reads back as exactly the same double,
+// always with a '.' in the mantissa so that YAML 1.1 readers see a float.
+std::string format_real(double value);
 
 }  // namespace miniattn::config_fields
