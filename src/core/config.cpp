@@ -557,7 +557,8 @@ std::vector<std::int64_t> parse_predict_seq_lens(const std::string& text) {
     }
     values.push_back(value);
   }
-  if (values.empty()) throw InputError("run.predict_seq_lens: expected at least one sequence length, got '" + text + "'");
+  if (values.empty())
+    throw InputError("run.predict_seq_lens: expected at least one sequence length, got '" + text + "'");
   return values;
 }
 

@@ -65,7 +65,8 @@ constexpr bool kScoresInPlace = std::is_same<T, Acc<T>>::value;
 
 template <class T>
 GemmChunkSides chunk_sides(const AttentionScope& scope, const Shape<T>& s) {
-  attention_detail::require(scope.blocking.chunk > 0, "gemm chunk rows must be > 0 (choose_attention_tiles resolves 0)");
+  attention_detail::require(scope.blocking.chunk > 0,
+                            "gemm chunk rows must be > 0 (choose_attention_tiles resolves 0)");
   return gemm_chunk_sides(scope.blocking.chunk, s.nq, s.nk, !kScoresInPlace<T>);
 }
 

@@ -307,6 +307,10 @@ void tensor_core_backward_accumulate(const View4<const bf16>& q, const View4<con
   require_rows_aligned(dq, "dq");
   require_rows_aligned(dk, "dk");
   require_rows_aligned(dv, "dv");
+  require_contiguous(lse, "lse");
+  require_contiguous(delta, "delta");
+  require_contiguous(scope.q_pos, "the query positions");
+  require_contiguous(scope.k_pos, "the key positions");
   const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
   const BackwardArgs a{q.data(), k.data(), v.data(), dout.data(), lse.data(), delta.data(), scope.q_pos.data(),
                        scope.k_pos.data(), scope.mask, dq.data(), dk.data(), dv.data(), index_t(q.extent(1)),

@@ -166,6 +166,10 @@ void tensor_core_forward_accumulate(const View4<const bf16>& q, const View4<cons
   require_rows_aligned(k, "k");
   require_rows_aligned(v, "v");
   require_rows_aligned(out_acc, "out_acc");
+  require_contiguous(row_max, "row_max");
+  require_contiguous(row_sum, "row_sum");
+  require_contiguous(scope.q_pos, "the query positions");
+  require_contiguous(scope.k_pos, "the key positions");
   const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
   const ForwardArgs a{q.data(), k.data(), v.data(), scope.q_pos.data(), scope.k_pos.data(), scope.mask,
                       out_acc.data(), row_max.data(), row_sum.data(), index_t(q.extent(1)), index_t(k.extent(1)),

@@ -429,6 +429,12 @@ inline void check_launch(const char* what) {
     throw RuntimeFailure(std::string("attention (tensor_core): launching the ") + what +
                          " kernel failed: " + cudaGetErrorString(status));
 }
+// The kernels read statistics and positions through flat offsets from data().
+template <class View>
+void require_contiguous(const View& x, const char* name) {
+  if (!x.span_is_contiguous())
+    throw RuntimeFailure(std::string("attention (tensor_core): ") + name + " must be contiguous");
+}
 // The kernels read operands as 16-byte vectors of whole rows.
 template <class View>
 void require_rows_aligned(const View& x, const char* name) {

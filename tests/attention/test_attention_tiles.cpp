@@ -149,7 +149,8 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
   EXPECT_EQ(mixed.bytes(), 2u * 6 * 64 * 32 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 32 * 16) * 4);
   // A chunk longer than both sides is cut to the longer one before its keys
   // are halved, as the kernel cuts it: pairs of 100 queries by 50 keys.
-  const AttentionWorkspace<miniattn::bf16> whole({2, 6, 3, 16, 100, 100}, {0, 0, miniattn::AttentionKernel::gemm, 1000});
+  const AttentionWorkspace<miniattn::bf16> whole({2, 6, 3, 16, 100, 100},
+                                                 {0, 0, miniattn::AttentionKernel::gemm, 1000});
   EXPECT_EQ(whole.bytes(), 2u * 6 * 100 * 50 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 50 * 16) * 4);
 }
 
