@@ -63,6 +63,15 @@ std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, 
   return positions;
 }
 
+std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
+  std::vector<index_t> positions;
+  for (int u = 0; u < ulysses; ++u) {
+    const std::vector<index_t> owned = owned_positions(seq_len, sp_size, group * ulysses + u, layout);
+    positions.insert(positions.end(), owned.begin(), owned.end());
+  }
+  return positions;
+}
+
 Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
   Decomposition d;
   d.strategy = c.parallel.strategy;

@@ -58,4 +58,8 @@ Decomposition decomposition_of(const Config& c, const ProcessGrid& grid);
 // balance causal attention work: every pair of ranks meets about half masked.
 std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout);
 
+// The rows of ring group `group` after a Ulysses all-to-all of degree `ulysses`: the positions of SP ranks
+// group * ulysses .. group * ulysses + ulysses - 1, one rank's after another.
+std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout);
+
 }  // namespace miniattn

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "core/bf16.hpp"
+#include "core/index.hpp"
 
 #include <cstdint>
 #include <type_traits>
@@ -14,8 +15,6 @@ namespace miniattn {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
-
-using index_t = std::int64_t;
 
 // Whether kernels run on the host. Host backends run one thread per team (the
 // league is the parallel loop) and leave vectorisation to the compiler; GPU

@@ -10,11 +10,10 @@ View2<index_t> ring_positions(const ModelConfig& model, const ParallelConfig& pa
   const index_t n = model.seq_len / grid.sp_size;
   View2<index_t> table("ring_positions", G, U * n);
   auto host = Kokkos::create_mirror_view(table);
-  for (int g = 0; g < G; ++g)
-    for (int u = 0; u < U; ++u) {
-      const std::vector<index_t> owned = owned_positions(model.seq_len, grid.sp_size, g * U + u, parallel.layout);
-      for (index_t i = 0; i < n; ++i) host(g, u * n + i) = owned[static_cast<std::size_t>(i)];
-    }
+  for (int g = 0; g < G; ++g) {
+    const std::vector<index_t> rows = group_positions(model.seq_len, grid.sp_size, U, g, parallel.layout);
+    for (index_t i = 0; i < U * n; ++i) host(g, i) = rows[static_cast<std::size_t>(i)];
+  }
   Kokkos::deep_copy(table, host);
   return table;
 }
