@@ -1,0 +1,53 @@
+#pragma once
+// Plans cuDNN fused-attention calls for one block: the local query rows
+// (global positions q_pos) against one block of key rows (positions k_pos).
+// cuDNN's SDPA masks a call only by a top-left diagonal band, so the planner
+// cuts the block into rectangles where the project's position rules
+// (AttentionMask::hides_position: causal, window) are exactly such a band,
+// or hands the whole block to the gemm kernel when it cannot. Plain host
+// code: no Kokkos, no cuDNN, no MPI, so that it can be tested exhaustively.
+#include <vector>
+
+#include "core/index.hpp"
+
+namespace miniattn::kernels {
+
+// The position rules of attention.hpp's AttentionMask (causal, window), without documents.
+struct PositionRules {
+  bool causal = false;
+  index_t window = 0;
+};
+
+// One cuDNN call: block rows [query_offset, query_offset + query_count) against block key rows
+// [key_offset, key_offset + key_count); inside, call-local (i, j) shown iff
+// (!has_right_bound || j <= i + right_bound) && (!has_left_bound || j > i - left_bound).
+// A bound is present only where it hides some pair of the rectangle.
+struct CudnnCall {
+  index_t query_offset = 0, query_count = 0, key_offset = 0, key_count = 0;
+  bool has_right_bound = false;
+  index_t right_bound = 0;  // >= 0: cuDNN refuses a negative one
+  bool has_left_bound = false;
+  index_t left_bound = 0;  // >= 1
+};
+
+// Whether call shows the pair of BLOCK rows (query_row, key_row) (false outside its rectangle).
+bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row);
+
+// The calls of a block. Every pair the rules show is shown by exactly one
+// call, no hidden pair by any; rectangles are disjoint and every query row of
+// a call sees at least one of its keys (cuDNN's output for a row without keys
+// is not to be relied on). No calls and no fallback: the block shows nothing.
+struct BlockPlan {
+  std::vector<CudnnCall> calls;
+  // true: cuDNN cannot express this block exactly; the whole block goes to the gemm kernel
+  // (which applies the project's own mask) and calls is empty.
+  bool whole_block_fallback = false;
+};
+
+// documents: the mask also hides keys of other packed documents (per sample): whole-block fallback.
+// Work O(rows x runs x log rows), where runs are the maximal arithmetic progressions of the
+// positions (a few per rank of a layout), never O(n_q x n_k).
+BlockPlan plan_block(const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
+                     const PositionRules& rules, bool documents);
+
+}  // namespace miniattn::kernels
