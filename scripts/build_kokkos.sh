@@ -51,25 +51,11 @@ third_party=${MINIATTN_THIRD_PARTY:-$root/../shared/third_party}
 deps=${MINIATTN_DEPS_DIR:-$root/build-deps}
 prefix=$deps/kokkos-$variant
 
-# Checks tarballs (names in SHA256SUMS) before anything is unpacked.
-verify() {
-  [ -f "$third_party/SHA256SUMS" ] || {
-    echo "build_kokkos: $third_party/SHA256SUMS not found: refusing to build from unchecked tarballs" >&2
-    exit 1
-  }
-  local name
-  for name in "$@"; do
-    [ -f "$third_party/$name" ] || {
-      echo "build_kokkos: $third_party/$name not found; set MINIATTN_THIRD_PARTY to the folder holding it" \
-           "and SHA256SUMS, or build against your own install with -DKokkos_ROOT" >&2
-      exit 1
-    }
-    (cd "$third_party" && grep -E " $name\$" SHA256SUMS | sha256sum --check --strict --quiet) || {
-      echo "build_kokkos: $name does not match SHA256SUMS: refusing to build" >&2
-      exit 1
-    }
-  done
-}
+# Every tarball is checked against SHA256SUMS before it is unpacked (verify_tarballs).
+third_party_caller=build_kokkos
+third_party_hint="or build against your own install with -DKokkos_ROOT"
+# shellcheck source=scripts/third_party.sh
+. "$root/scripts/third_party.sh"
 
 if [ "$variant" = tools ]; then
   tools_tar=$(cd "$third_party" 2>/dev/null && ls kokkos-tools-*.tar.gz 2>/dev/null | head -n 1)
@@ -79,7 +65,7 @@ if [ "$variant" = tools ]; then
     echo "build_kokkos: $prefix is complete"
     exit 0
   fi
-  verify "$tools_tar"
+  verify_tarballs "$tools_tar"
   rm -rf "$deps/src-tools" "$prefix"
   mkdir -p "$deps/src-tools" "$prefix"
   tar -xzf "$third_party/$tools_tar" -C "$deps/src-tools"
@@ -144,7 +130,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$stamp_text" ]; then
   exit 0
 fi
 
-verify "$kokkos_tar" "$kernels_tar"
+verify_tarballs "$kokkos_tar" "$kernels_tar"
 
 src=$deps/src-$variant
 rm -rf "$src" "$prefix"

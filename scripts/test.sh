@@ -4,7 +4,11 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install_deps.sh"
-"$root/scripts/build.sh"
+# cudnn-frontend for the cuDNN graph test (nothing when its tarball is absent);
+# CMake finds it in build-deps/ by itself, the argument matters only for
+# MINIATTN_DEPS_DIR and only on the first configure.
+frontend=$("$root/scripts/unpack_cudnn_frontend.sh")
+"$root/scripts/build.sh" ${frontend:+-DCUDNN_FRONTEND_ROOT="$frontend"}
 build=${MINIATTN_BUILD_DIR:-$root/build}
 cd "$build"
 # Side by side up to the cores: a test reserves as many as its PROCESSORS (its ranks).

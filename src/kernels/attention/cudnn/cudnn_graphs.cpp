@@ -1,0 +1,417 @@
+// cuDNN fused attention through cudnn-frontend 1.23 (cudnn_graphs.hpp).
+//
+// The one translation unit that includes cudnn-frontend (a header-only
+// library whose templates take most of a minute to compile): it is built once
+// into miniattn_cudnn, without Kokkos, with
+//   CUDNN_FRONTEND_SKIP_JSON_LIB           no nlohmann JSON inside the frontend,
+//   NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING  every cuDNN call through dlsym on
+//                                          cudnn_frontend::cudnn_dlhandle, which
+//                                          this file defines and fills (dlopen of
+//                                          libcudnn.so.9); CUDA runtime calls the
+//                                          frontend makes (the device's sm version,
+//                                          workspace copies) go through its own
+//                                          dlopen of libcudart.so.12 or .13.
+// So nothing links libcudnn or libcudart, and a machine without a GPU can
+// still load the library and validate graphs.
+#include "kernels/attention/cudnn/cudnn_graphs.hpp"
+
+#include <dlfcn.h>
+
+#include <array>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>  // before the frontend: its shim calls std::strlen without including it (nvcc fails)
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <cudnn_frontend.h>
+
+#if !defined(NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING)
+#error "cudnn_graphs.cpp loads libcudnn at run time: build it with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING"
+#endif
+
+// The frontend declares this handle and leaves its definition to the program
+// (cudnn_frontend_shim.h): every backend symbol is looked up in it. It must
+// be set before the first frontend call, because the frontend caches each
+// symbol it looks up in a function-local static (NV_FE_CALL_TO_BACKEND).
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}  // namespace cudnn_frontend
+
+namespace miniattn::kernels {
+namespace {
+
+namespace fe = cudnn_frontend;
+using Graph = fe::graph::Graph;
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+// The oldest cuDNN the frontend runs SDPA on without a known bug, and one with
+// a bug the frontend refuses for windows over 1024 keys (9.14.0).
+constexpr long kOldestCudnn = 91002;
+constexpr long kRefusedCudnn = 91400;
+
+std::string version_string(long version) {
+  return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+         std::to_string(version % 100);
+}
+
+struct CudnnLibrary {
+  std::string unavailable;  // "" when usable
+  long version = 0;
+};
+
+CudnnLibrary load_cudnn_library() {
+  CudnnLibrary lib;
+  // The major version is part of the name: the frontend and cudnn.h here are
+  // cuDNN 9's, and the 9.x backend ABI is stable across minor versions.
+  const char* name = "libcudnn.so.9";
+  dlerror();
+  void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    lib.unavailable = std::string(name) + " not loadable: " + (why != nullptr ? why : "unknown dlopen error") +
+                      " (put its directory on LD_LIBRARY_PATH)";
+    return lib;
+  }
+  using GetVersion = std::size_t (*)();
+  auto get_version = reinterpret_cast<GetVersion>(dlsym(handle, "cudnnGetVersion"));
+  if (get_version == nullptr) {
+    lib.unavailable = std::string(name) + " has no cudnnGetVersion";
+    return lib;
+  }
+  lib.version = static_cast<long>(get_version());
+  fe::cudnn_dlhandle = handle;
+  if (lib.version < kOldestCudnn) {
+    lib.unavailable = "cuDNN " + version_string(lib.version) + " (" + name + ") is older than " +
+                      version_string(kOldestCudnn) + ", the oldest whose fused attention the frontend runs";
+  } else if (lib.version == kRefusedCudnn) {
+    lib.unavailable = "cuDNN " + version_string(lib.version) + " (" + name +
+                      ") has a fused-attention bug with windows over 1024 keys that the frontend refuses; "
+                      "use another version";
+  }
+  return lib;
+}
+
+// Loaded once per process (a thread-safe static), before any frontend call.
+const CudnnLibrary& cudnn_library() {
+  static const CudnnLibrary lib = load_cudnn_library();
+  return lib;
+}
+
+// What must hold before a graph is built: our own contract (sdpa_call.hpp),
+// which cuDNN cannot check because it sees only the call's rows.
+std::string shape_error(const SdpaCallShape& s) {
+  const CudnnCall& c = s.call;
+  if (s.batch <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.head_dim <= 0 || c.query_count <= 0 ||
+      c.key_count <= 0) {
+    return "extents must be positive";
+  }
+  if (c.query_offset < 0 || c.key_offset < 0 || c.query_offset + c.query_count > s.query_rows ||
+      c.key_offset + c.key_count > s.key_rows) {
+    return "the call's rows lie outside the block's tensors";
+  }
+  // The frontend's band setters take an int.
+  if ((c.has_right_bound && std::llabs(c.right_bound) > INT_MAX) ||
+      (c.has_left_bound && std::llabs(c.left_bound) > INT_MAX)) {
+    return "a mask bound does not fit an int";
+  }
+  return "";
+}
+
+std::string describe(const SdpaCallShape& s, bool backward) {
+  const CudnnCall& c = s.call;
+  std::string text = std::string(backward ? "backward" : "forward") + " SDPA graph (B=" + std::to_string(s.batch) +
+                     " H=" + std::to_string(s.heads) + " KV=" + std::to_string(s.kv_heads) +
+                     " Dh=" + std::to_string(s.head_dim) + " queries " + std::to_string(c.query_count) + " of " +
+                     std::to_string(s.query_rows) + ", keys " + std::to_string(c.key_count) + " of " +
+                     std::to_string(s.key_rows);
+  if (c.has_right_bound) text += ", right bound " + std::to_string(c.right_bound);
+  if (c.has_left_bound) text += ", left bound " + std::to_string(c.left_bound);
+  return text + ")";
+}
+
+// Tensor uids, fixed so that execute() takes a uid -> pointer map without
+// looking the graph's tensors up.
+enum TensorUid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
+
+struct Layout {
+  std::vector<int64_t> dim, stride;
+};
+
+// The call's rows of a block tensor, seen through the block's strides (the
+// row offset is applied to the pointer): q, out, dout, dq [B, H, rows, Dh].
+Layout query_layout(const SdpaCallShape& s) {
+  const int64_t rows = s.query_rows, d = s.head_dim;
+  return {{s.batch, s.heads, s.call.query_count, d}, {s.heads * rows * d, rows * d, d, 1}};
+}
+
+// k, v, dk, dv [B, KV, rows, Dh]: GQA is native (cuDNN maps query head h to key head h / (H / KV)).
+Layout key_layout(const SdpaCallShape& s) {
+  const int64_t rows = s.key_rows, d = s.head_dim;
+  return {{s.batch, s.kv_heads, s.call.key_count, d}, {s.kv_heads * rows * d, rows * d, d, 1}};
+}
+
+// Stats / LSE of the call's rows only, [B, H, query_count] as cuDNN's
+// [B, H, query_count, 1] (sdpa_call.hpp: compact, so that its base stays
+// 16-byte aligned whatever row the call starts at).
+Layout stats_layout(const SdpaCallShape& s) {
+  const int64_t rows = s.call.query_count;
+  return {{s.batch, s.heads, rows, 1}, {s.heads * rows, rows, 1, 1}};
+}
+
+TensorPtr input(Graph& graph, const char* name, TensorUid uid, const Layout& layout, fe::DataType_t type) {
+  return graph.tensor(fe::graph::Tensor_attributes()
+                          .set_name(name)
+                          .set_uid(uid)
+                          .set_dim(layout.dim)
+                          .set_stride(layout.stride)
+                          .set_data_type(type));
+}
+
+void make_output(const TensorPtr& tensor, TensorUid uid, const Layout& layout, fe::DataType_t type) {
+  tensor->set_output(true).set_uid(uid).set_dim(layout.dim).set_stride(layout.stride).set_data_type(type);
+}
+
+// The call's mask. The frontend's TOP_LEFT band (1.23: graph_properties.h,
+// utils/attn_score_modifiers.h) keeps key j of query i iff
+// j <= i + right_bound (a CMP_GE of row + right_bound against col) and
+// j > i - left_bound (a CMP_GT of col + left_bound against row): exactly
+// CudnnCall's convention, so the bounds pass unchanged. No bound: no mask node.
+template <class Attributes>
+void set_mask(Attributes& attributes, const CudnnCall& call) {
+  attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT);
+  if (call.has_right_bound) attributes.set_diagonal_band_right_bound(static_cast<int>(call.right_bound));
+  if (call.has_left_bound) attributes.set_diagonal_band_left_bound(static_cast<int>(call.left_bound));
+}
+
+float attention_scale(const SdpaCallShape& s) { return 1.0f / std::sqrt(static_cast<float>(s.head_dim)); }
+
+// bf16 in and out, fp32 scores, softmax and accumulation (DESIGN.md section 4).
+// sm_version > 0 targets that architecture without asking a device (validate
+// on a machine without a GPU); 0 asks the current device.
+std::shared_ptr<Graph> new_graph(int sm_version) {
+  auto graph = std::make_shared<Graph>();
+  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  if (sm_version > 0) graph->set_sm_version(sm_version);
+  return graph;
+}
+
+// O and Stats (natural-log LSE of the scaled scores, which the online-softmax
+// merge of the block results needs).
+std::shared_ptr<Graph> forward_graph(const SdpaCallShape& s, int sm_version) {
+  auto graph = new_graph(sm_version);
+  auto q = input(*graph, "Q", kQ, query_layout(s), fe::DataType_t::BFLOAT16);
+  auto k = input(*graph, "K", kK, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto v = input(*graph, "V", kV, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto attributes = fe::graph::SDPA_attributes()
+                        .set_name("miniattn_sdpa_forward")
+                        .set_generate_stats(true)
+                        .set_attn_scale(attention_scale(s));
+  set_mask(attributes, s.call);
+  auto [o, stats] = graph->sdpa(q, k, v, std::move(attributes));
+  make_output(o, kO, query_layout(s), fe::DataType_t::BFLOAT16);
+  make_output(stats, kStats, stats_layout(s), fe::DataType_t::FLOAT);
+  return graph;
+}
+
+// dQ, dK, dV from the GLOBAL O and Stats (cuDNN recomputes D = rowsum(dO * O)
+// from the O it is given, so the global output yields this call's exact
+// share). Deterministic: on Hopper dQ is reduced without atomics, so a run
+// repeats bit for bit (the project's determinism checks need it).
+std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version) {
+  auto graph = new_graph(sm_version);
+  auto q = input(*graph, "Q", kQ, query_layout(s), fe::DataType_t::BFLOAT16);
+  auto k = input(*graph, "K", kK, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto v = input(*graph, "V", kV, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto o = input(*graph, "O", kO, query_layout(s), fe::DataType_t::BFLOAT16);
+  auto dout = input(*graph, "dO", kDO, query_layout(s), fe::DataType_t::BFLOAT16);
+  auto stats = input(*graph, "Stats", kStats, stats_layout(s), fe::DataType_t::FLOAT);
+  auto attributes = fe::graph::SDPA_backward_attributes()
+                        .set_name("miniattn_sdpa_backward")
+                        .set_attn_scale(attention_scale(s))
+                        .set_deterministic_algorithm(true);
+  set_mask(attributes, s.call);
+  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, std::move(attributes));
+  make_output(dq, kDQ, query_layout(s), fe::DataType_t::BFLOAT16);
+  make_output(dk, kDK, key_layout(s), fe::DataType_t::BFLOAT16);
+  make_output(dv, kDV, key_layout(s), fe::DataType_t::BFLOAT16);
+  return graph;
+}
+
+std::shared_ptr<Graph> make_graph(const SdpaCallShape& s, bool backward, int sm_version) {
+  return backward ? backward_graph(s, sm_version) : forward_graph(s, sm_version);
+}
+
+// Frontend errors become exceptions that say which graph and which step.
+void check(fe::error_t status, const SdpaCallShape& s, bool backward, const char* step) {
+  if (status.is_bad()) {
+    throw std::runtime_error("cuDNN " + describe(s, backward) + ": " + step + ": " + status.get_message());
+  }
+}
+
+// Everything that identifies a graph: the shape without the row offsets
+// (they only move the pointers), the bounds only where present, the direction.
+using GraphKey = std::array<index_t, 13>;
+
+GraphKey graph_key(const SdpaCallShape& s, bool backward) {
+  const CudnnCall& c = s.call;
+  return {s.batch,
+          s.heads,
+          s.kv_heads,
+          s.head_dim,
+          s.query_rows,
+          s.key_rows,
+          c.query_count,
+          c.key_count,
+          c.has_right_bound ? 1 : 0,
+          c.has_right_bound ? c.right_bound : 0,
+          c.has_left_bound ? 1 : 0,
+          c.has_left_bound ? c.left_bound : 0,
+          backward ? 1 : 0};
+}
+
+// A block base pointer moved to the call's first row; cuDNN's Hopper kernels
+// load through TMA, and the graph's tensors are declared 16-byte aligned
+// (the frontend's default), so a misaligned pointer is refused here rather
+// than read wrongly there.
+template <class T>
+void* at_row(const T* base, index_t elements, std::size_t element_bytes, const char* tensor) {
+  if (base == nullptr) throw std::runtime_error(std::string("cuDNN SDPA: tensor ") + tensor + " is null");
+  const auto* first = static_cast<const unsigned char*>(static_cast<const void*>(base));
+  const auto* bytes = first + elements * static_cast<index_t>(element_bytes);
+  if (reinterpret_cast<std::uintptr_t>(bytes) % 16 != 0) {
+    throw std::runtime_error(std::string("cuDNN SDPA: tensor ") + tensor + " at the call's first row (" +
+                             std::to_string(elements) + " elements past its base) is not 16-byte aligned");
+  }
+  return const_cast<unsigned char*>(bytes);
+}
+
+}  // namespace
+
+std::string cudnn_unavailable_reason() { return cudnn_library().unavailable; }
+
+long cudnn_library_version() { return cudnn_library().version; }
+
+std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version) {
+  if (const std::string why = cudnn_unavailable_reason(); !why.empty()) return why;
+  if (const std::string why = shape_error(shape); !why.empty()) return describe(shape, backward) + ": " + why;
+  try {
+    auto graph = make_graph(shape, backward, sm_version);
+    auto status = graph->validate();
+    return status.is_good() ? "" : status.get_message();
+  } catch (const std::exception& e) {
+    // The frontend throws where it cannot return an error (no implementation
+    // for the attributes, a missing symbol).
+    return e.what();
+  }
+}
+
+struct CudnnSdpa::Impl {
+  struct Built {
+    std::shared_ptr<Graph> graph;
+    std::size_t workspace = 0;
+  };
+  cudnnHandle_t handle = nullptr;
+  std::map<GraphKey, Built> graphs;
+
+  const Built& get(const SdpaCallShape& s, bool backward);
+};
+
+// Built once per key; the device picks the architecture (sm_version 0).
+const CudnnSdpa::Impl::Built& CudnnSdpa::Impl::get(const SdpaCallShape& s, bool backward) {
+  const GraphKey key = graph_key(s, backward);
+  if (auto found = graphs.find(key); found != graphs.end()) return found->second;
+  if (const std::string why = shape_error(s); !why.empty()) {
+    throw std::runtime_error("cuDNN " + describe(s, backward) + ": " + why);
+  }
+  Built built;
+  built.graph = make_graph(s, backward, 0);
+  check(built.graph->validate(), s, backward, "validate");
+  check(built.graph->build_operation_graph(handle), s, backward, "build_operation_graph");
+  check(built.graph->create_execution_plans({fe::HeurMode_t::A}), s, backward, "create_execution_plans");
+  check(built.graph->check_support(), s, backward, "check_support");
+  check(built.graph->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE), s, backward, "build_plans");
+  int64_t workspace = 0;
+  check(built.graph->get_workspace_size(workspace), s, backward, "get_workspace_size");
+  built.workspace = static_cast<std::size_t>(workspace);
+  return graphs.emplace(key, std::move(built)).first->second;
+}
+
+CudnnSdpa::CudnnSdpa(void* cuda_stream) : impl_(std::make_unique<Impl>()) {
+  if (const std::string why = cudnn_unavailable_reason(); !why.empty()) {
+    throw std::runtime_error("kernels.attention: cudnn: " + why);
+  }
+  if (const cudnnStatus_t status = fe::detail::create_handle(&impl_->handle); status != CUDNN_STATUS_SUCCESS) {
+    impl_->handle = nullptr;
+    throw std::runtime_error(std::string("kernels.attention: cudnn: cudnnCreate failed (a GPU is needed): ") +
+                             fe::detail::get_error_string(status));
+  }
+  if (const cudnnStatus_t status = fe::detail::set_stream(impl_->handle, static_cast<cudaStream_t>(cuda_stream));
+      status != CUDNN_STATUS_SUCCESS) {
+    fe::detail::destroy_handle(impl_->handle);
+    impl_->handle = nullptr;
+    throw std::runtime_error(std::string("kernels.attention: cudnn: cudnnSetStream failed: ") +
+                             fe::detail::get_error_string(status));
+  }
+}
+
+// The plans hold descriptors made with the handle: they go first.
+CudnnSdpa::~CudnnSdpa() {
+  impl_->graphs.clear();
+  if (impl_->handle != nullptr) fe::detail::destroy_handle(impl_->handle);
+}
+
+std::size_t CudnnSdpa::prepare(const SdpaCallShape& shape, bool backward) {
+  return impl_->get(shape, backward).workspace;
+}
+
+void CudnnSdpa::forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
+                        float* stats, void* workspace) {
+  const Impl::Built& built = impl_->get(shape, false);
+  if (built.workspace > 0 && workspace == nullptr) {
+    throw std::runtime_error("cuDNN " + describe(shape, false) + ": needs a workspace of " +
+                             std::to_string(built.workspace) + " bytes");
+  }
+  const index_t qe = query_element_offset(shape), ke = key_element_offset(shape);
+  std::unordered_map<int64_t, void*> pack{
+      {kQ, at_row(q, qe, 2, "q")},
+      {kK, at_row(k, ke, 2, "k")},
+      {kV, at_row(v, ke, 2, "v")},
+      {kO, at_row(out, qe, 2, "out")},
+      {kStats, at_row(stats, 0, sizeof(float), "stats")},
+  };
+  check(built.graph->execute(impl_->handle, pack, workspace), shape, false, "execute");
+}
+
+void CudnnSdpa::backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
+                         const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) {
+  const Impl::Built& built = impl_->get(shape, true);
+  if (built.workspace > 0 && workspace == nullptr) {
+    throw std::runtime_error("cuDNN " + describe(shape, true) + ": needs a workspace of " +
+                             std::to_string(built.workspace) + " bytes");
+  }
+  const index_t qe = query_element_offset(shape), ke = key_element_offset(shape);
+  std::unordered_map<int64_t, void*> pack{
+      {kQ, at_row(q, qe, 2, "q")},
+      {kK, at_row(k, ke, 2, "k")},
+      {kV, at_row(v, ke, 2, "v")},
+      {kO, at_row(out, qe, 2, "out")},
+      {kDO, at_row(dout, qe, 2, "dout")},
+      {kStats, at_row(lse, 0, sizeof(float), "lse")},
+      {kDQ, at_row(dq, qe, 2, "dq")},
+      {kDK, at_row(dk, ke, 2, "dk")},
+      {kDV, at_row(dv, ke, 2, "dv")},
+  };
+  check(built.graph->execute(impl_->handle, pack, workspace), shape, true, "execute");
+}
+
+int CudnnSdpa::graphs_built() const { return static_cast<int>(impl_->graphs.size()); }
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,75 @@
+#pragma once
+// cuDNN's fused scaled-dot-product attention (SDPA) for one planned call
+// (sdpa_call.hpp), through cudnn-frontend 1.23 (kernels.attention: cudnn).
+// The only part of miniattn that includes cudnn-frontend: it is compiled once,
+// into its own library (miniattn_cudnn), without Kokkos, so that this header
+// names neither cuDNN nor Kokkos and the frontend's long compile happens once.
+//
+// libcudnn is not linked: it is loaded at run time (dlopen of libcudnn.so.9,
+// the frontend's dynamic loading), so a build without a GPU or without the
+// library still links, and validate_sdpa_graph runs wherever libcudnn.so.9
+// loads, GPU or not.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/attention/cudnn/sdpa_call.hpp"
+
+namespace miniattn::kernels {
+
+// Why cuDNN's fused attention cannot run here ("" when it can): libcudnn.so.9
+// not loadable (the message names the library and dlerror's reason), or its
+// version below 9.10.2 (the frontend refuses 9.10.0/9.10.1 and bands without
+// causal need 9.10.2) or exactly 9.14.0 (the frontend refuses it with windows
+// over 1024 keys). Loads the library once; later calls only read the result.
+std::string cudnn_unavailable_reason();
+
+// cudnnGetVersion() of the loaded library (e.g. 91900 for 9.19.0); 0 when it is not loaded.
+long cudnn_library_version();
+
+// Builds the forward (out + stats) or backward (dq, dk, dv; deterministic
+// algorithm) SDPA graph of a call for sm_<sm_version> and runs validate()
+// only: no GPU needed, only a loadable libcudnn. "" when valid, else the
+// frontend's message (or cudnn_unavailable_reason()).
+std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version);
+
+// Runs calls on one CUDA stream. Graphs are built per (shape minus the row
+// offsets, direction) and cached: the offsets only move the pointers.
+// Not thread-safe: one object per stream.
+class CudnnSdpa {
+ public:
+  // cudnnCreate + cudnnSetStream (needs a GPU). cuda_stream is a cudaStream_t.
+  // Throws std::runtime_error with the reason when cuDNN cannot run.
+  explicit CudnnSdpa(void* cuda_stream);
+  ~CudnnSdpa();
+  CudnnSdpa(const CudnnSdpa&) = delete;
+  CudnnSdpa& operator=(const CudnnSdpa&) = delete;
+
+  // Builds the graph of (shape, direction) unless cached (validate,
+  // build_operation_graph, create_execution_plans(heuristics mode A),
+  // check_support, build_plans); returns its workspace bytes.
+  std::size_t prepare(const SdpaCallShape& shape, bool backward);
+
+  // q [B,H,query_rows,Dh], k, v [B,KV,key_rows,Dh] bf16 block base pointers
+  // (the call's offsets are applied here); writes the call's rows of out
+  // [B,H,query_rows,Dh] (bf16) and stats [B,H,query_rows] (fp32 natural-log
+  // LSE of the scaled scores). workspace: prepare()'s bytes on the device.
+  void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out, float* stats,
+               void* workspace);
+
+  // out: the GLOBAL output [B,H,query_rows,Dh] and lse the GLOBAL fp32 LSE
+  // [B,H,query_rows] of the queries, so that the call yields exactly its
+  // keys' share of the gradients. Writes (overwrites) the call's rows of dq
+  // [B,H,query_rows,Dh] and of dk, dv [B,KV,key_rows,Dh], bf16.
+  void backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
+                const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace);
+
+  // Graphs built so far (both directions).
+  int graphs_built() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace miniattn::kernels

@@ -1,0 +1,151 @@
+// cuDNN's SDPA graphs (src/kernels/attention/cudnn/cudnn_graphs.cpp) built and
+// validated for Hopper (sm 90) on a machine without a GPU: every graph the
+// test decks' kernels.attention: cudnn runs needs, forward and backward, must
+// pass cudnn-frontend's validate(), and graphs cuDNN cannot run must not.
+// validate() checks the frontend's support surface (data types, head dim, GQA,
+// mask bounds, cuDNN version quirks) against the libcudnn.so.9 loaded at run
+// time; the later steps (plans, execution) need a GPU.
+// No MPI, no Kokkos: its own main (GTest::gtest_main).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/attention/cudnn/cudnn_graphs.hpp"
+
+namespace miniattn::kernels {
+namespace {
+
+constexpr int kHopper = 90;
+
+struct Mask {
+  const char* name;
+  bool has_right_bound;
+  index_t right_bound;
+  bool has_left_bound;
+  index_t left_bound;
+};
+
+// The masks the block planner (block_plan.hpp) emits for the decks' rules:
+// none, causal, causal with a window, and a window without causal (a band
+// on both sides of the diagonal, which shows keys up to right_bound ahead).
+const Mask kMasks[] = {
+    {"full", false, 0, false, 0},
+    {"causal", true, 0, false, 0},
+    {"causal window 5", true, 0, true, 5},
+    {"causal window 256", true, 0, true, 256},
+    {"band left 6 right 5", true, 5, true, 6},
+    {"band left 64 right 63", true, 63, true, 64},
+};
+
+SdpaCallShape call_shape(index_t batch, index_t heads, index_t kv_heads, index_t head_dim, index_t query_count,
+                         index_t key_count, const Mask& mask) {
+  SdpaCallShape s;
+  s.batch = batch;
+  s.heads = heads;
+  s.kv_heads = kv_heads;
+  s.head_dim = head_dim;
+  // A call inside larger block tensors, at row offsets: the graph sees the
+  // rows through the block's strides, the offsets only move the pointers.
+  s.query_rows = query_count + 24;
+  s.key_rows = key_count + 8;
+  s.call.query_offset = 16;
+  s.call.query_count = query_count;
+  s.call.key_offset = 8;
+  s.call.key_count = key_count;
+  s.call.has_right_bound = mask.has_right_bound;
+  s.call.right_bound = mask.right_bound;
+  s.call.has_left_bound = mask.has_left_bound;
+  s.call.left_bound = mask.left_bound;
+  return s;
+}
+
+std::string label(const SdpaCallShape& s, const Mask& mask, bool backward) {
+  return std::string(backward ? "backward" : "forward") + " B=" + std::to_string(s.batch) +
+         " H=" + std::to_string(s.heads) + " KV=" + std::to_string(s.kv_heads) +
+         " Dh=" + std::to_string(s.head_dim) + " " + std::to_string(s.call.query_count) + "x" +
+         std::to_string(s.call.key_count) + " " + mask.name;
+}
+
+TEST(CudnnGraphs, LibraryLoadsAndIsRecentEnough) {
+  EXPECT_EQ(cudnn_unavailable_reason(), "");
+  EXPECT_GE(cudnn_library_version(), 91002) << "cuDNN >= 9.10.2 is required";
+  EXPECT_NE(cudnn_library_version(), 91400);
+}
+
+TEST(CudnnGraphs, DeckGraphsValidateForHopper) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  // Call rectangles: square blocks (128 rows a rank), a ring step's halves
+  // (fewer queries than keys), and an odd remainder. A window refuses more
+  // queries than keys (see RefusesWhatCudnnCannotRun), so those come only
+  // with masks without a left bound.
+  struct Rect {
+    index_t queries, keys;
+  };
+  const Rect rects[] = {{128, 128}, {64, 128}, {37, 93}};
+  const Rect taller = {128, 64};
+  int validated = 0;
+  for (index_t batch : {1, 2})
+    for (index_t kv_heads : {4, 2, 1})
+      for (index_t head_dim : {64, 128})
+        for (const Mask& mask : kMasks) {
+          std::vector<Rect> shapes(std::begin(rects), std::end(rects));
+          if (!mask.has_left_bound) shapes.push_back(taller);
+          for (const Rect& r : shapes)
+            for (bool backward : {false, true}) {
+              const SdpaCallShape s = call_shape(batch, 4, kv_heads, head_dim, r.queries, r.keys, mask);
+              EXPECT_EQ(validate_sdpa_graph(s, backward, kHopper), "") << label(s, mask, backward);
+              ++validated;
+            }
+        }
+  // batch x kv_heads x head_dim x (2 masks x 4 rectangles + 4 windowed masks x 3) x direction
+  EXPECT_EQ(validated, 2 * 3 * 2 * (2 * 4 + 4 * 3) * 2);
+}
+
+TEST(CudnnGraphs, OffsetsDoNotChangeTheGraph) {
+  const Mask& causal = kMasks[1];
+  SdpaCallShape s = call_shape(1, 4, 2, 64, 64, 64, causal);
+  const std::string at_offsets = validate_sdpa_graph(s, true, kHopper);
+  s.call.query_offset = 0;
+  s.call.key_offset = 0;
+  EXPECT_EQ(validate_sdpa_graph(s, true, kHopper), at_offsets);
+  EXPECT_EQ(at_offsets, "");
+}
+
+// Graphs cuDNN cannot run fail validate() with the frontend's reason, so a
+// case above cannot pass by validating nothing.
+TEST(CudnnGraphs, RefusesWhatCudnnCannotRun) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  const Mask& causal = kMasks[1];
+  for (bool backward : {false, true}) {
+    // Head dim not a multiple of 8 (both directions; the backward also refuses > 256).
+    const std::string head_dim = validate_sdpa_graph(call_shape(1, 4, 4, 260, 128, 128, causal), backward, kHopper);
+    EXPECT_NE(head_dim.find("multiple of 8"), std::string::npos) << head_dim;
+    // Query heads not a multiple of the key heads.
+    const std::string gqa = validate_sdpa_graph(call_shape(1, 4, 3, 64, 128, 128, causal), backward, kHopper);
+    EXPECT_NE(gqa.find("group-query attention"), std::string::npos) << gqa;
+    // A negative right bound (keys all after the query of the same index): the planner must shift rows instead.
+    const Mask ahead = {"right -1", true, -1, false, 0};
+    const std::string right = validate_sdpa_graph(call_shape(1, 4, 4, 64, 128, 128, ahead), backward, kHopper);
+    EXPECT_NE(right.find("Right bound"), std::string::npos) << right;
+    // A window with more queries than keys (no padding mask): cuDNN refuses it.
+    const std::string tall = validate_sdpa_graph(call_shape(1, 4, 4, 64, 128, 64, kMasks[2]), backward, kHopper);
+    EXPECT_NE(tall.find("max_s_q <= max_s_kv"), std::string::npos) << tall;
+  }
+  // The backward refuses head dims over 256 on Hopper, and one query against one key.
+  const std::string wide = validate_sdpa_graph(call_shape(1, 4, 4, 264, 128, 128, causal), true, kHopper);
+  EXPECT_NE(wide.find("less than or equal to 256"), std::string::npos) << wide;
+  const std::string single = validate_sdpa_graph(call_shape(1, 4, 4, 64, 1, 1, kMasks[0]), true, kHopper);
+  EXPECT_NE(single.find("s_q = s_kv = 1"), std::string::npos) << single;
+}
+
+// Our own contract, checked before cuDNN sees the graph.
+TEST(CudnnGraphs, RefusesCallsOutsideTheBlock) {
+  SdpaCallShape s = call_shape(1, 4, 4, 64, 128, 128, kMasks[1]);
+  s.call.query_offset = s.query_rows - 64;
+  const std::string outside = validate_sdpa_graph(s, false, kHopper);
+  EXPECT_NE(outside.find("outside the block"), std::string::npos) << outside;
+}
+
+}  // namespace
+}  // namespace miniattn::kernels
