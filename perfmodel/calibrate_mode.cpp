@@ -153,7 +153,7 @@ void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& ra
     Kokkos::deep_copy(a.dq, T(0));
     Kokkos::deep_copy(a.dk, T(0));
     Kokkos::deep_copy(a.dv, T(0));
-    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.dout, a.lse, a.delta,
+    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.out, a.dout, a.lse, a.delta,
                                               {a.positions, a.positions, false, blocking}, a.dq, a.dk, a.dv,
                                               workspace);
   });

@@ -143,7 +143,8 @@ void AllGatherAttention<T>::backward(const View4<const T>& q, const View4<const 
   }
   for (int g = 0; g < size_; ++g)
     if (sees_[static_cast<std::size_t>(g)])
-      kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), dout, lse, w.delta,
+      kernels::attention_backward_accumulate<T>(q, block(k, w.k_all, g), block(v, w.v_all, g), out, dout, lse,
+                                                w.delta,
                                                 scope(g, documents), dq_acc, block(dk, w.dk_all, g),
                                                 block(dv, w.dv_all, g), w.kernel);
   kernels::round_accumulator<T>(dq_acc, dq);

@@ -146,7 +146,7 @@ void RingAttention<T>::backward(const View4<const T>& q, const View4<const T>& k
                         [&](int source, const View4<const T>& k_block, const View4<const T>& v_block,
                             const View4<T>& dk_block, const View4<T>& dv_block) {
                           if (!sees_[static_cast<std::size_t>(source)]) return;
-                          kernels::attention_backward_accumulate<T>(q, k_block, v_block, dout, lse,
+                          kernels::attention_backward_accumulate<T>(q, k_block, v_block, out, dout, lse,
                                                                     workspace_->delta, scope(source, documents),
                                                                     dq_acc, dk_block, dv_block, workspace_->kernel);
                         });

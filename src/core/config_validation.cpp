@@ -189,6 +189,9 @@ void check_training(const Config& c) {
     reject("kernels.attention", "the fused kernel has no bf16 version; use gemm (or auto, which picks it for bf16)");
   if (c.model.precision != Precision::bf16 && c.kernels.attention == AttentionKernel::tensor_core)
     reject("kernels.attention", "the tensor_core kernel computes bf16 only; set model.precision bf16 or use auto");
+  if (c.kernels.attention == AttentionKernel::cudnn && c.parallel.strategy == Strategy::rsa)
+    reject("kernels.attention", "cudnn computes the blocks of local, ring, allgather, ulysses and hybrid attention; "
+                                "parallel.strategy rsa keeps its own kernels (use gemm or auto)");
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));

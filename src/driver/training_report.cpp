@@ -6,6 +6,7 @@
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
@@ -222,6 +223,14 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
                           {"backward_scratch_bytes", tiles.backward_scratch_bytes},
                           {"scratch_level", tiles.scratch_level},
                           {"level0_bytes", tiles.level0_bytes}};
+  if (tiles.blocking.kernel == AttentionKernel::cudnn) {
+    const kernels::CudnnTally tally = kernels::cudnn_tally();
+    r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},
+                                     {"graphs_built", tally.graphs},
+                                     {"blocks", tally.blocks},
+                                     {"calls", tally.calls},
+                                     {"blocks_on_gemm_fallback", tally.fallback_blocks}};
+  }
   r["precision"] = to_string(m.precision);
   r["steps"] = c.train.steps;
   r["first_step"] = record.first_step;

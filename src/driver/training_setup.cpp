@@ -131,21 +131,20 @@ void refuse_if_too_large(const Config& c, const MemoryCheck& memory, int ranks_s
                    ", or set run.memory_per_rank_gib");
 }
 
-// io.restart: parameters, moments and step from a checkpoint of the same run.
+// io.restart: parameters, moments and step from a checkpoint of the same run
+// (what "the same run" means, train.seed included: io::review_restart).
 template <class T>
 index_t restart(TrainingState<T>& s) {
   const Config& c = s.config;
-  io::CheckpointState state;
+  io::CheckpointRead state;
   try {
     state = io::read_checkpoint<Param<T>>(c.io.restart, c, s.layout, s.grid, s.share.positions, s.params,
-                                          s.first_moment(),
-                                   s.second_moment());
+                                          s.first_moment(), s.second_moment());
+  } catch (const io::RestartRefused&) {
+    throw;  // already names the deck key at fault
   } catch (const InputError& e) {
     throw InputError(std::string("io.restart: ") + e.what());
   }
-  if (state.seed != c.train.seed)
-    throw InputError("io.restart: " + c.io.restart + " was written with train.seed " + std::to_string(state.seed) +
-                     ", the deck says " + std::to_string(c.train.seed));
   if (state.step >= c.train.steps)
     throw InputError("train.steps: " + c.io.restart + " is at step " + std::to_string(state.step) +
                      "; train.steps (the total, counted from step 0) must be larger to continue");
@@ -153,6 +152,11 @@ index_t restart(TrainingState<T>& s) {
     throw InputError("io.snapshot_step: " + std::to_string(c.io.snapshot_step) + " comes before step " +
                      std::to_string(state.step) + ", where the restart from " + c.io.restart +
                      " begins; no snapshot would be written");
+  // Taken, so said once: what the deck changes on purpose (io::review_restart).
+  if (s.grid.world_rank == 0) {
+    for (const std::string& line : state.warnings) std::printf("miniattn: warning: %s\n", line.c_str());
+    std::fflush(stdout);
+  }
   s.optimizer.set_steps_taken(state.optimizer_steps);
   return state.step;
 }
@@ -163,6 +167,7 @@ template <class T>
 kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid) {
   kernels::AttentionTiles tiles;
   agree_on(grid.world, [&] { tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()); });
+  tiles.blocking.gemm_fallback = tiles.blocking.kernel == AttentionKernel::cudnn && c.data.documents;
   return tiles;
 }
 

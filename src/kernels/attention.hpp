@@ -16,11 +16,14 @@
 // strategies can feed key/value blocks as they arrive from other ranks.
 #include <array>
 #include <cstddef>
+#include <memory>
 
 #include "core/config.hpp"
 #include "core/types.hpp"
 
 namespace miniattn::kernels {
+
+class CudnnBlocks;  // the cudnn kernel's state (attention/cudnn/cudnn_attention.hpp)
 
 // Host tile rows: measured best with the host register tiles (attention_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
@@ -53,6 +56,10 @@ constexpr GemmChunkSides gemm_chunk_sides(index_t chunk, index_t nq, index_t nk,
 }
 // Query and key rows of a team of the tensor_core kernel (4 warps of 16 rows).
 constexpr index_t kTensorCoreTile = 64;
+// The rows of the tiles cuDNN's fused attention skips under a mask, as the
+// performance model counts them: Hopper's FlashAttention-style kernels work on
+// 128 x 128 tiles (an assumption: cuDNN does not publish its tiling).
+constexpr index_t kCudnnTile = 128;
 // The tile sides a GPU chooses from.
 constexpr std::array<index_t, 6> kTileSides = {128, 96, 64, 48, 32, 16};
 
@@ -131,6 +138,13 @@ struct AttentionBlocking {
   index_t key_block = 0;
   AttentionKernel kernel = AttentionKernel::fused;
   index_t chunk = 0;
+  // cudnn: blocks cuDNN cannot express (packed documents) run the gemm
+  // kernel, whose chunk-pair scratch the workspace then holds.
+  bool gemm_fallback = false;
+  // Whether the gemm kernel's scratch is needed.
+  bool runs_gemm() const {
+    return kernel == AttentionKernel::gemm || (kernel == AttentionKernel::cudnn && gemm_fallback);
+  }
   // The fused backward's schedule (attention_backward.cpp): one launch of
   // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
   // product once, a block's tiles in cache). Tests run both on every backend.
@@ -144,6 +158,7 @@ struct AttentionBlocking {
 
  private:
   index_t tile(index_t fused_side) const {
+    if (kernel == AttentionKernel::cudnn) return kCudnnTile;
     return kernel == AttentionKernel::tensor_core ? kTensorCoreTile : fused_side;
   }
 };
@@ -169,7 +184,7 @@ struct TeamScratchLimits {
 };
 
 // requested.attention auto: fused on host backends, gemm on GPUs (measured:
-// README, "Attention kernels"); chunk 0: kHostChunk / kDeviceChunk.
+// docs/results/2026-11-25-cpu.md and 2026-11-25-h100.md); chunk 0: kHostChunk / kDeviceChunk.
 // requested: kernels.query_block / kernels.key_block, 0 = chosen for the
 // execution space (host: kHostTileRows; GPU: the query x key tile of sides
 // from kTileSides with the largest area whose forward and backward scratch
@@ -211,6 +226,7 @@ struct AttentionWorkspace {
   View1<Acc<T>> logits;               // gemm, bf16
   View4<Acc<T>> acc;                 // bf16: out, then dq
   View4<Acc<T>> dk_acc, dv_acc;       // bf16, gemm
+  std::shared_ptr<CudnnBlocks> cudnn; // cudnn: a call's outputs, the block plans, the runner
   AttentionWorkspace() = default;
   AttentionWorkspace(const AttentionShape& shape, const AttentionBlocking& blocking);
   std::size_t bytes() const;
@@ -271,7 +287,8 @@ void attention_forward(const View4<const T>& q, const View4<const T>& k, const V
 template <class T>
 void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<Acc<T>>& delta);
 
-// Adds this key block's contribution to dq, dk, dv (all accumulated with +=):
+// Adds this key block's contribution to dq, dk, dv (all accumulated with +=),
+// given the queries' whole output `out` (cudnn recomputes delta from it):
 //   P = exp(scale q k^T - lse) (masked), dv += P^T dout,
 //   dS = P * (dout v^T - delta), dq += scale dS k, dk += scale dS^T q.
 // dq accumulates in Acc<T> (accumulator_of); dk, dv in T (they
@@ -279,7 +296,8 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
 // tiling alone.
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                   const View4<const T>& out, const View4<const T>& dout,
+                                   const View3<const Acc<T>>& lse,
                                    const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                    const View4<Acc<T>>& dq, const View4<T>& dk,
                                    const View4<T>& dv, const AttentionWorkspace<T>& workspace);

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kernels/attention_tiles.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/chunked_attention.hpp"
 #include "kernels/tensor_core_attention.hpp"
 
@@ -329,7 +330,8 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
 
 template <class T>
 void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& dout, const View3<const Acc<T>>& lse,
+                                   const View4<const T>& out, const View4<const T>& dout,
+                                   const View3<const Acc<T>>& lse,
                                    const View3<const Acc<T>>& delta, const AttentionScope& scope,
                                    const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
                                    const AttentionWorkspace<T>& workspace) {
@@ -337,8 +339,9 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   require_key_block<T>(q, k, v, scope);
-  require(same_extents4(dout, batch, heads, nq, dh) && same_extents4(dq, batch, heads, nq, dh),
-          "dout and dq must have q's shape");
+  require(same_extents4(out, batch, heads, nq, dh) && same_extents4(dout, batch, heads, nq, dh) &&
+              same_extents4(dq, batch, heads, nq, dh),
+          "out, dout and dq must have q's shape");
   require(same_extents4(dk, batch, kv_heads, nk, dh) && same_extents4(dv, batch, kv_heads, nk, dh),
           "dk and dv must have k's shape");
   require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
@@ -346,6 +349,11 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
   if (blocking.kernel == AttentionKernel::gemm) {
     chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+  } else if (blocking.kernel == AttentionKernel::cudnn) {
+    if constexpr (std::is_same<T, bf16>::value)
+      cudnn_backward_accumulate(q, k, v, out, dout, lse, delta, scope, dq, dk, dv, workspace);
+    else
+      require(false, "the cudnn kernel computes bf16 only");
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
     require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
     fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
@@ -370,8 +378,8 @@ void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
   template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<Acc<T>>&);       \
   template void attention_backward_accumulate<T>(                                                                      \
       const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                      \
-      const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&, const View4<Acc<T>>&,             \
-      const View4<T>&, const View4<T>&,                                                                                \
+      const View4<const T>&, const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&,            \
+      const View4<Acc<T>>&, const View4<T>&, const View4<T>&,                                                          \
       const AttentionWorkspace<T>&);                                                                                   \
   template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)

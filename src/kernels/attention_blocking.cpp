@@ -6,6 +6,7 @@
 
 #include "core/error.hpp"
 #include "kernels/attention_tiles.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
@@ -50,6 +51,10 @@ AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, con
     if (!bf16_values) throw InputError("kernels.attention: the tensor_core kernel computes bf16 only (model.precision bf16)");
     const std::string reason = tensor_core_unavailable_reason(head_dim);
     if (!reason.empty()) throw InputError("kernels.attention: " + reason);
+  }
+  if (requested == AttentionKernel::cudnn) {
+    const std::string reason = cudnn_unavailable_reason_for(bf16_values, head_dim);
+    if (!reason.empty()) throw InputError("kernels.attention: cudnn: " + reason);
   }
   if (requested != AttentionKernel::automatic) return requested;
   return bf16_values || limits.level1_is_global ? AttentionKernel::gemm : AttentionKernel::fused;
@@ -107,11 +112,11 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
   const GemmChunkSides chunk = gemm_chunk_sides(blocking.chunk, s.queries, s.keys, separate_accumulators);
   e.key_chunk = std::min(chunk.keys, s.keys);
-  if (separate_accumulators && blocking.kernel == AttentionKernel::gemm)
+  if (separate_accumulators && blocking.runs_gemm())
     e.key_accumulator = s.batch * s.kv_heads * e.key_chunk * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused)
     e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
-  if (blocking.kernel == AttentionKernel::gemm)
+  if (blocking.runs_gemm())
     e.chunk_pair = s.batch * s.heads * std::min(chunk.queries, s.queries) * e.key_chunk;
   return e;
 }
@@ -136,12 +141,15 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
     if (std::is_same<T, Acc<T>>::value) score_grads = View1<T>("attention.chunk_score_grads", e.chunk_pair);
     else logits = View1<Acc<T>>("attention.chunk_logits", e.chunk_pair);
   }
+  if constexpr (std::is_same<T, bf16>::value)
+    if (blocking.kernel == AttentionKernel::cudnn) cudnn = std::make_shared<CudnnBlocks>(shape);
 }
 
 template <class T>
 std::size_t AttentionWorkspace<T>::bytes() const {
   return (k_t.span() + v_t.span() + scores.span() + score_grads.span()) * sizeof(T) +
-         (logits.span() + acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>);
+         (logits.span() + acc.span() + dk_acc.span() + dv_acc.span()) * sizeof(Acc<T>) +
+         (cudnn ? cudnn->bytes() : 0);
 }
 
 std::size_t attention_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking,
@@ -149,7 +157,8 @@ std::size_t attention_workspace_bytes(const AttentionShape& shape, const Attenti
   const WorkspaceElements e = workspace_elements(shape, blocking, value_bytes != acc_bytes);
   return static_cast<std::size_t>(2 * e.transposed + e.chunk_pair) * value_bytes +
          static_cast<std::size_t>(e.chunk_pair) * acc_bytes +
-         static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes;
+         static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes +
+         (blocking.kernel == AttentionKernel::cudnn ? cudnn_blocks_bytes(shape) : 0);
 }
 
 template <class T>

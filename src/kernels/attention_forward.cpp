@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "kernels/attention_tiles.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/chunked_attention.hpp"
 #include "kernels/tensor_core_attention.hpp"
 
@@ -272,6 +273,11 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
   if (blocking.kernel == AttentionKernel::gemm) {
     chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+  } else if (blocking.kernel == AttentionKernel::cudnn) {
+    if constexpr (std::is_same<T, bf16>::value)
+      cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+    else
+      require(false, "the cudnn kernel computes bf16 only");
   } else if constexpr (std::is_same<T, Acc<T>>::value) {
     require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
     fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);

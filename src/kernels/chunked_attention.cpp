@@ -17,7 +17,7 @@
 // token from a thousand positions back its precision: on the copy task
 // (inputs/example_copy.yaml) bf16 runs with bf16 scores settled near 2.7-2.9
 // where fp32 settles near 2.09; with fp32 scores they settle with fp32
-// (README, "bf16 on this CPU").
+// (docs/results/2026-11-26-cpu.md, "bf16: scores kept in fp32").
 // The GEMMs are batched over heads as head_batches.hpp describes, so dK and dV
 // sum over a K/V head's group of query heads in a fixed order. Chunk pairs run
 // one after another in a fixed order: no atomics, the same bits on every run.

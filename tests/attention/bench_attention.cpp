@@ -5,9 +5,10 @@
 //   n            sequence length (default 8192); B = 1
 //   Dh, heads    head width (64) and heads (4)
 //   query_block, key_block   fused tile sizes (default 0: chosen per backend, as miniattn does)
-//   --kernel=auto|fused|gemm|tensor_core   the attention kernel (kernels.attention;
-//                auto: as miniattn picks). tensor_core (bf16, CUDA) is first
-//                compared with gemm on the same operands; a mismatch exits 1.
+//   --kernel=auto|fused|gemm|tensor_core|cudnn   the attention kernel
+//                (kernels.attention; auto: as miniattn picks). tensor_core and
+//                cudnn (bf16, CUDA) are first compared with gemm on the same
+//                operands; a mismatch exits 1.
 //   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
 //   --precision=fp32|fp64|bf16|both   (both: fp32 and fp64; bf16 against the bf16 GEMM rate)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
@@ -50,6 +51,7 @@
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "perf/gemm_rate.hpp"
 
 namespace {
@@ -162,7 +164,7 @@ void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlo
   const auto dq_acc = miniattn::kernels::accumulator_of(x.dq, workspace);
   Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
   miniattn::kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
-  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.dout, x.lse, x.delta,
+  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.out, x.dout, x.lse, x.delta,
                                                       {x.pos, x.pos, causal, blocking}, dq_acc, x.dk, x.dv, workspace);
   miniattn::kernels::round_accumulator<T>(dq_acc, x.dq);
 }
@@ -180,7 +182,7 @@ double relative_difference(const View4<T>& a, const View4<T>& b) {
   return std::sqrt(diff / (norm > 0 ? norm : 1));
 }
 
-// A kernel other than gemm (the tensor-core kernel) checked against gemm on
+// A bf16 kernel other than gemm (tensor_core, cudnn) checked against gemm on
 // the same operands before it is timed; false when they differ by more than
 // bf16's rounding explains.
 template <class T>
@@ -215,6 +217,9 @@ void print_blocking(const miniattn::kernels::AttentionTiles& tiles, std::size_t 
                 workspace_bytes);
   } else if (b.kernel == miniattn::AttentionKernel::tensor_core) {
     std::printf("%s kernel tensor_core, teams of %ld rows\n", precision_name<T>(), long(b.query_tile()));
+  } else if (b.kernel == miniattn::AttentionKernel::cudnn) {
+    std::printf("%s kernel cudnn (cuDNN %ld): workspace %zu B beside cuDNN's own\n", precision_name<T>(),
+                miniattn::kernels::cudnn_version(), workspace_bytes);
   } else {
     std::printf("%s kernel fused, tiles %ldx%ld: team scratch %zu B forward, %zu B backward, level %d (level 0 holds "
                 "%zu B)\n",
@@ -234,8 +239,9 @@ bool run_attention(const Options& o, double gemm_gflops) {
   const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
   const miniattn::kernels::AttentionWorkspace<T> workspace({1, o.heads, o.heads, o.dh, o.n, o.n}, blocking);
   print_blocking<T>(tiles, workspace.bytes());
-  if (blocking.kernel == miniattn::AttentionKernel::tensor_core && !agrees_with_gemm(o, x, blocking, workspace))
-    return false;
+  const bool checked_first =
+      blocking.kernel == miniattn::AttentionKernel::tensor_core || blocking.kernel == miniattn::AttentionKernel::cudnn;
+  if (checked_first && !agrees_with_gemm(o, x, blocking, workspace)) return false;
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;
     const auto tf = timings(warmups, o.reps, [&] { forward(x, causal, blocking, workspace); });
@@ -281,7 +287,7 @@ Options parse(int argc, char** argv) {
       const auto& names = miniattn::enum_names<miniattn::AttentionKernel>();
       const auto found = std::find(names.begin(), names.end(), kernel);
       if (found == names.end()) {
-        std::fprintf(stderr, "bench_attention: --kernel=auto, fused, gemm or tensor_core\n");
+        std::fprintf(stderr, "bench_attention: --kernel=auto, fused, gemm, tensor_core or cudnn\n");
         std::exit(2);
       }
       o.tiles.attention = static_cast<miniattn::AttentionKernel>(found - names.begin());

@@ -16,10 +16,13 @@
 #include <utility>
 #include <vector>
 
+#include "comm/process_grid.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/tensor_core_attention.hpp"
+#include "sdpa_emulation.hpp"
 
 namespace {
 
@@ -302,6 +305,10 @@ AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
   if (tiles.kernel == AttentionKernel::tensor_core) return tiles;  // fixed 64-row tiles
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
+  if (tiles.kernel == AttentionKernel::cudnn) {  // no tiles of its own; documents run the gemm fallback
+    tiles.gemm_fallback = true;
+    return tiles;
+  }
   for (;;) {
     miniattn::KernelConfig requested;
     requested.attention = tiles.kernel;
@@ -332,7 +339,10 @@ MINIATTN_KERNEL_SUITE(AttentionGroupedHeads);
 template <class T>
 AttentionWorkspace<T> workspace_for(const AttentionBlocking& blocking, index_t batch, index_t heads, index_t kv_heads,
                                     index_t dh, index_t nq, index_t nk) {
-  return AttentionWorkspace<T>({batch, heads, kv_heads, dh, nq, nk}, blocking);
+  AttentionWorkspace<T> workspace({batch, heads, kv_heads, dh, nq, nk}, blocking);
+  if (workspace.cudnn && !workspace.cudnn->runner)  // a build without cuDNN: its host emulation
+    workspace.cudnn->runner = std::make_shared<miniattn::testing::EmulatedSdpa>();
+  return workspace;
 }
 
 // ---------------------------------------------------------------------------
@@ -464,7 +474,7 @@ Gradients kernel_backward(const Problem& p, const std::vector<Problem>& blocks, 
     DeviceProblem<T> kb(block);
     View4<T> dk("dk", p.batch, p.heads, block.nk(), p.dh);
     View4<T> dv("dv", p.batch, p.heads, block.nk(), p.dh);
-    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, dout, lse, delta,
+    miniattn::kernels::attention_backward_accumulate<T>(d.q, kb.k, kb.v, out, dout, lse, delta,
                                                         {d.q_pos, kb.k_pos, kernel_mask(mask), blocking}, dq_acc, dk,
                                                         dv, workspace);
     dk_blocks.push_back(to_host(dk));
@@ -749,7 +759,7 @@ TEST_P(AttentionBackward, Accumulates) {
   Kokkos::deep_copy(dq, 1.0);
   Kokkos::deep_copy(dk, 2.0);
   Kokkos::deep_copy(dv, 3.0);
-  miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, dout, lse, delta,
+  miniattn::kernels::attention_backward_accumulate<double>(d.q, d.k, d.v, out, dout, lse, delta,
                                                            {d.q_pos, d.k_pos, true, blocking}, dq, dk, dv, workspace);
   const auto ref = naive_backward(p, kCausal, g);
   auto shifted = [](std::vector<double> x, double c) {
@@ -862,7 +872,7 @@ void check_grouped_heads_against_naive(double tolerance) {
                                                 workspace);
         const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
         miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, dout, lse, delta,
+        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, out, dout, lse, delta,
                                                             {q_pos, k_pos, kernel_mask(mask), blocking}, dq, dk, dv,
                                                             workspace);
         const Problem reference = rounded<T>(p);
@@ -967,8 +977,12 @@ PlainBf16 plain_bf16_attention(const Problem& p, const MaskCase& mask, const std
 // bf16 kernels: gemm on every backend, tensor_core where the build and the
 // device have it (CUDA, compute capability 8.0 on), with heads of 64 and 128
 // values (the widths it compiles) instead of the cases' 8 and 5.
+// cudnn runs cuDNN where the build has it, else its host emulation
+// (sdpa_emulation.hpp): the planner, the merges and the gemm fallback are the
+// kernel's own either way.
 const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
-                                        {AttentionKernel::tensor_core, false, "tensor_core"}};
+                                        {AttentionKernel::tensor_core, false, "tensor_core"},
+                                        {AttentionKernel::cudnn, false, "cudnn"}};
 class AttentionBf16 : public AttentionKernels {};
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
 
@@ -978,14 +992,40 @@ std::string bf16_kernel_unavailable(const KernelUnderTest& kernel) {
   return miniattn::kernels::tensor_core_unavailable_reason(64);
 }
 
+// FlashAttention's rule: a bf16 kernel's error against float64 within
+// `factor` (2 forward, 3 backward) of plain bf16 attention's, 1e-4 absolute
+// slack; the worst ratio is kept for the printout.
+struct PlainBf16Rule {
+  double worst_ratio = 0.0;
+  void check(const std::vector<double>& x, const std::vector<double>& plain_x, const std::vector<double>& exact,
+             double factor, const char* what) {
+    const double err = relative_error(x, exact), plain_err = relative_error(plain_x, exact);
+    EXPECT_LE(err, factor * plain_err + 1e-4) << what << ": plain bf16 " << plain_err;
+    worst_ratio = std::max(worst_ratio, err / (plain_err + 1e-4));
+  }
+  // out (and lse, where given) by 2, the gradients by 3.
+  void check_all(const ForwardResult& got, const Gradients& grads, const PlainBf16& plain, const NaiveForward& ref,
+                 const Gradients& ref_grads) {
+    check(got.out, plain.forward.out, ref.out, 2.0, "out");
+    if (!got.lse.empty()) check(got.lse, plain.forward.lse, ref.lse, 2.0, "lse");
+    check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
+    check(grads.dk, plain.grads.dk, ref_grads.dk, 3.0, "dk");
+    check(grads.dv, plain.grads.dv, ref_grads.dv, 3.0, "dv");
+  }
+};
+
 TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
   using miniattn::bf16;
   const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
+  const bool cudnn = GetParam().kernel == AttentionKernel::cudnn;  // head widths a multiple of 8
   if (const std::string reason = bf16_kernel_unavailable(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
   std::uint64_t seed = 901;
-  double worst_ratio = 0;
+  PlainBf16Rule rule;
   for (const auto& c : forward_cases()) {
-    for (const index_t dh : tensor_core ? std::vector<index_t>{64, 128} : std::vector<index_t>{c.dh}) {
+    const std::vector<index_t> widths = tensor_core ? std::vector<index_t>{64, 128}
+                                        : cudnn     ? std::vector<index_t>{8}
+                                                    : std::vector<index_t>{c.dh};
+    for (const index_t dh : widths) {
       for (const MaskCase& mask : kMasks) {
         SCOPED_TRACE(c.name + " " + mask.name + " dh " + std::to_string(dh));
         const Problem p = rounded<bf16>(make_problem(2, 3, dh, c.q_pos, c.k_pos, seed));
@@ -994,23 +1034,13 @@ TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
         const auto ref = naive_forward(p, mask);
         const auto ref_grads = naive_backward(p, mask, g);
         const PlainBf16 plain = plain_bf16_attention(p, mask, g);
-        const auto got = kernel_forward<bf16>(p, mask, c.blocking);
-        const auto grads = kernel_backward<bf16>(p, {p}, mask, c.blocking, g);
-        const auto check = [&](const std::vector<double>& x, const std::vector<double>& plain_x,
-                               const std::vector<double>& exact, double factor, const char* what) {
-          const double err = relative_error(x, exact), plain_err = relative_error(plain_x, exact);
-          EXPECT_LE(err, factor * plain_err + 1e-4) << what << ": plain bf16 " << plain_err;
-          worst_ratio = std::max(worst_ratio, err / (plain_err + 1e-4));
-        };
-        check(got.out, plain.forward.out, ref.out, 2.0, "out");
-        check(got.lse, plain.forward.lse, ref.lse, 2.0, "lse");
-        check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
-        check(grads.dk, plain.grads.dk, ref_grads.dk, 3.0, "dk");
-        check(grads.dv, plain.grads.dv, ref_grads.dv, 3.0, "dv");
+        rule.check_all(kernel_forward<bf16>(p, mask, c.blocking), kernel_backward<bf16>(p, {p}, mask, c.blocking, g),
+                       plain, ref, ref_grads);
       }
     }
   }
-  std::printf("bf16 %s kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name, worst_ratio);
+  std::printf("bf16 %s kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name,
+              rule.worst_ratio);
 }
 
 // Sharp heads, scores of tens (a head that picks one key among many, as the
@@ -1050,3 +1080,141 @@ TEST_P(AttentionBf16, SharpScoresKeepFp32Precision) {
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// The cudnn kernel inside every strategy's blocks: for ring and all-gather
+// (Ulysses degree 1), hybrid and Ulysses, each layout and mask, each group's
+// queries meet every group's keys one block at a time, as RingAttention and
+// AllGatherAttention feed the kernel (group_positions: the rows the run's
+// positions table gives them), forward and then backward with the whole
+// output and LSE. The planner, the merges, the per-block gradient sums and the
+// gemm fallback (packed documents) are the kernel's own; the calls run cuDNN
+// where the build has it, else its host emulation. Judged by the bf16 rule
+// above, against float64 and plain bf16 attention of the whole sequence.
+namespace cudnn_strategies {
+
+using miniattn::Layout;
+
+struct Decomposition {
+  int sp, ulysses;
+  Layout layout;
+  int groups() const { return sp / ulysses; }
+};
+
+// Rows `positions` (of n) of a [1, heads, n, Dh] tensor.
+std::vector<double> rows_of(const std::vector<double>& x, index_t heads, index_t n, index_t dh,
+                            const std::vector<index_t>& positions) {
+  std::vector<double> out;
+  for (index_t h = 0; h < heads; ++h)
+    for (const index_t p : positions)
+      for (index_t d = 0; d < dh; ++d) out.push_back(x[static_cast<std::size_t>((h * n + p) * dh + d)]);
+  return out;
+}
+
+// Adds a [1, heads, rows, Dh] View into rows `positions` of a [1, heads, n, Dh] tensor.
+template <class V>
+void add_rows_to(const V& view, index_t n, const std::vector<index_t>& positions, std::vector<double>& x) {
+  const std::vector<double> rows = to_host(view);
+  const index_t heads = view.extent(1), dh = view.extent(3), count = static_cast<index_t>(positions.size());
+  for (index_t h = 0; h < heads; ++h)
+    for (index_t i = 0; i < count; ++i)
+      for (index_t d = 0; d < dh; ++d)
+        x[static_cast<std::size_t>((h * n + positions[static_cast<std::size_t>(i)]) * dh + d)] +=
+            rows[static_cast<std::size_t>((h * count + i) * dh + d)];
+}
+
+// The run's positions, kept for the whole run as the strategies keep theirs
+// (the cudnn kernel plans a block once, keyed by these Views).
+struct GroupPositions {
+  std::vector<std::vector<index_t>> host;
+  std::vector<View1<const index_t>> device;
+  GroupPositions(index_t n, const Decomposition& z) {
+    for (int g = 0; g < z.groups(); ++g) {
+      host.push_back(miniattn::group_positions(n, z.sp, z.ulysses, g, z.layout));
+      device.push_back(positions_to_device(host.back()));
+    }
+  }
+};
+
+// One group's queries through every group's key block, forward then backward.
+void run_group(const Problem& p, const std::vector<double>& g, const GroupPositions& positions, int group,
+               const miniattn::kernels::AttentionMask& mask, const AttentionBlocking& blocking, ForwardResult& fwd,
+               Gradients& grads) {
+  using miniattn::bf16;
+  namespace k = miniattn::kernels;
+  const index_t n = p.nq(), H = p.heads, dh = p.dh;
+  const std::vector<index_t>& own = positions.host[static_cast<std::size_t>(group)];
+  const index_t rows = static_cast<index_t>(own.size());
+  const auto workspace = workspace_for<bf16>(blocking, 1, H, H, dh, rows, rows);
+  const View4<bf16> q = to_device<bf16>(rows_of(p.q, H, n, dh, own), 1, H, rows, dh, "q");
+  const View4<bf16> dout = to_device<bf16>(rows_of(g, H, n, dh, own), 1, H, rows, dh, "dout");
+  View4<bf16> out("out", 1, H, rows, dh), dq("dq", 1, H, rows, dh);
+  View3<float> lse("lse", 1, H, rows), row_sum("row_sum", 1, H, rows), delta("delta", 1, H, rows);
+  const auto keys = [&](int source, const std::vector<double>& x) {
+    const std::vector<index_t>& keys = positions.host[static_cast<std::size_t>(source)];
+    return to_device<bf16>(rows_of(x, H, n, dh, keys), 1, H, rows, dh, "kv");
+  };
+  const auto scope = [&](int source) {
+    return k::AttentionScope{positions.device[static_cast<std::size_t>(group)],
+                             positions.device[static_cast<std::size_t>(source)], mask, blocking};
+  };
+  const int groups = static_cast<int>(positions.host.size());
+  const auto out_acc = k::accumulator_of(out, workspace);
+  k::attention_forward_init<float>(out_acc, lse, row_sum);
+  for (int s = 0; s < groups; ++s)
+    k::attention_forward_accumulate<bf16>(q, keys(s, p.k), keys(s, p.v), scope(s), out_acc, lse, row_sum, workspace);
+  k::attention_forward_finalize<bf16>(out_acc, lse, row_sum, lse, out);
+  k::attention_backward_delta<bf16>(out, dout, delta);
+  const auto dq_acc = k::accumulator_of(dq, workspace);
+  Kokkos::deep_copy(dq_acc, 0.0f);
+  for (int s = 0; s < groups; ++s) {
+    View4<bf16> dk("dk", 1, H, rows, dh), dv("dv", 1, H, rows, dh);
+    k::attention_backward_accumulate<bf16>(q, keys(s, p.k), keys(s, p.v), out, dout, lse, delta, scope(s), dq_acc,
+                                           dk, dv, workspace);
+    add_rows_to(dk, n, positions.host[static_cast<std::size_t>(s)], grads.dk);
+    add_rows_to(dv, n, positions.host[static_cast<std::size_t>(s)], grads.dv);
+  }
+  k::round_accumulator<bf16>(dq_acc, dq);
+  add_rows_to(out, n, own, fwd.out);
+  add_rows_to(dq, n, own, grads.dq);
+}
+
+}  // namespace cudnn_strategies
+
+TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
+  using namespace cudnn_strategies;
+  using miniattn::bf16;
+  AttentionBlocking blocking;
+  blocking.kernel = AttentionKernel::cudnn;
+  blocking.chunk = 7;            // the fallback's gemm chunks
+  blocking.gemm_fallback = true;  // packed documents
+  PlainBf16Rule rule;
+  int cases = 0;
+  std::uint64_t seed = 3001;
+  for (int sp : {1, 2, 3, 4})
+    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
+      if (sp % ulysses != 0) continue;
+      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+        for (const MaskCase& mask : kMasks) {
+          const Decomposition z{sp, ulysses, layout};
+          const index_t n = 2 * sp * 6;
+          SCOPED_TRACE("sp " + std::to_string(sp) + " ulysses " + std::to_string(ulysses) + " " +
+                       miniattn::to_string(layout) + " " + mask.name);
+          const Problem p = rounded<bf16>(make_problem(1, 2, 8, range_positions(0, n), range_positions(0, n), seed));
+          const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+          ++seed;
+          ForwardResult got{std::vector<double>(p.q.size(), 0.0), {}};
+          Gradients grads{std::vector<double>(p.q.size(), 0.0), std::vector<double>(p.k.size(), 0.0),
+                          std::vector<double>(p.v.size(), 0.0)};
+          const GroupPositions positions(n, z);
+          for (int group = 0; group < z.groups(); ++group)
+            run_group(p, g, positions, group, kernel_mask(mask), blocking, got, grads);
+          rule.check_all(got, grads, plain_bf16_attention(p, mask, g), naive_forward(p, mask),
+                         naive_backward(p, mask, g));
+          ++cases;
+        }
+    }
+  EXPECT_EQ(cases, 8 * 3 * 6);  // (sp, ulysses) pairs x layouts x masks
+  std::printf("cudnn in %d strategy cases: worst error / (plain bf16 error + 1e-4) = %.2f\n", cases,
+              rule.worst_ratio);
+}

@@ -152,6 +152,21 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
   const AttentionWorkspace<miniattn::bf16> whole({2, 6, 3, 16, 100, 100},
                                                  {0, 0, miniattn::AttentionKernel::gemm, 1000});
   EXPECT_EQ(whole.bytes(), 2u * 6 * 100 * 50 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 50 * 16) * 4);
+  // cudnn: a call's output (then dq) and LSE, its dk and dv, a block's fp32
+  // dk and dv sums, beside the fp32 output accumulator; the plan adds its
+  // estimate of cuDNN's own workspace (an fp32 dq and two statistics a row),
+  // and with the gemm fallback (packed documents) the gemm kernel's scratch.
+  const AttentionShape shape{2, 6, 3, 16, 100, 37};
+  const std::size_t cudnn_estimate = 2u * 6 * 100 * (16 + 2) * 4;
+  for (const bool fallback : {false, true}) {
+    AttentionBlocking cudnn{0, 0, miniattn::AttentionKernel::cudnn, 64};
+    cudnn.gemm_fallback = fallback;
+    const AttentionWorkspace<miniattn::bf16> w(shape, cudnn);
+    const std::size_t own = 2u * 6 * 100 * 16 * (2 + 4) + 2u * 6 * 100 * 4 + 2u * 2 * 3 * 37 * 16 * (2 + 4);
+    const std::size_t gemm_scratch = 2u * 6 * 64 * 32 * (2 + 4) + 2u * 2 * 3 * 32 * 16 * 4;  // keys: 64 / 2
+    EXPECT_EQ(w.bytes(), own + (fallback ? gemm_scratch : 0)) << "gemm fallback " << fallback;
+    EXPECT_EQ(attention_workspace_bytes(shape, cudnn, 2, 4), w.bytes() + cudnn_estimate);
+  }
 }
 
 TEST(AttentionTiles, ScratchGrowsWithTheTiles) {

@@ -275,6 +275,9 @@ BAD_SETTINGS = [
     (1, ["run.mode=sprint"], "run.mode"),
     (1, ["run.log_every=0"], "run.log_every"),
     (1, ["kernels.query_block=-1"], "kernels.query_block"),
+    (1, ["kernels.attention=cudnn"], "cudnn: cuDNN's fused attention computes bf16 only"),  # fp64
+    (1, ["model.precision=bf16", "kernels.attention=cudnn", "model.d_model=30"], "a multiple of 8"),  # Dh 10
+    (2, ["model.precision=bf16", "kernels.attention=cudnn", "parallel.strategy=rsa"], "rsa keeps its own kernels"),
     (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "per rank"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "model.seq_len: this run needs"),
@@ -302,6 +305,10 @@ def bad_input(c):
     cases = [(r, [c.deck] + [f"--set={k}={v}" for k, v in outputs.items()] + ["--set=io.snapshot_step=0"] +
               [f"--set={s}" for s in sets], needle) for r, sets, needle in BAD_SETTINGS]
     cases += [(r, args, needle) for r, args, needle in BAD_COMMAND_LINES]
+    if os.environ.get("MINIATTN_TEST_BUILD_HAS_CUDNN") == "0":  # set by CMake: this build has no cuDNN
+        cases.append((1, [c.deck, "--set=model.precision=bf16", "--set=kernels.attention=cudnn"] +
+                      [f"--set={k}={v}" for k, v in outputs.items()] + ["--set=io.snapshot_step=0"],
+                      "kernels.attention: cudnn: this build of miniattn has no cuDNN"))
     if len(cases) < 40:
         fail(f"only {len(cases)} bad-input cases")
     for ranks, args, needle in cases:
@@ -733,6 +740,9 @@ def bf16(c):
 
 def determinism(c, kernel="auto"):
     sets = ["parallel.dp=2", "io.snapshot_step=2", f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
+    if kernel == "cudnn":  # bf16 only, head widths a multiple of 8; a ring of 2 ranks feeds it blocks
+        sets = ["model.precision=bf16", "parallel.strategy=ring", "parallel.layout=zigzag", "io.snapshot_step=2",
+                "kernels.attention=cudnn"]
     c.run(2, *sets, "io.snapshot=a.h5")
     c.run(2, *sets, "io.snapshot=b.h5")
     worst = compare_snapshots(c.path("a.h5"), c.path("b.h5"), 0.0)
@@ -837,7 +847,7 @@ def main():
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
     p.add_argument("--tp", type=int, default=1, help="for sequence_parallel (tensor parallelism)")
-    p.add_argument("--kernel", choices=["auto", "fused", "gemm"], default="auto",
+    p.add_argument("--kernel", choices=["auto", "fused", "gemm", "cudnn"], default="auto",
                    help="for sequence_parallel and determinism: kernels.attention")
     a = p.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"miniattn-{a.check}-") as scratch:

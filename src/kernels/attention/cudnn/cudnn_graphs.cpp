@@ -203,13 +203,21 @@ std::shared_ptr<Graph> new_graph(int sm_version) {
   return graph;
 }
 
+// The call's Q, K and V, inputs of both directions.
+struct QueryKeyValue {
+  TensorPtr q, k, v;
+};
+QueryKeyValue query_key_value(Graph& graph, const SdpaCallShape& s) {
+  return {input(graph, "Q", kQ, query_layout(s), fe::DataType_t::BFLOAT16),
+          input(graph, "K", kK, key_layout(s), fe::DataType_t::BFLOAT16),
+          input(graph, "V", kV, key_layout(s), fe::DataType_t::BFLOAT16)};
+}
+
 // O and Stats (natural-log LSE of the scaled scores, which the online-softmax
 // merge of the block results needs).
 std::shared_ptr<Graph> forward_graph(const SdpaCallShape& s, int sm_version) {
   auto graph = new_graph(sm_version);
-  auto q = input(*graph, "Q", kQ, query_layout(s), fe::DataType_t::BFLOAT16);
-  auto k = input(*graph, "K", kK, key_layout(s), fe::DataType_t::BFLOAT16);
-  auto v = input(*graph, "V", kV, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto [q, k, v] = query_key_value(*graph, s);
   auto attributes = fe::graph::SDPA_attributes()
                         .set_name("miniattn_sdpa_forward")
                         .set_generate_stats(true)
@@ -227,9 +235,7 @@ std::shared_ptr<Graph> forward_graph(const SdpaCallShape& s, int sm_version) {
 // repeats bit for bit (the project's determinism checks need it).
 std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version) {
   auto graph = new_graph(sm_version);
-  auto q = input(*graph, "Q", kQ, query_layout(s), fe::DataType_t::BFLOAT16);
-  auto k = input(*graph, "K", kK, key_layout(s), fe::DataType_t::BFLOAT16);
-  auto v = input(*graph, "V", kV, key_layout(s), fe::DataType_t::BFLOAT16);
+  auto [q, k, v] = query_key_value(*graph, s);
   auto o = input(*graph, "O", kO, query_layout(s), fe::DataType_t::BFLOAT16);
   auto dout = input(*graph, "dO", kDO, query_layout(s), fe::DataType_t::BFLOAT16);
   auto stats = input(*graph, "Stats", kStats, stats_layout(s), fe::DataType_t::FLOAT);
@@ -322,6 +328,14 @@ struct CudnnSdpa::Impl {
   std::map<GraphKey, Built> graphs;
 
   const Built& get(const SdpaCallShape& s, bool backward);
+  // get(), and the caller's workspace checked against the graph's need.
+  const Built& ready(const SdpaCallShape& s, bool backward, const void* workspace) {
+    const Built& built = get(s, backward);
+    if (built.workspace > 0 && workspace == nullptr)
+      throw std::runtime_error("cuDNN " + describe(s, backward) + ": needs a workspace of " +
+                               std::to_string(built.workspace) + " bytes");
+    return built;
+  }
 };
 
 // Built once per key; the device picks the architecture (sm_version 0).
@@ -374,11 +388,7 @@ std::size_t CudnnSdpa::prepare(const SdpaCallShape& shape, bool backward) {
 
 void CudnnSdpa::forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
                         float* stats, void* workspace) {
-  const Impl::Built& built = impl_->get(shape, false);
-  if (built.workspace > 0 && workspace == nullptr) {
-    throw std::runtime_error("cuDNN " + describe(shape, false) + ": needs a workspace of " +
-                             std::to_string(built.workspace) + " bytes");
-  }
+  const Impl::Built& built = impl_->ready(shape, false, workspace);
   const index_t qe = query_element_offset(shape), ke = key_element_offset(shape);
   std::unordered_map<int64_t, void*> pack{
       {kQ, at_row(q, qe, 2, "q")},
@@ -392,11 +402,7 @@ void CudnnSdpa::forward(const SdpaCallShape& shape, const void* q, const void* k
 
 void CudnnSdpa::backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
                          const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) {
-  const Impl::Built& built = impl_->get(shape, true);
-  if (built.workspace > 0 && workspace == nullptr) {
-    throw std::runtime_error("cuDNN " + describe(shape, true) + ": needs a workspace of " +
-                             std::to_string(built.workspace) + " bytes");
-  }
+  const Impl::Built& built = impl_->ready(shape, true, workspace);
   const index_t qe = query_element_offset(shape), ke = key_element_offset(shape);
   std::unordered_map<int64_t, void*> pack{
       {kQ, at_row(q, qe, 2, "q")},

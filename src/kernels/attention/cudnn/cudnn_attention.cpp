@@ -1,0 +1,193 @@
+// The cudnn kernel (cudnn_attention.hpp): plans, calls and the merges.
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
+
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/kokkos_compat.hpp"
+#include "kernels/chunked_attention.hpp"
+
+namespace miniattn::kernels {
+
+namespace {
+
+using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
+
+CudnnTally& tally() {
+  static CudnnTally counts;
+  return counts;
+}
+
+std::vector<index_t> host_positions(const View1<const index_t>& positions) {
+  const auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), positions);
+  return std::vector<index_t>(host.data(), host.data() + host.extent(0));
+}
+
+SdpaCallShape call_shape(const View4<const bf16>& q, const View4<const bf16>& k, const CudnnCall& call) {
+  SdpaCallShape shape;
+  shape.batch = q.extent(0);
+  shape.heads = q.extent(1);
+  shape.kv_heads = k.extent(1);
+  shape.head_dim = q.extent(3);
+  shape.query_rows = q.extent(2);
+  shape.key_rows = k.extent(2);
+  shape.call = call;
+  return shape;
+}
+
+SdpaRunner& runner_of(const CudnnBlocks& blocks) {
+  if (!blocks.runner)
+    throw RuntimeFailure("kernels.attention cudnn: this build of miniattn has no cuDNN (configure a CUDA build with "
+                         "-DMINIATTN_ENABLE_CUDNN=ON)");
+  return *blocks.runner;
+}
+
+// The call's rows folded into the running state as a block of row maximum
+// s_c (its LSE, [B, H, its rows]), row sum 1 and weighted sum O_c (its
+// normalised output).
+void merge_call_output(const CudnnCall& call, const View4<const bf16>& call_out, const View1<const float>& call_lse,
+                       const View4<float>& out_acc, const View3<float>& row_max, const View3<float>& row_sum) {
+  const index_t heads = out_acc.extent(1), dh = out_acc.extent(3), rows = call.query_count;
+  const index_t first = call.query_offset;
+  const float neg_inf = -compat::infinity<float>();
+  Kokkos::parallel_for(
+      "miniattn::cudnn_merge_output", RowPolicy(0, out_acc.extent(0) * heads * rows),
+      KOKKOS_LAMBDA(const index_t row) {
+        const index_t i = first + row % rows, bh = row / rows, b = bh / heads, h = bh % heads;
+        const float m = row_max(b, h, i), s = call_lse(row);
+        const float m_new = m > s ? m : s;
+        const float keep = m == neg_inf ? 0.0f : compat::exp(m - m_new), weight = compat::exp(s - m_new);
+        for (index_t d = 0; d < dh; ++d)
+          out_acc(b, h, i, d) = out_acc(b, h, i, d) * keep + static_cast<float>(call_out(b, h, i, d)) * weight;
+        row_sum(b, h, i) = row_sum(b, h, i) * keep + weight;
+        row_max(b, h, i) = m_new;
+      });
+}
+
+// The global LSE of a call's rows, [B, H, its rows], for its backward.
+void copy_call_lse(const CudnnCall& call, const View3<const float>& lse, const View1<float>& call_lse) {
+  const index_t heads = lse.extent(1), rows = call.query_count, first = call.query_offset;
+  Kokkos::parallel_for(
+      "miniattn::cudnn_call_lse", RowPolicy(0, lse.extent(0) * heads * rows), KOKKOS_LAMBDA(const index_t row) {
+        const index_t bh = row / rows;
+        call_lse(row) = lse(bh / heads, bh % heads, first + row % rows);
+      });
+}
+
+// Rows [first, first + count) of a [B, heads, n, Dh] tensor: to += from, in
+// fp32, rounded once where `to` is bf16 (the travelling dk, dv).
+template <class From, class To>
+void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index_t count) {
+  const index_t heads = to.extent(1), dh = to.extent(3);
+  Kokkos::parallel_for(
+      "miniattn::cudnn_add_rows", RowPolicy(0, to.extent(0) * heads * count), KOKKOS_LAMBDA(const index_t row) {
+        const index_t i = first + row % count, bh = row / count, b = bh / heads, h = bh % heads;
+        for (index_t d = 0; d < dh; ++d)
+          to(b, h, i, d) = narrow<To>(widen(to(b, h, i, d)) + static_cast<float>(from(b, h, i, d)));
+      });
+}
+
+}  // namespace
+
+CudnnTally cudnn_tally() { return tally(); }
+
+CudnnBlocks::CudnnBlocks(const AttentionShape& s)
+    : runner(default_sdpa_runner()),
+      rows("cudnn.call_rows", s.batch, s.heads, s.queries, s.head_dim),
+      stats("cudnn.call_lse", s.batch * s.heads * s.queries),
+      dk("cudnn.call_dk", s.batch, s.kv_heads, s.keys, s.head_dim),
+      dv("cudnn.call_dv", s.batch, s.kv_heads, s.keys, s.head_dim),
+      dk_sum("cudnn.block_dk", s.batch, s.kv_heads, s.keys, s.head_dim),
+      dv_sum("cudnn.block_dv", s.batch, s.kv_heads, s.keys, s.head_dim) {}
+
+std::size_t CudnnBlocks::bytes() const {
+  return (rows.span() + dk.span() + dv.span()) * sizeof(bf16) +
+         (stats.span() + dk_sum.span() + dv_sum.span()) * sizeof(float);
+}
+
+std::size_t cudnn_blocks_bytes(const AttentionShape& s) {
+  const auto count = [](index_t x) { return static_cast<std::size_t>(x); };
+  const std::size_t query_rows = count(s.batch) * count(s.heads) * count(s.queries);
+  const std::size_t key_values = count(s.batch) * count(s.kv_heads) * count(s.keys) * count(s.head_dim);
+  const std::size_t own = (query_rows * count(s.head_dim) + 2 * key_values) * sizeof(bf16) +
+                          (query_rows + 2 * key_values) * sizeof(float);
+  // cuDNN's workspace is known only once its graphs are built on a GPU: an
+  // estimate, what a deterministic backward without atomics keeps (an fp32
+  // dq accumulator and two row statistics for every query row).
+  const std::size_t cudnn_estimate = query_rows * (count(s.head_dim) + 2) * sizeof(float);
+  return own + cudnn_estimate;
+}
+
+const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope) {
+  const bool documents = scope.mask.documents.extent(1) > 0;
+  const PlanKey key{scope.q_pos.data(), scope.k_pos.data(), static_cast<index_t>(scope.q_pos.extent(0)),
+                    static_cast<index_t>(scope.k_pos.extent(0)), scope.mask.causal, scope.mask.window, documents};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return found->second;
+  const PositionRules rules{scope.mask.causal, scope.mask.window};
+  BlockPlan made = plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents);
+  return plans_.emplace(key, std::move(made)).first->second;
+}
+
+void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
+                              const AttentionScope& scope, const View4<float>& out_acc, const View3<float>& row_max,
+                              const View3<float>& row_sum, const AttentionWorkspace<bf16>& workspace) {
+  CudnnBlocks& blocks = *workspace.cudnn;
+  const BlockPlan& plan = blocks.plan(scope);
+  ++tally().blocks;
+  if (plan.whole_block_fallback) {
+    ++tally().fallback_blocks;
+    chunked_forward_accumulate<bf16>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+    return;
+  }
+  SdpaRunner& runner = runner_of(blocks);
+  for (const CudnnCall& call : plan.calls) {
+    runner.forward(call_shape(q, k, call), q.data(), k.data(), v.data(), blocks.rows.data(), blocks.stats.data());
+    merge_call_output(call, blocks.rows, blocks.stats, out_acc, row_max, row_sum);
+    ++tally().calls;
+  }
+  tally().graphs = runner.graphs_built();
+}
+
+void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
+                               const View4<const bf16>& out, const View4<const bf16>& dout,
+                               const View3<const float>& lse, const View3<const float>& delta,
+                               const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
+                               const View4<bf16>& dv, const AttentionWorkspace<bf16>& workspace) {
+  CudnnBlocks& blocks = *workspace.cudnn;
+  const BlockPlan& plan = blocks.plan(scope);
+  ++tally().blocks;
+  if (plan.whole_block_fallback) {
+    ++tally().fallback_blocks;
+    chunked_backward_accumulate<bf16>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+    return;
+  }
+  SdpaRunner& runner = runner_of(blocks);
+  const bool summed = plan.calls.size() > 1;  // one call's dk, dv go straight to the block's
+  if (summed) {
+    Kokkos::deep_copy(blocks.dk_sum, 0.0f);
+    Kokkos::deep_copy(blocks.dv_sum, 0.0f);
+  }
+  for (const CudnnCall& call : plan.calls) {
+    copy_call_lse(call, lse, blocks.stats);
+    runner.backward(call_shape(q, k, call), q.data(), k.data(), v.data(), out.data(), dout.data(),
+                    blocks.stats.data(), blocks.rows.data(), blocks.dk.data(), blocks.dv.data());
+    add_rows(blocks.rows, dq, call.query_offset, call.query_count);
+    if (summed) {
+      add_rows(blocks.dk, blocks.dk_sum, call.key_offset, call.key_count);
+      add_rows(blocks.dv, blocks.dv_sum, call.key_offset, call.key_count);
+    } else {
+      add_rows(blocks.dk, dk, call.key_offset, call.key_count);
+      add_rows(blocks.dv, dv, call.key_offset, call.key_count);
+    }
+    ++tally().calls;
+  }
+  if (summed) {
+    add_rows(blocks.dk_sum, dk, 0, dk.extent(2));
+    add_rows(blocks.dv_sum, dv, 0, dv.extent(2));
+  }
+  tally().graphs = runner.graphs_built();
+}
+
+}  // namespace miniattn::kernels

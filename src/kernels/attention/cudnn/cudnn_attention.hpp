@@ -1,0 +1,82 @@
+// The `cudnn` kernel of attention.hpp (kernels.attention: cudnn, bf16); the
+// dispatch in attention_forward.cpp / attention_backward.cpp calls it, the
+// report reads its tally. A block (one strategy's queries against one
+// block of keys) is planned once (block_plan.hpp) into calls cuDNN's fused
+// attention expresses exactly, and each call runs through an SdpaRunner:
+//   forward:  the call's normalised output O_c and its LSE s_c are merged into
+//             the running fp32 accumulators as a block of row maximum s_c, row
+//             sum 1 and weighted sum O_c (the online-softmax merge every
+//             kernel here uses: out_acc, row_max, row_sum);
+//   backward: the call's gradients given the GLOBAL output and LSE (the rule
+//             of ring-flash-attention and Transformer Engine: exp(s - lse) is
+//             then the call's share of the global probabilities), added to
+//             dq's fp32 accumulator; a block's calls' dk, dv summed in fp32
+//             and added to the travelling bf16 dk, dv with one rounding per
+//             block (the gemm kernel rounds once per key chunk).
+// A block the planner cannot express (packed documents) runs the gemm kernel
+// whole. Calls run in plan order: the same bits on every run.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "kernels/attention.hpp"
+#include "kernels/attention/cudnn/block_plan.hpp"
+#include "kernels/attention/cudnn/sdpa_runner.hpp"
+
+namespace miniattn::kernels {
+
+// What a process gave to cuDNN and to the gemm fallback so far (the report).
+struct CudnnTally {
+  std::int64_t blocks = 0, calls = 0, fallback_blocks = 0;
+  int graphs = 0;
+};
+CudnnTally cudnn_tally();
+
+// Why the cudnn kernel cannot compute attention of these values and head
+// width here ("" when it can): bf16 values only (cuDNN has no fp32 fused
+// attention); a head width that is a multiple of 8 and at most 256; a build
+// with cuDNN; libcudnn loadable at run time, of version 9.10.2 or later and not
+// 9.14.0 (cudnn_graphs.hpp).
+std::string cudnn_unavailable_reason_for(bool bf16_values, index_t head_dim);
+
+// cudnnGetVersion() of the library loaded (91900 for 9.19.0), 0 without one.
+long cudnn_version();
+
+// The runner of this build: cuDNN on the default execution space's stream
+// where miniattn was built with it (MINIATTN_HAVE_CUDNN), else null.
+std::shared_ptr<SdpaRunner> default_sdpa_runner();
+
+// The cudnn kernel's state for one block shape (AttentionWorkspace<bf16>::cudnn):
+// where a call's outputs land before they are merged, the plans of the blocks
+// met so far (a block's positions never change during a run) and the runner.
+class CudnnBlocks {
+ public:
+  explicit CudnnBlocks(const AttentionShape& shape);
+  std::shared_ptr<SdpaRunner> runner;  // default_sdpa_runner(); tests put an emulation here
+  View4<bf16> rows;                    // a call's out (forward), then its dq (backward): [B, H, queries, Dh]
+  View1<float> stats;                  // a call's LSE, or its rows' global LSE: [B, H, its rows]
+  View4<bf16> dk, dv;                  // a call's dk, dv [B, KV, keys, Dh]
+  View4<float> dk_sum, dv_sum;         // a block's calls' dk, dv summed before the one rounding
+  const BlockPlan& plan(const AttentionScope& scope);
+  std::size_t bytes() const;
+
+ private:
+  using PlanKey = std::tuple<const index_t*, const index_t*, index_t, index_t, bool, index_t, bool>;
+  std::map<PlanKey, BlockPlan> plans_;
+};
+// What CudnnBlocks allocates, and an estimate of cuDNN's own workspace (the memory plan).
+std::size_t cudnn_blocks_bytes(const AttentionShape& shape);
+
+void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
+                              const AttentionScope& scope, const View4<float>& out_acc, const View3<float>& row_max,
+                              const View3<float>& row_sum, const AttentionWorkspace<bf16>& workspace);
+
+void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
+                               const View4<const bf16>& out, const View4<const bf16>& dout,
+                               const View3<const float>& lse, const View3<const float>& delta,
+                               const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
+                               const View4<bf16>& dv, const AttentionWorkspace<bf16>& workspace);
+
+}  // namespace miniattn::kernels

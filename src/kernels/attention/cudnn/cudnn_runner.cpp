@@ -1,0 +1,84 @@
+// The runner of this build (cudnn_attention.hpp: default_sdpa_runner): cuDNN's
+// fused attention on the default execution space's CUDA stream, so that its
+// calls and the Kokkos kernels that merge their outputs run in order.
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
+
+#include <string>
+
+#if defined(MINIATTN_HAVE_CUDNN) && defined(KOKKOS_ENABLE_CUDA)
+#include "kernels/attention/cudnn/cudnn_graphs.hpp"
+#define MINIATTN_CUDNN_RUNNER 1
+#endif
+
+namespace miniattn::kernels {
+
+#ifdef MINIATTN_CUDNN_RUNNER
+namespace {
+
+class CudnnRunner final : public SdpaRunner {
+ public:
+  CudnnRunner() : sdpa_(ExecSpace().cuda_stream()) {}
+  void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
+               float* stats) override {
+    sdpa_.forward(shape, q, k, v, out, stats, workspace_for(shape, false));
+  }
+  void backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
+                const void* dout, const float* lse, void* dq, void* dk, void* dv) override {
+    sdpa_.backward(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace_for(shape, true));
+  }
+  int graphs_built() const override { return sdpa_.graphs_built(); }
+
+ private:
+  // cuDNN's workspace grows to the largest graph's; graphs are built once per
+  // shape, so this allocates only while new shapes are met.
+  void* workspace_for(const SdpaCallShape& shape, bool backward) {
+    const std::size_t bytes = sdpa_.prepare(shape, backward);
+    if (bytes > workspace_.extent(0)) {
+      workspace_ = View1<unsigned char>();
+      workspace_ = View1<unsigned char>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cudnn.workspace"), bytes);
+    }
+    return workspace_.data();
+  }
+  CudnnSdpa sdpa_;
+  View1<unsigned char> workspace_;
+};
+
+}  // namespace
+#endif
+
+std::string cudnn_unavailable_reason_for(bool bf16_values, index_t head_dim) {
+  if (!bf16_values) return "cuDNN's fused attention computes bf16 only (model.precision bf16)";
+  if (head_dim % 8 != 0 || head_dim > 256)
+    return "the head width (model.d_model / model.heads) must be a multiple of 8 and at most 256, got " +
+           std::to_string(head_dim);
+#ifdef MINIATTN_CUDNN_RUNNER
+  return cudnn_unavailable_reason();
+#else
+  return "this build of miniattn has no cuDNN (a CUDA build configured with -DMINIATTN_ENABLE_CUDNN=ON)";
+#endif
+}
+
+long cudnn_version() {
+#ifdef MINIATTN_CUDNN_RUNNER
+  return cudnn_library_version();
+#else
+  return 0;
+#endif
+}
+
+// One runner a process: its graphs serve every layer and strategy. It holds
+// a View, so it goes before Kokkos finalizes.
+std::shared_ptr<SdpaRunner> default_sdpa_runner() {
+#ifdef MINIATTN_CUDNN_RUNNER
+  static std::shared_ptr<SdpaRunner> runner;
+  if (!runner) {
+    runner = std::make_shared<CudnnRunner>();
+    Kokkos::push_finalize_hook([] { runner.reset(); });
+  }
+  return runner;
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace miniattn::kernels
