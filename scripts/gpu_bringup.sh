@@ -15,10 +15,16 @@
 #       kokkos     scripts/build_kokkos.sh cuda (skipped when its prefix is complete)
 #       build      scripts/build_cuda.sh into build-gpu/ against the unpacked packages
 #       test       ctest: the whole suite but the NCCL (one GPU per rank) and Slurm tests
+#       cudnn      the cuDNN attention checks alone: ctest -L cudnn (reference checks of every
+#                  strategy, bitwise repeats), the bf16 kernel tests with cuDNN, one
+#                  1-rank training run with parallel.comm nccl and kernels.attention cudnn
 #       train      inputs/example.yaml on 1 rank
 #       reference  fp64 snapshots checked against the PyTorch float64 reference
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
 #       profile    Nsight Compute on the tensor-core kernels (not part of all)
+#   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
+#                                       with the bench narrowed to N = 32768 and the gemm kernel
+#                                       (MINIATTN_BENCH_* as set override it)
 #   scripts/gpu_bringup.sh cmake-args   print the CMake arguments that point at the unpacked
 #                                       packages (one a line), for a configure by hand
 #   scripts/gpu_bringup.sh env          print the PATH / LD_LIBRARY_PATH exports
@@ -149,7 +155,8 @@ fetch() {
   if [ -f "$third_party/SHA256SUMS" ]; then
     mkdir -p "$deps/third_party"
     cp -u "$third_party/SHA256SUMS" "$third_party"/kokkos-4.6.01.tar.gz \
-          "$third_party"/kokkos-kernels-4.6.02.tar.gz "$deps/third_party/"
+          "$third_party"/kokkos-kernels-4.6.02.tar.gz "$third_party"/cudnn-frontend-1.23.0.tar.gz \
+          "$deps/third_party/"
   else
     say "WARNING: no $third_party/SHA256SUMS: the GPU machine must find the Kokkos tarballs itself"
   fi
@@ -373,10 +380,30 @@ EOF
   die "MPICH from the Debian packages does not start 2 ranks here (see the messages above)"
 }
 
+# cuDNN as PyTorch's nvidia-cudnn wheel installs it (include/cudnn.h and
+# lib/libcudnn.so.9 under site-packages/nvidia/...), or CUDNN_ROOT.
+cudnn_root() {
+  local py header
+  if [ -n "${CUDNN_ROOT:-}" ]; then echo "$CUDNN_ROOT"; return 0; fi
+  py=$(find_python) || return 1
+  header=$("$py" -c '
+import glob, os, site
+for root in site.getsitepackages() + [site.getusersitepackages()]:
+    found = sorted(glob.glob(os.path.join(root, "nvidia", "**", "include", "cudnn.h"), recursive=True))
+    if found:
+        print(found[0])
+        break' 2> /dev/null) || return 1
+  [ -n "$header" ] || return 1
+  dirname "$(dirname "$header")"
+}
+
 setup_env() {
   [ -d "$runtime_lib" ] || die "$debroot is not unpacked: run 'scripts/gpu_bringup.sh unpack' first"
   export PATH="$debroot/usr/bin:$cuda_home/bin:$PATH"
   export LD_LIBRARY_PATH="$runtime_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # miniattn loads libcudnn.so.9 at run time (kernels.attention: cudnn).
+  local cudnn
+  if cudnn=$(cudnn_root) && [ -d "$cudnn/lib" ]; then export LD_LIBRARY_PATH="$cudnn/lib:$LD_LIBRARY_PATH"; fi
   # CMake's default generator needs make; the CUDA images have ninja.
   if ! command -v make > /dev/null && command -v ninja > /dev/null; then export CMAKE_GENERATOR=Ninja; fi
   # pkg-config sees the unpacked packages only: the image's own Open MPI has .pc
@@ -420,6 +447,13 @@ step_build() {
   local py args
   py=$(find_python) || die "no Python with torch, h5py and numpy (set MINIATTN_PYTHON)"
   mapfile -t args < <(cmake_args)
+  local cudnn
+  if cudnn=$(cudnn_root); then
+    say "cuDNN: $cudnn"
+    args+=(-DCUDNN_ROOT="$cudnn" -DMINIATTN_ENABLE_CUDNN=ON)
+  else
+    say "WARNING: no cuDNN found (PyTorch's nvidia-cudnn wheel or CUDNN_ROOT): kernels.attention cudnn not built"
+  fi
   "$root/scripts/build_cuda.sh" "${args[@]}" -DMINIATTN_VALIDATION_PYTHON="$py" -DPython3_EXECUTABLE="$py"
   local v
   for v in MPI_mpich_LIBRARY MPI_C_HEADER_DIR HDF5_hdf5_LIBRARY_RELEASE HDF5_C_INCLUDE_DIR MPIEXEC_EXECUTABLE; do
@@ -447,6 +481,21 @@ step_test() {
 }
 
 miniattn() { mpiexec.hydra -n 1 "$build/src/miniattn" "$@"; }
+
+# The cuDNN attention path on the GPU: the reference checks of every strategy
+# with kernels.attention cudnn, two identical runs bitwise equal, the bf16
+# kernel tests with real cuDNN calls (test_attention's cudnn suite,
+# test_cudnn_attention, the graphs), and one 1-rank training run with NCCL
+# (NCCL wants one GPU per rank: one rank is all one GPU shows).
+step_cudnn() {
+  setup_env
+  grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
+  cd "$build"
+  ctest --output-on-failure --no-tests=error -j 8 --timeout 900 -R '(cudnn|^test_attention[.])'
+  miniattn "$root/inputs/example.yaml" --set model.precision=bf16 --set kernels.attention=cudnn \
+           --set parallel.comm=nccl --set parallel.strategy=local --set parallel.layout=contiguous \
+           --set run.result="$results/train_cudnn_nccl.json"
+}
 
 step_train() {
   setup_env
@@ -512,7 +561,9 @@ step_bench() {
   done
   # bf16 (model.precision bf16): the gemm kernel and the tensor-core one, which
   # bench_attention first compares with gemm on the same operands (exit 1 on a mismatch).
-  for kernel in gemm tensor_core; do
+  local bf16_kernels=(gemm tensor_core)
+  if grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt"; then bf16_kernels+=(cudnn); fi
+  for kernel in "${bf16_kernels[@]}"; do
     say "bench_attention n=32768 Dh=64 H=4 bf16, $kernel kernel (reference bf16 GEMM 8192^3)"
     "$build/tests/attention/bench_attention" 32768 64 4 --precision=bf16 --reps=5 --gemm=8192 --kernel=$kernel |
       tee "$results/bench_attention_bf16_${kernel}_n32768.txt"
@@ -579,9 +630,13 @@ case "${1:-all}" in
   _step) mkdir -p "$results"; "step_$2" ;;
   -h|--help|help) sed -n '3,/^set -E/{/^set -E/d; s/^# \{0,1\}//; p}' "$0" ;;
   all) run_steps "${all_steps[@]}" ;;
+  session) export MINIATTN_BENCH_SEQ_LENS=${MINIATTN_BENCH_SEQ_LENS:-32768}
+           export MINIATTN_BENCH_FP32_KERNELS=${MINIATTN_BENCH_FP32_KERNELS:-gemm}
+           run_steps check unpack kokkos build cudnn bench ;;
   *)
     for s in "$@"; do
-      [[ " ${all_steps[*]} " == *" $s "* ]] || die "unknown step '$s' (fetch, all, ${all_steps[*]}, cmake-args, env)"
+      [[ " ${all_steps[*]} cudnn profile " == *" $s "* ]] ||
+        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, cmake-args, env)"
     done
     run_steps "$@" ;;
 esac
