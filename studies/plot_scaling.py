@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Figures and a markdown table from the JSON lines of scripts/scaling.py.
+"""Figures and a markdown table from the JSON lines of studies/scaling.py.
 
-  /usr/bin/python3 validation/plot_scaling.py results/scaling.jsonl --outdir docs/scaling
+  /usr/bin/python3 studies/plot_scaling.py results/scaling.jsonl --outdir studies/scaling
 
 writes into OUTDIR:
 
@@ -506,7 +506,7 @@ def probe(record):
 def write_summary(records, failed, skipped, outdir, note, figures):
     lines = ["# miniattn scaling study: numbers", "",
              note.replace("*", "\\*").replace("\n", "\n\n"), "",
-             "Produced by `validation/plot_scaling.py` from the JSON lines of `scripts/scaling.py`. "
+             "Produced by `studies/plot_scaling.py` from the JSON lines of `studies/scaling.py`. "
              "Step time: median over the steps after the first; where a configuration was run more "
              "than once (column `runs`), the fastest run is used, since other processes only add time. "
              "Speed-up and efficiencies are relative to the 1-rank `local` run of the same study. "
@@ -580,7 +580,7 @@ def write_summary(records, failed, skipped, outdir, note, figures):
             lines.append(f"| {r['study']['seq_len']} | {r['study']['ranks']} | {series_name(r)} | "
                          f"{att / MIB:.2f} / {att_m / MIB:.2f} | {grads / MIB:.3f} / {grads_m / MIB:.3f} |")
         lines.append("")
-    for title, group in (("Skipped runs (scripts/scaling.py --limit)", skipped), ("Failed runs", failed)):
+    for title, group in (("Skipped runs (studies/scaling.py --limit)", skipped), ("Failed runs", failed)):
         if not group:
             continue
         lines += [f"## {title}", "", "| mode | ranks | strategy | layout | seq_len | reason |",
@@ -600,8 +600,8 @@ def write_summary(records, failed, skipped, outdir, note, figures):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("results", help="JSON lines written by scripts/scaling.py")
-    p.add_argument("--outdir", default="docs/scaling", help="where the PNGs and summary.md go (default: %(default)s)")
+    p.add_argument("results", help="JSON lines written by studies/scaling.py")
+    p.add_argument("--outdir", default=str(Path(__file__).resolve().parent / "scaling"), help="where the PNGs and summary.md go (default: %(default)s)")
     args = p.parse_args(argv)
     records, failed, skipped = load(args.results)
     if not records:

@@ -25,10 +25,10 @@ parallelism). A weak-scaling point identical to a strong-scaling one already run
 `study.reused_from`, unless --no-reuse is given. With --resume the runs already in --out
 (same command, successful) are not run again, so an interrupted sweep can be continued.
 
-Example (the study of docs/scaling.md), then the figures:
-  /usr/bin/python3 scripts/scaling.py --ranks 1,2 --seq-lens 8192,16384 --seq-per-rank 8192 \
-      --limit rsa=8192 --out docs/scaling/results.jsonl
-  /usr/bin/python3 validation/plot_scaling.py docs/scaling/results.jsonl --outdir docs/scaling
+Example (the study of studies/scaling.md), then the figures:
+  /usr/bin/python3 studies/scaling.py --ranks 1,2 --seq-lens 8192,16384 --seq-per-rank 8192 \
+      --limit rsa=8192 --out studies/scaling/results.jsonl
+  /usr/bin/python3 studies/plot_scaling.py studies/scaling/results.jsonl --outdir studies/scaling
 """
 
 import argparse
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_MINIATTN = REPO / "build" / "src" / "miniattn"
 
 DEFAULT_DECK = """\
-# Base deck of the scaling study (written by scripts/scaling.py); the sweep sets
+# Base deck of the scaling study (written by studies/scaling.py); the sweep sets
 # model.seq_len, parallel.strategy, parallel.layout, train.steps and run.mode.
 model:
   vocab: 256

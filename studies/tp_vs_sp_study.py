@@ -35,7 +35,7 @@ ulysses), on a BERT-like non-causal model, and writes to --out:
 Rank counts above the cores of this machine are oversubscribed: their memory
 figures are exact, their timings are not timings and are marked so.
 
-usage: scripts/tp_vs_sp_study.py [--build build-openmp] [--out docs/scaling/tp_vs_sp]
+usage: studies/tp_vs_sp_study.py [--build build-openmp] [--out studies/scaling/tp_vs_sp]
 """
 import argparse
 import json
@@ -302,7 +302,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--build", default=os.path.join(ROOT, "build"))
     p.add_argument("--mpiexec", default="mpiexec")
-    p.add_argument("--out", default=os.path.join(ROOT, "docs", "scaling", "tp_vs_sp"))
+    p.add_argument("--out", default=os.path.join(ROOT, "studies", "scaling", "tp_vs_sp"))
     p.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     p.add_argument("--cores", type=int, default=os.cpu_count())
     p.add_argument("--batch", type=int, default=4, help="batch per rank (batch scaling) or in all (sequence scaling)")

@@ -7,7 +7,7 @@ perfect balance) for contiguous, zigzag and striped, with and without
 documents, from the document ids miniattn writes to a snapshot (so the
 documents are exactly the generator's).
 
-usage: scripts/document_balance.py [--exe build/src/miniattn] [--seq-len 4096] [--batch 32]
+usage: studies/document_balance.py [--exe build/src/miniattn] [--seq-len 4096] [--batch 32]
 """
 import argparse
 import os
