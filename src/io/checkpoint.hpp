@@ -7,7 +7,7 @@
 //   /optim/m/<name>     AdamW first moment  (absent for sgd)
 //   /optim/v/<name>     AdamW second moment (absent for sgd)
 //   attributes on "/":  step (the next step to run), optimizer_steps, seed,
-//                       optimizer, checksum_algorithm, and the config
+//                       optimizer, task, checksum_algorithm, and the config
 //                       (io::write_config_attributes; "precision" is the stored
 //                       float type of every dataset above)
 //   attribute "checksum" on every dataset: CRC-32 (zlib) of the dataset's
@@ -18,11 +18,13 @@
 // read by any other, and in either precision. Every problem on reading is an
 // InputError naming the file (and the dataset), raised on every rank together.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
+#include "core/error.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 
@@ -33,6 +35,44 @@ struct CheckpointState {
   std::int64_t step = 0;             // the next step to run
   std::int64_t optimizer_steps = 0;  // Optimizer::steps_taken() (Adam bias correction)
   std::uint64_t seed = 0;
+};
+
+// What read_checkpoint gives back: the state, and one line per change the deck
+// makes on purpose (review_restart), for rank 0 to print.
+struct CheckpointRead : CheckpointState {
+  std::vector<std::string> warnings;
+};
+
+// A restart continues a run, so the deck must describe the run the checkpoint
+// holds. The keys compared, and whether a change is refused or taken with a
+// warning, are one table in checkpoint.cpp (restart_keys; docs/design.md 4.8).
+//
+// The checkpoint's values of those keys, as the deck would write them
+// ("model.positions" -> "learned"); a key whose attribute the file predates is
+// absent.
+using HeldConfig = std::map<std::string, std::string>;
+
+// What a checkpoint written under `config` holds.
+HeldConfig held_config_of(const Config& config);
+
+struct RestartReview {
+  // Empty, or the first refused change: "<key>: checkpoint <path> holds <held>,
+  // the deck says <deck> (<why>)".
+  std::string refusal;
+  // One line per key changed on purpose, then at most one naming the keys the
+  // file is too old to hold.
+  std::vector<std::string> warnings;
+};
+
+// The deck against what the checkpoint at `path` holds. Pure: the same on
+// every rank given the same values.
+RestartReview review_restart(const HeldConfig& held, const Config& deck, const std::string& path);
+
+// read_checkpoint's refusal of a deck that changes the run: an input error
+// whose message begins with the deck key at fault (not with io.restart).
+class RestartRefused : public InputError {
+ public:
+  using InputError::InputError;
 };
 
 // Collective over grid.world. adam_m / adam_v may be null (sgd): no /optim is
@@ -46,15 +86,17 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
 
 // Collective over grid.world. Reads the parameters (and the moments, when
 // adam_m / adam_v are given) into this rank's buffers, verifying every
-// dataset's checksum and the model sizes against the config (precision may
-// differ). A checkpoint without moments cannot be read into an AdamW run;
-// moments in the file are ignored when none are asked for. After an error the
-// buffers are unspecified (on a host backend they may hold part of the file).
+// dataset's checksum. Before reading any dataset it reviews the config
+// (review_restart): a refused change throws RestartRefused on every rank, the
+// warnings come back with the state. Precision and rank layout may differ. A
+// checkpoint without moments cannot be read into an AdamW run; moments in the
+// file are ignored when none are asked for. After an error the buffers are
+// unspecified (on a host backend they may hold part of the file).
 template <class T>
-CheckpointState read_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
-                                const ProcessGrid& grid, const std::vector<index_t>& positions,
-                                const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m,
-                                const ParameterBuffers<T>* adam_v);
+CheckpointRead read_checkpoint(const std::string& path, const Config& config, const ParameterLayout& layout,
+                               const ProcessGrid& grid, const std::vector<index_t>& positions,
+                               const ParameterBuffers<T>& params, const ParameterBuffers<T>* adam_m,
+                               const ParameterBuffers<T>* adam_v);
 
 // CRC-32 of `bytes` bytes appended to a running `crc` (start from 0). Exposed
 // for tests and tools.

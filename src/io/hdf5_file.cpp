@@ -659,6 +659,20 @@ bool Hdf5File::has_dataset(const std::string& dataset) const {
   return dataset_exists(impl_->file, dataset);
 }
 
+bool Hdf5File::has_attribute(const std::string& object, const std::string& name) const {
+  const Impl& f = *impl_;
+  f.require_open("has_attribute");
+  QuietHdf5Errors quiet;
+  bool exists = false;
+  agree(f.comm, attempt([&] {
+          Handle holder = f.open_object(object);
+          const htri_t found = H5Aexists(holder.get(), name.c_str());
+          if (found < 0) fail_hdf5(f.path + ": cannot look up attribute " + name + " on " + object);
+          exists = found > 0;
+        }));
+  return exists;
+}
+
 std::vector<std::uint64_t> Hdf5File::dataset_shape(const std::string& dataset) const {
   const Impl& f = *impl_;
   f.require_open("dataset_shape");

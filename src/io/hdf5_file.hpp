@@ -73,6 +73,8 @@ class Hdf5File {
   std::int64_t get_int_attribute(const std::string& object, const std::string& name) const;
   double get_double_attribute(const std::string& object, const std::string& name) const;
   std::string get_string_attribute(const std::string& object, const std::string& name) const;
+  // Collective: the same answer on all ranks (older files may lack an attribute newer ones carry).
+  bool has_attribute(const std::string& object, const std::string& name) const;
 
   // Collective: flush, close and rename the temporary file onto its final path.
   void commit();

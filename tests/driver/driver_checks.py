@@ -10,7 +10,8 @@ non-zero with a message when the check fails:
   bad_input          malformed decks and command lines exit with status 2, naming the key,
                      before any work and without touching existing output files
   checkpoint_restart a restart continues bitwise on the same ranks, within rounding on others;
-                     a run killed while checkpointing leaves the previous checkpoint usable
+                     a run killed while checkpointing leaves the previous checkpoint usable;
+                     a deck changing the model's definition is refused, a deliberate change said once
   faults             a NaN stops the run naming step and layer; a failure on one rank of
                      four ends every rank within seconds; one rank seeing less memory
                      makes every rank refuse the run (exit 2), none hangs
@@ -634,6 +635,7 @@ def checkpoint_restart(c):
     bad = c.run(2, *base, "io.restart=ck3.h5", "io.snapshot=early.h5", "io.snapshot_step=1", deck=deck, expect=2)
     if "io.snapshot_step" not in bad.stderr:
         fail(f"a snapshot step before the restart point: message does not name io.snapshot_step: {bad.stderr!r}")
+    restart_says_what_changed(c, deck, base)
     # A checkpoint that cannot be written mid-run (here: a file size limit
     # that a rank's first rows of parameters exceed, as on a full disk) is a
     # runtime failure, exit 1 on every rank, and leaves the previous
@@ -662,6 +664,37 @@ def checkpoint_restart(c):
             fail(f"a failed checkpoint write on rank {rank} left {leftovers} behind")
         print(f"a checkpoint write failure on rank {rank} (file size limit {limit_kib} KiB) exits 1; "
               "the previous checkpoint is intact")
+
+
+def restart_says_what_changed(c, deck, base):
+    """A restart continues a run: a deck that changes the model's definition is
+    refused (exit 2, naming the key and both values) before anything is written,
+    even a checkpoint going on in place; a deliberate change runs, said once."""
+    shutil.copy(c.path("ck3.h5"), c.path("in_place.h5"))
+    before = open(c.path("in_place.h5"), "rb").read()
+    bad = c.run(2, *base, "io.restart=in_place.h5", "io.checkpoint=in_place.h5", "model.positions=rope",
+                deck=deck, expect=2)
+    want = "miniattn: error: model.positions: checkpoint in_place.h5 holds learned, the deck says rope ("
+    if want not in bad.stderr:
+        fail(f"learned -> rope restart: stderr {bad.stderr!r} lacks {want!r}")
+    if open(c.path("in_place.h5"), "rb").read() != before:
+        fail("a refused restart changed the checkpoint")
+    leftovers = [n for n in os.listdir(c.scratch) if n.startswith("in_place.h5") and n != "in_place.h5"]
+    if leftovers:
+        fail(f"a refused restart left {leftovers} behind")
+    print("a learned -> rope restart exits 2 naming model.positions; the checkpoint is untouched")
+    # A new rope_theta (context extension) is taken with one warning line, from rank 0 alone.
+    rope = ["model.positions=rope", "model.rope_theta=10000"]
+    c.run(2, *base[:2], "train.steps=3", *rope, "io.checkpoint=ck3_rope.h5", deck=deck)
+    proc = c.run(2, *base, "io.restart=ck3_rope.h5", "model.positions=rope", "model.rope_theta=40000", deck=deck)
+    said = [l for l in proc.stdout.splitlines() if l.startswith("miniattn: warning: ") and "ck3_rope.h5" in l]
+    if len(said) != 1 or not said[0].startswith("miniattn: warning: model.rope_theta: checkpoint ck3_rope.h5 "
+                                                "holds 10000, the deck says 40000 ("):
+        fail(f"a rope_theta restart: expected one warning line naming model.rope_theta, got {said}")
+    print(f"a rope_theta restart runs with one warning: {said[0]}")
+    proc = c.run(2, *base, "io.restart=ck3_rope.h5", *rope, deck=deck)
+    if any("ck3_rope.h5" in l for l in proc.stdout.splitlines() if "warning" in l):
+        fail(f"a restart of the same run warned:\n{proc.stdout}")
 
 
 def threads(c):

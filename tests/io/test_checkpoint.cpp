@@ -1,6 +1,7 @@
 // Restart checkpoints: bitwise round trips (fp64, fp32, sgd), reading with
-// another rank layout and another precision, and clean errors on every rank
-// for corrupted, foreign, truncated and mismatched files.
+// another rank layout and another precision, clean errors on every rank for
+// corrupted, foreign, truncated and mismatched files, and the review of a
+// restart's deck against the checkpoint (refused and warned keys).
 // Runs under mpiexec with 1, 2 and 3 ranks.
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -40,7 +42,13 @@ using miniattn::ParameterInfo;
 using miniattn::ParameterLayout;
 using miniattn::Precision;
 using miniattn::ProcessGrid;
+using miniattn::PositionEncoding;
+using miniattn::io::CheckpointRead;
 using miniattn::io::CheckpointState;
+using miniattn::io::held_config_of;
+using miniattn::io::HeldConfig;
+using miniattn::io::RestartReview;
+using miniattn::io::review_restart;
 using miniattn::io::read_checkpoint;
 using miniattn::io::write_checkpoint;
 
@@ -97,8 +105,15 @@ Config make_config(Layout layout, int dp, OptimizerKind optimizer = OptimizerKin
   c.parallel.layout = layout;
   c.parallel.dp = dp;
   c.train.optimizer = optimizer;
-  c.train.seed = 777;
+  c.train.seed = 0xfedcba9876543210ULL;  // above INT64_MAX: stored as its bit pattern
   return c;
+}
+
+// The state a run of `c` writes (a restart compares its seed with the deck's).
+CheckpointState state_of(const Config& c) {
+  CheckpointState state;
+  state.seed = c.train.seed;
+  return state;
 }
 
 // The grid, positions and parameter layout of one rank layout.
@@ -213,10 +228,9 @@ void round_trip(const Config& writer_config, const std::vector<Config>& readers,
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
-  CheckpointState state;
+  CheckpointState state = state_of(writer_config);
   state.step = 17;
   state.optimizer_steps = 16;
-  state.seed = 0xfedcba9876543210ULL;  // above INT64_MAX: stored as its bit pattern
   {
     RankSetup w(writer_config);
     auto params = make_buffers<W>(w, 1, "p");
@@ -232,17 +246,19 @@ void round_trip(const Config& writer_config, const std::vector<Config>& readers,
     }
   }
   for (const Config& reader_config : readers) {
-    SCOPED_TRACE("read with dp=" + std::to_string(reader_config.parallel.dp) + " " + miniattn::to_string(reader_config.parallel.layout));
+    SCOPED_TRACE("read with dp=" + std::to_string(reader_config.parallel.dp) + " " +
+                 miniattn::to_string(reader_config.parallel.layout));
     RankSetup r(reader_config);
     ParameterBuffers<T> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
     params.fill(T(-1));
     m.fill(T(-1));
     v.fill(T(-1));
-    const CheckpointState got = read_checkpoint<T>(path, r.config, r.layout, r.grid, r.positions, params,
-                                                   moments ? &m : nullptr, moments ? &v : nullptr);
+    const CheckpointRead got = read_checkpoint<T>(path, r.config, r.layout, r.grid, r.positions, params,
+                                                  moments ? &m : nullptr, moments ? &v : nullptr);
     EXPECT_EQ(got.step, state.step);
     EXPECT_EQ(got.optimizer_steps, state.optimizer_steps);
     EXPECT_EQ(got.seed, state.seed);
+    EXPECT_TRUE(got.warnings.empty()) << got.warnings.front();  // another layout or precision is the same run
     EXPECT_EQ((global_mismatches<W, T>(r, params, 1)), 0);
     if (moments) {
       EXPECT_EQ((global_mismatches<W, T>(r, m, 2)), 0);
@@ -272,7 +288,8 @@ TEST(Checkpoint, RoundTripSgdWithoutMoments) {
 TEST(Checkpoint, ReadWithAnotherRankLayout) {
   const int n = world_size();
   round_trip<double, double>(make_config(Layout::zigzag, 1),
-                             {make_config(Layout::contiguous, n), make_config(Layout::contiguous, 1), make_config(Layout::zigzag, n)},
+                             {make_config(Layout::contiguous, n), make_config(Layout::contiguous, 1),
+                              make_config(Layout::zigzag, n)},
                              true);
   round_trip<double, double>(make_config(Layout::contiguous, n), {make_config(Layout::zigzag, 1)}, true);
 }
@@ -325,7 +342,7 @@ TEST(Checkpoint, CorruptedByteIsAChecksumMismatchNamingTheDataset) {
     auto params = make_buffers<double>(w, 1, "p");
     auto m = make_buffers<double>(w, 2, "m");
     auto v = make_buffers<double>(w, 3, "v");
-    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, CheckpointState{});
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
   }
   const std::vector<std::string> datasets = {"/params/blocks.0.ffn.fc1.weight", "/params/wpe", "/optim/m/wte"};
   for (std::size_t k = 0; k < datasets.size(); ++k) {
@@ -351,7 +368,143 @@ TEST(Checkpoint, CorruptedByteIsAChecksumMismatchNamingTheDataset) {
   EXPECT_EQ((global_mismatches<double, float>(r, m, 2)), 0);
 }
 
-TEST(Checkpoint, ModelSizeMismatch) {
+// ---------------------------------------------------------------------------
+// A restart's deck against the checkpoint (review_restart): the function alone.
+
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
+// The review of a restart under `deck` from a checkpoint written under `held`.
+RestartReview review(const Config& held, const Config& deck) {
+  return review_restart(held_config_of(held), deck, "ck.h5");
+}
+
+std::string definition_refusal(const std::string& key, const std::string& held, const std::string& deck) {
+  return key + ": checkpoint ck.h5 holds " + held + ", the deck says " + deck +
+         " (a restart continues the run; start a new run with io.init to change the model's definition)";
+}
+
+TEST(RestartReview, TheSameRunIsTakenSilently) {
+  const Config c = make_config(Layout::contiguous, 1);
+  Config other = c;  // what a restart may change freely: procedure, precision, decomposition
+  other.train.lr = 3e-4;
+  other.train.steps = 99;
+  other.train.weight_decay = 0.5;
+  other.train.grad_clip = 0;
+  other.train.micro_batches = 2;
+  other.model.precision = Precision::bf16;
+  other.parallel.layout = Layout::zigzag;
+  other.parallel.dp = 3;
+  other.parallel.strategy = miniattn::Strategy::ring;
+  other.model.rope_theta = 500000;  // unused by learned positions
+  const RestartReview r = review(c, other);
+  EXPECT_EQ(r.refusal, "");
+  EXPECT_TRUE(r.warnings.empty()) << r.warnings.front();
+}
+
+TEST(RestartReview, ADefinitionChangeIsRefusedNamingKeyAndBothValues) {
+  const Config c = make_config(Layout::contiguous, 1);
+  Config rope = c;
+  rope.model.positions = PositionEncoding::rope;
+  EXPECT_EQ(review(c, rope).refusal, definition_refusal("model.positions", "learned", "rope"));
+  EXPECT_EQ(review(rope, c).refusal, definition_refusal("model.positions", "rope", "learned"));
+  Config other = c;
+  other.model.causal = false;
+  EXPECT_EQ(review(c, other).refusal, definition_refusal("model.causal", "true", "false"));
+  other = c;
+  other.model.window = 5;
+  EXPECT_EQ(review(c, other).refusal, definition_refusal("model.window", "0", "5"));
+  other = c;
+  other.model.kv_heads = 1;  // resolved: 0 means heads (2)
+  EXPECT_EQ(review(c, other).refusal, definition_refusal("model.kv_heads", "2", "1"));
+  other.model.kv_heads = 2;
+  EXPECT_EQ(review(c, other).refusal, "");
+  other = c;
+  other.model.heads = 4;
+  EXPECT_EQ(review(c, other).refusal, definition_refusal("model.heads", "2", "4"));
+  other = c;
+  other.train.seed = 1;
+  EXPECT_EQ(review(c, other).refusal, "train.seed: checkpoint ck.h5 holds 18364758544493064720, the deck says 1 "
+                                      "(a restart continues the run and its data stream; start a new run with "
+                                      "io.init to change the seed)");
+  // Several changes: the first key of the table is named, deliberate ones do not hide it.
+  other = rope;
+  other.model.layers = 3;
+  other.data.documents = true;
+  EXPECT_EQ(review(c, other).refusal, definition_refusal("model.layers", "1", "3"));
+}
+
+TEST(RestartReview, DeliberateChangesWarnOncePerKey) {
+  Config c = make_config(Layout::contiguous, 1);
+  c.model.positions = PositionEncoding::rope;
+  Config other = c;
+  other.model.rope_theta = 500000;
+  RestartReview r = review(c, other);
+  EXPECT_EQ(r.refusal, "");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "model.rope_theta: checkpoint ck.h5 holds 10000, the deck says 500000 (continuing with "
+                           "500000: the rotary angles change from this step on, as in a context extension)");
+  other.data.documents = true;
+  other.data.task = miniattn::DataTask::lookup;
+  other.model.batch = 12;
+  other.train.optimizer = OptimizerKind::sgd;
+  r = review(c, other);
+  EXPECT_EQ(r.refusal, "");
+  ASSERT_EQ(r.warnings.size(), 5u);  // one per key, in the table's order
+  const std::vector<std::string> keys = {"model.rope_theta", "model.batch", "train.optimizer", "data.documents",
+                                         "data.task"};
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    EXPECT_TRUE(starts_with(r.warnings[i], keys[i] + ": ")) << r.warnings[i];
+  EXPECT_EQ(r.warnings[2], "train.optimizer: checkpoint ck.h5 holds adamw, the deck says sgd (continuing with sgd, "
+                           "which keeps no state: the checkpoint's adamw moments are not read; the step count goes "
+                           "on)");
+  EXPECT_EQ(r.warnings[3], "data.documents: checkpoint ck.h5 holds false, the deck says true (from this step on a "
+                           "sample packs several documents and attention stays within each)");
+}
+
+// AdamW continues from its moments and step count; an sgd checkpoint has none.
+TEST(RestartReview, AdamwFromAnSgdCheckpointIsRefused) {
+  const Config sgd = make_config(Layout::contiguous, 1, OptimizerKind::sgd);
+  const RestartReview r = review(sgd, make_config(Layout::contiguous, 1, OptimizerKind::adamw));
+  EXPECT_EQ(r.refusal, "train.optimizer: checkpoint ck.h5 holds sgd, the deck says adamw (the checkpoint holds no "
+                       "adamw moments to continue from; start a new run with io.init to change the optimizer)");
+}
+
+TEST(RestartReview, KeysAnOldFileLacksAreNamedInOneWarning) {
+  const Config c = make_config(Layout::contiguous, 1);
+  HeldConfig held = held_config_of(c);
+  held.erase("model.kv_heads");
+  held.erase("data.task");
+  Config other = c;
+  other.model.kv_heads = 1;  // cannot be checked: taken (the datasets' shapes still are)
+  const RestartReview r = review_restart(held, other, "old.h5");
+  EXPECT_EQ(r.refusal, "");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "io.restart: old.h5 was written before checkpoints held model.kv_heads, data.task: a "
+                           "change of these keys could not be checked");
+}
+
+// ---------------------------------------------------------------------------
+// The review inside read_checkpoint.
+
+// Runs `body`, expecting RestartRefused with exactly `message` on every rank.
+void expect_restart_refused(const std::function<void()>& body, const std::string& message) {
+  std::string got = "(nothing thrown)";
+  try {
+    body();
+  } catch (const miniattn::io::RestartRefused& e) {
+    got = e.what();
+  } catch (const std::exception& e) {
+    got = std::string("another error: ") + e.what();
+  }
+  EXPECT_EQ(got, message) << "rank " << world_rank();
+}
+
+std::vector<char> file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+TEST(Checkpoint, DefinitionChangeIsRefusedBeforeReadingAndLeavesTheFile) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
@@ -359,34 +512,96 @@ TEST(Checkpoint, ModelSizeMismatch) {
   {
     RankSetup w(c);
     auto params = make_buffers<double>(w, 1, "p");
-    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, {});
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, state_of(c));
   }
-  const auto expect_refused = [&](const Config& deck, const std::string& message) {
+  const std::vector<char> before = world_rank() == 0 ? file_bytes(path) : std::vector<char>{};
+  const auto expect_refused = [&](const Config& deck, const std::string& key, const std::string& held,
+                                  const std::string& says) {
     RankSetup r(deck);
     ParameterBuffers<double> params(r.layout, "p");
-    expect_input_error(
+    expect_restart_refused(
         [&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, nullptr, nullptr); },
-        {path + ": " + message});
+        key + ": checkpoint " + path + " holds " + held + ", the deck says " + says +
+            " (a restart continues the run; start a new run with io.init to change the model's definition)");
   };
   Config other = c;
+  other.model.positions = PositionEncoding::rope;  // no wpe: the layout alone would not notice
+  expect_refused(other, "model.positions", "learned", "rope");
+  other = c;
+  other.model.causal = false;
+  expect_refused(other, "model.causal", "true", "false");
+  other = c;
+  other.model.window = 4;
+  expect_refused(other, "model.window", "0", "4");
+  other = c;
   other.model.d_model = 16;
-  expect_refused(other, "checkpoint holds model.d_model 8, the deck says 16");
+  expect_refused(other, "model.d_model", "8", "16");
   other = c;
   other.model.ffn = 24;
-  expect_refused(other, "checkpoint holds model.ffn 32, the deck says 24");
+  expect_refused(other, "model.ffn", "32", "24");
   other = c;
   other.model.seq_len = 24;
-  expect_refused(other, "checkpoint holds model.seq_len 12, the deck says 24");
+  expect_refused(other, "model.seq_len", "12", "24");
   other = c;
   other.model.vocab = 13;
-  expect_refused(other, "checkpoint holds model.vocab 11, the deck says 13");
-  // Sizes that do not change the parameters' shapes are still refused.
+  expect_refused(other, "model.vocab", "11", "13");
   other = c;
-  other.model.heads = 4;
-  expect_refused(other, "checkpoint holds model.heads 2, the deck says 4");
+  other.model.heads = 4;  // the same parameter shapes, another function
+  expect_refused(other, "model.heads", "2", "4");
+  if (world_rank() == 0) {
+    EXPECT_TRUE(file_bytes(path) == before);
+  }
 }
 
-TEST(Checkpoint, SgdCheckpointIntoAdamwRunNamesTheMissingMoments) {
+// Removes attributes on "/" (rank 0, serial HDF5), as a file written before they existed.
+void remove_root_attributes(const std::string& path, const std::vector<std::string>& names) {
+  if (world_rank() == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(file, 0);
+    const hid_t root = H5Gopen2(file, "/", H5P_DEFAULT);
+    for (const std::string& name : names) EXPECT_GE(H5Adelete(root, name.c_str()), 0) << name;
+    H5Gclose(root);
+    H5Fclose(file);
+  }
+  barrier();
+}
+
+TEST(Checkpoint, DeliberateChangesAndOldFilesComeBackAsWarnings) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  Config c = make_config(Layout::contiguous, 1);
+  c.model.positions = PositionEncoding::rope;
+  {
+    RankSetup w(c);
+    auto params = make_buffers<double>(w, 1, "p");
+    auto m = make_buffers<double>(w, 2, "m");
+    auto v = make_buffers<double>(w, 3, "v");
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
+  }
+  Config deck = c;
+  deck.model.rope_theta = 1e6;
+  {
+    RankSetup r(deck);
+    ParameterBuffers<double> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+    const CheckpointRead got = read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
+    ASSERT_EQ(got.warnings.size(), 1u);
+    EXPECT_TRUE(starts_with(got.warnings[0], "model.rope_theta: checkpoint " + path +
+                                                 " holds 10000, the deck says 1000000 ("))
+        << got.warnings[0];
+    EXPECT_EQ((global_mismatches<double, double>(r, params, 1)), 0);
+  }
+  // A file from before kv_heads and positions were stored: read, with one warning naming them.
+  remove_root_attributes(path, {"kv_heads", "positions"});
+  RankSetup r(c);
+  ParameterBuffers<double> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+  const CheckpointRead got = read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_EQ(got.warnings[0], "io.restart: " + path + " was written before checkpoints held model.kv_heads, "
+                             "model.positions: a change of these keys could not be checked");
+}
+
+TEST(Checkpoint, SgdCheckpointIntoAdamwRunIsRefused) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
@@ -394,12 +609,17 @@ TEST(Checkpoint, SgdCheckpointIntoAdamwRunNamesTheMissingMoments) {
   {
     RankSetup w(c);
     auto params = make_buffers<double>(w, 1, "p");
-    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, {});
+    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, nullptr, nullptr, state_of(c));
   }
   RankSetup r(make_config(Layout::contiguous, 1, OptimizerKind::adamw));
   ParameterBuffers<double> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
-  expect_input_error([&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v); },
-                     {path + ": dataset /optim/m/wte not found", "adamw"});
+  const auto read = [&] { read_checkpoint<double>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v); };
+  expect_restart_refused(read, "train.optimizer: checkpoint " + path + " holds sgd, the deck says adamw (the "
+                               "checkpoint holds no adamw moments to continue from; start a new run with io.init "
+                               "to change the optimizer)");
+  // A file from before the optimizer was stored: the missing moments still say why.
+  remove_root_attributes(path, {"optimizer"});
+  expect_input_error(read, {path + ": dataset /optim/m/wte not found", "adamw"});
 }
 
 TEST(Checkpoint, FileThatIsNotACheckpoint) {
@@ -427,7 +647,8 @@ TEST(Checkpoint, TruncatedFile) {
   const std::string path = dir.file("ckpt.h5");
   RankSetup s(make_config(Layout::contiguous, 1));
   auto params = make_buffers<double>(s, 1, "p");
-  write_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr, {});
+  write_checkpoint<double>(path, s.config, s.layout, s.grid, s.positions, params, nullptr, nullptr,
+                           state_of(s.config));
   if (world_rank() == 0) fs::resize_file(path, fs::file_size(path) / 2);
   barrier();
   expect_input_error(
