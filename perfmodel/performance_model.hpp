@@ -149,6 +149,13 @@ struct StepConfig : Decomposition {
 // "" when the decomposition can run, else the deck validator's message for it
 // (validate_config: "key: reason", e.g. "parallel.tp: must divide model.heads ...").
 std::string step_config_problem(const StepConfig& config);
+// The same judged on `ranks` ranks (the strategy search's candidates).
+std::string validator_problem(const StepConfig& config, int ranks);
+
+// The memory plan of the stage that needs the most: the run checks every
+// rank's plan, so that one decides whether it fits (stage 0 in practice: pp
+// micro-batches in flight, the embedding, the extra layer of an uneven split).
+MemoryPlan largest_memory_plan(const StepConfig& config);
 
 // step_seconds = compute_seconds + exchange_seconds - hidden_seconds + bubble_seconds,
 // each of stage 0's ranks (with pp = 1: the only stage; bubble_seconds = 0).
