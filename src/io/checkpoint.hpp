@@ -18,13 +18,13 @@
 // read by any other, and in either precision. Every problem on reading is an
 // InputError naming the file (and the dataset), raised on every rank together.
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "io/restart_review.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 
@@ -41,38 +41,6 @@ struct CheckpointState {
 // makes on purpose (review_restart), for rank 0 to print.
 struct CheckpointRead : CheckpointState {
   std::vector<std::string> warnings;
-};
-
-// A restart continues a run, so the deck must describe the run the checkpoint
-// holds. The keys compared, and whether a change is refused or taken with a
-// warning, are one table in checkpoint.cpp (restart_keys; docs/design.md 4.8).
-//
-// The checkpoint's values of those keys, as the deck would write them
-// ("model.positions" -> "learned"); a key whose attribute the file predates is
-// absent.
-using HeldConfig = std::map<std::string, std::string>;
-
-// What a checkpoint written under `config` holds.
-HeldConfig held_config_of(const Config& config);
-
-struct RestartReview {
-  // Empty, or the first refused change: "<key>: checkpoint <path> holds <held>,
-  // the deck says <deck> (<why>)".
-  std::string refusal;
-  // One line per key changed on purpose, then at most one naming the keys the
-  // file is too old to hold.
-  std::vector<std::string> warnings;
-};
-
-// The deck against what the checkpoint at `path` holds. Pure: the same on
-// every rank given the same values.
-RestartReview review_restart(const HeldConfig& held, const Config& deck, const std::string& path);
-
-// read_checkpoint's refusal of a deck that changes the run: an input error
-// whose message begins with the deck key at fault (not with io.restart).
-class RestartRefused : public InputError {
- public:
-  using InputError::InputError;
 };
 
 // Collective over grid.world. adam_m / adam_v may be null (sgd): no /optim is

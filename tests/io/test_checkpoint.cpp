@@ -25,6 +25,7 @@
 #include "io/checkpoint.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/parameter_io.hpp"
+#include "io/restart_review.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/parameters.hpp"
 #include "mpi_test_util.hpp"
