@@ -195,7 +195,8 @@ Config parse_config(const std::string& deck_path, const std::vector<std::string>
 // Same, from YAML text (tests).
 Config parse_config_text(const std::string& yaml_text, const std::vector<std::string>& overrides, int world_size);
 
-// --- additions (config.cpp) ------------------------------------------------
+// --- additions (config.cpp; validate_config: config_validation.cpp; config_to_yaml:
+// config_yaml.cpp; operator==: config_fields.cpp) ---------------------------------
 
 // The checks parse_config() runs after all overrides, for a Config built in
 // code. Throws InputError naming the key and the reason.

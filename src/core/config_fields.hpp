@@ -39,7 +39,16 @@ struct Field {
 const std::vector<Field>& fields();
 const std::vector<std::string>& sections();
 
-// Text helpers of the parser's and the validator's messages (config.cpp).
+// One lambda per FieldRef alternative, for std::visit over a field's ref: the
+// parser, the YAML writer and operator== each visit the table this way.
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// Text helpers of the parser's and the validator's messages (config_fields.cpp).
 std::string join(const std::vector<std::string>& items, const char* separator = ", ");
 // The shortest decimal text that reads back as exactly the same double,
 // always with a '.' in the mantissa so that YAML 1.1 readers see a float.
