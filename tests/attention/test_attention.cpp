@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -1217,4 +1218,34 @@ TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
   EXPECT_EQ(cases, 8 * 3 * 6);  // (sp, ulysses) pairs x layouts x masks
   std::printf("cudnn in %d strategy cases: worst error / (plain bf16 error + 1e-4) = %.2f\n", cases,
               rule.worst_ratio);
+}
+
+// cuDNN's backward refuses a call of one query and one key; a window of 2
+// gives one where a ring step's block shows only its corner pair: the query
+// at position 12 against the key at 11, fed as the first of two key blocks
+// (the second, the diagonal one, gives the rows their other key). The cudnn
+// kernel computes that pair itself: the gradients must be the gemm kernel's
+// within bf16 rounding, and the pair's key must receive one.
+TEST(AttentionCudnn, SinglePairCallMatchesGemm) {
+  using miniattn::bf16;
+  const MaskCase window2{"causal window 2", true, 2};
+  const Problem p = rounded<bf16>(make_problem(2, 3, 8, range_positions(12, 24), range_positions(0, 24), 4101));
+  const std::vector<Problem> blocks = {key_block(p, 0, 12), key_block(p, 12, 24)};
+  const auto g = rounded<bf16>(random_values(p.q.size(), 4102));
+  const KernelUnderTest before = kernel_under_test;
+  kernel_under_test = {AttentionKernel::cudnn, false, "cudnn"};
+  const Gradients by_cudnn = kernel_backward<bf16>(p, blocks, window2, {8, 8}, g);
+  kernel_under_test = {AttentionKernel::gemm, false, "gemm"};
+  const Gradients by_gemm = kernel_backward<bf16>(p, blocks, window2, {8, 8}, g);
+  kernel_under_test = before;
+  const Gradients exact = naive_backward(p, window2, g);
+  for (const auto& [got, gemm, truth, what] :
+       {std::tuple{&by_cudnn.dq, &by_gemm.dq, &exact.dq, "dq"}, std::tuple{&by_cudnn.dk, &by_gemm.dk, &exact.dk, "dk"},
+        std::tuple{&by_cudnn.dv, &by_gemm.dv, &exact.dv, "dv"}}) {
+    EXPECT_LT(relative_error(*got, *gemm), 1e-2) << what;
+    EXPECT_LT(relative_error(*got, *truth), 1e-2) << what;
+  }
+  double key_11 = 0.0;  // sample 0, head 0, key 11: its dk comes from the single pair alone
+  for (index_t d = 0; d < p.dh; ++d) key_11 = std::max(key_11, std::fabs(by_cudnn.dk[static_cast<std::size_t>(11 * p.dh + d)]));
+  EXPECT_GT(key_11, 1e-3) << "the single pair's key received no gradient";
 }

@@ -39,8 +39,9 @@ bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row);
 // is not to be relied on). No calls and no fallback: the block shows nothing.
 struct BlockPlan {
   std::vector<CudnnCall> calls;
-  // true: cuDNN cannot express this block exactly; the whole block goes to the gemm kernel
-  // (which applies the project's own mask) and calls is empty.
+  // true: the whole block goes to the gemm kernel (which applies the project's own mask) and calls
+  // is empty: cuDNN cannot express it exactly, or only with a query row or a key row split over
+  // several calls (each part rounded to bf16: block_plan.cpp, rows_shared).
   bool whole_block_fallback = false;
 };
 

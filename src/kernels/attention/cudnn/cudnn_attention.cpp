@@ -75,6 +75,47 @@ void copy_call_lse(const CudnnCall& call, const View3<const float>& lse, const V
       });
 }
 
+// cuDNN's backward refuses a call of one query and one key (s_q = s_kv = 1),
+// which a window gives where all a block shows is its corner pair: that
+// pair's share of the gradients, computed here and written where cuDNN writes
+// a call's (dq's row in `rows`, the key's dk, dv), delta being D = rowsum(dO O).
+void single_pair_backward(const CudnnCall& call, const View4<const bf16>& q, const View4<const bf16>& k,
+                          const View4<const bf16>& v, const View4<const bf16>& dout, const View3<const float>& lse,
+                          const View3<const float>& delta, const CudnnBlocks& blocks) {
+  const index_t i = call.query_offset, j = call.key_offset;
+  const index_t kv_heads = k.extent(1), dh = q.extent(3), group = q.extent(1) / kv_heads;
+  const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
+  const View4<bf16> dq = blocks.rows, dk = blocks.dk, dv = blocks.dv;
+  Kokkos::parallel_for(
+      "miniattn::cudnn_single_pair_backward", RowPolicy(0, q.extent(0) * kv_heads), KOKKOS_LAMBDA(const index_t bg) {
+        const index_t b = bg / kv_heads, g = bg % kv_heads;
+        const auto pair = [&](index_t h, float& p, float& ds) {  // query head h against the key
+          float s = 0.0f, dp = 0.0f;
+          for (index_t d = 0; d < dh; ++d) {
+            s += static_cast<float>(q(b, h, i, d)) * static_cast<float>(k(b, g, j, d));
+            dp += static_cast<float>(dout(b, h, i, d)) * static_cast<float>(v(b, g, j, d));
+          }
+          p = compat::exp(scale * s - lse(b, h, i));
+          ds = p * (dp - delta(b, h, i));
+        };
+        float p = 0.0f, ds = 0.0f;
+        for (index_t h = g * group; h < (g + 1) * group; ++h) {
+          pair(h, p, ds);
+          for (index_t d = 0; d < dh; ++d) dq(b, h, i, d) = bf16(scale * ds * static_cast<float>(k(b, g, j, d)));
+        }
+        for (index_t d = 0; d < dh; ++d) {
+          float dk_d = 0.0f, dv_d = 0.0f;
+          for (index_t h = g * group; h < (g + 1) * group; ++h) {
+            pair(h, p, ds);
+            dk_d += ds * static_cast<float>(q(b, h, i, d));
+            dv_d += p * static_cast<float>(dout(b, h, i, d));
+          }
+          dk(b, g, j, d) = bf16(scale * dk_d);
+          dv(b, g, j, d) = bf16(dv_d);
+        }
+      });
+}
+
 // Rows [first, first + count) of a [B, heads, n, Dh] tensor: to += from, in
 // fp32, rounded once where `to` is bf16 (the travelling dk, dv).
 template <class From, class To>
@@ -124,10 +165,11 @@ const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope) {
   const PlanKey key{scope.q_pos.data(), scope.k_pos.data(), static_cast<index_t>(scope.q_pos.extent(0)),
                     static_cast<index_t>(scope.k_pos.extent(0)), scope.mask.causal, scope.mask.window, documents};
   auto found = plans_.find(key);
-  if (found != plans_.end()) return found->second;
+  if (found != plans_.end()) return found->second.plan;
   const PositionRules rules{scope.mask.causal, scope.mask.window};
-  BlockPlan made = plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents);
-  return plans_.emplace(key, std::move(made)).first->second;
+  Planned made{plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents), scope.q_pos,
+               scope.k_pos};
+  return plans_.emplace(key, std::move(made)).first->second.plan;
 }
 
 void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
@@ -170,9 +212,13 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
     Kokkos::deep_copy(blocks.dv_sum, 0.0f);
   }
   for (const CudnnCall& call : plan.calls) {
-    copy_call_lse(call, lse, blocks.stats);
-    runner.backward(call_shape(q, k, call), q.data(), k.data(), v.data(), out.data(), dout.data(),
-                    blocks.stats.data(), blocks.rows.data(), blocks.dk.data(), blocks.dv.data());
+    if (call.query_count == 1 && call.key_count == 1) {
+      single_pair_backward(call, q, k, v, dout, lse, delta, blocks);
+    } else {
+      copy_call_lse(call, lse, blocks.stats);
+      runner.backward(call_shape(q, k, call), q.data(), k.data(), v.data(), out.data(), dout.data(),
+                      blocks.stats.data(), blocks.rows.data(), blocks.dk.data(), blocks.dv.data());
+    }
     add_rows(blocks.rows, dq, call.query_offset, call.query_count);
     if (summed) {
       add_rows(blocks.dk, blocks.dk_sum, call.key_offset, call.key_count);

@@ -14,7 +14,9 @@
 //             and added to the travelling bf16 dk, dv with one rounding per
 //             block (the gemm kernel rounds once per key chunk).
 // A block the planner cannot express (packed documents) runs the gemm kernel
-// whole. Calls run in plan order: the same bits on every run.
+// whole. A backward call of one query and one key, which cuDNN refuses, is
+// computed by a small kernel of its own. Calls run in plan order: the same
+// bits on every run.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -50,7 +52,7 @@ std::shared_ptr<SdpaRunner> default_sdpa_runner();
 
 // The cudnn kernel's state for one block shape (AttentionWorkspace<bf16>::cudnn):
 // where a call's outputs land before they are merged, the plans of the blocks
-// met so far (a block's positions never change during a run) and the runner.
+// met so far (positions are never written after the run's setup) and the runner.
 class CudnnBlocks {
  public:
   explicit CudnnBlocks(const AttentionShape& shape);
@@ -63,8 +65,14 @@ class CudnnBlocks {
   std::size_t bytes() const;
 
  private:
+  // Keyed by the positions' addresses: an entry keeps its Views, so that no
+  // other positions can be allocated at an address it was planned for.
   using PlanKey = std::tuple<const index_t*, const index_t*, index_t, index_t, bool, index_t, bool>;
-  std::map<PlanKey, BlockPlan> plans_;
+  struct Planned {
+    BlockPlan plan;
+    View1<const index_t> q_pos, k_pos;
+  };
+  std::map<PlanKey, Planned> plans_;
 };
 // What CudnnBlocks allocates, and an estimate of cuDNN's own workspace (the memory plan).
 std::size_t cudnn_blocks_bytes(const AttentionShape& shape);
