@@ -94,7 +94,7 @@ message(STATUS "miniattn: Kokkos ${Kokkos_VERSION}, devices: ${Kokkos_DEVICES}; 
                "Kokkos Kernels ${KokkosKernels_VERSION}")
 
 # On CUDA, chunked attention calls cuBLAS's strided-batched GEMM directly
-# (src/kernels/batched_gemm.cpp): KokkosBlas::gemm has no batched cuBLAS path.
+# (src/kernels/base/batched_gemm.cpp): KokkosBlas::gemm has no batched cuBLAS path.
 if(Kokkos_ENABLE_CUDA OR "CUDA" IN_LIST Kokkos_DEVICES)
   find_package(CUDAToolkit REQUIRED)
   target_link_libraries(miniattn_kokkoskernels INTERFACE CUDA::cublas)

@@ -15,7 +15,7 @@
 #include "attention/attention_strategy.hpp"
 #include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
-#include "kernels/ulysses_layout.hpp"
+#include "kernels/layers/ulysses_layout.hpp"
 
 namespace miniattn {
 

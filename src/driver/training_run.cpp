@@ -15,7 +15,7 @@
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
 #include "io/parameter_io.hpp"
-#include "kernels/elementwise.hpp"
+#include "kernels/layers/elementwise.hpp"
 #include "perf/memory_usage.hpp"
 
 namespace miniattn {

@@ -15,7 +15,7 @@
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
 #include "driver/attention_factory.hpp"
-#include "kernels/ordered_sum.hpp"
+#include "kernels/base/ordered_sum.hpp"
 #include "model/optimizer.hpp"
 #include "model/parameters.hpp"
 #include "model/synthetic_task.hpp"

@@ -14,7 +14,7 @@
 // (scale, mask, exp, rescale-and-add, ...). The tiling is chosen by execution
 // space, the code is the same:
 //   host (one thread per team): a lane is a "pack" of SIMD registers: W = P
-//     vectors of the target's width (kernels/simd_pack.hpp), R rows (Tiling
+//     vectors of the target's width (kernels/base/simd_pack.hpp), R rows (Tiling
 //     below): 2R accumulator registers, 2 for B, 1 broadcast of A - the
 //     classic broadcast + FMA micro-kernel;
 //   GPU: W = 1 and a pack is one scalar: a lane owns R outputs of one column
@@ -29,8 +29,8 @@
 
 #include "core/error.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/reduction.hpp"
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/reduction.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels::attention_detail {
 

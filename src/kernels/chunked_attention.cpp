@@ -31,8 +31,8 @@
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "kernels/attention_tiles.hpp"
-#include "kernels/head_batches.hpp"
-#include "kernels/reduction.hpp"
+#include "kernels/base/head_batches.hpp"
+#include "kernels/base/reduction.hpp"
 
 namespace miniattn::kernels {
 

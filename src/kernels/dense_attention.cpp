@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/head_batches.hpp"
+#include "kernels/base/head_batches.hpp"
 
 namespace miniattn::kernels {
 

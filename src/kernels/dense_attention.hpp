@@ -11,7 +11,7 @@
 // probability block [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
 #include "core/types.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/ulysses_layout.hpp"
+#include "kernels/layers/ulysses_layout.hpp"
 
 namespace miniattn::kernels {
 

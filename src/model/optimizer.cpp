@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/kokkos_compat.hpp"
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn {
 

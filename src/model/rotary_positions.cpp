@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kernels/rotary.hpp"
+#include "kernels/layers/rotary.hpp"
 
 namespace miniattn {
 

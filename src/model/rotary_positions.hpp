@@ -1,5 +1,5 @@
 #pragma once
-// The rotary positions of a run (model.positions rope, kernels/rotary.hpp):
+// The rotary positions of a run (model.positions rope, kernels/layers/rotary.hpp):
 // the cos/sin table of this rank's local rows, and the rotations the blocks
 // apply to q and k after the QKV projection (and, transposed, to their
 // gradients). Without packed documents one table serves every sample and

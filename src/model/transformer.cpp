@@ -4,15 +4,15 @@
 #include <string>
 
 #include "core/kokkos_compat.hpp"
-#include "kernels/cross_entropy.hpp"
-#include "kernels/elementwise.hpp"
-#include "kernels/embedding.hpp"
-#include "kernels/gelu.hpp"
-#include "kernels/gemm.hpp"
-#include "kernels/head_layout.hpp"
-#include "kernels/layer_norm.hpp"
-#include "kernels/linear.hpp"
-#include "kernels/reduction.hpp"
+#include "kernels/base/gemm.hpp"
+#include "kernels/base/reduction.hpp"
+#include "kernels/layers/cross_entropy.hpp"
+#include "kernels/layers/elementwise.hpp"
+#include "kernels/layers/embedding.hpp"
+#include "kernels/layers/gelu.hpp"
+#include "kernels/layers/head_layout.hpp"
+#include "kernels/layers/layer_norm.hpp"
+#include "kernels/layers/linear.hpp"
 
 namespace miniattn {
 

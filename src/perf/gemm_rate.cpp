@@ -13,7 +13,7 @@
 
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
-#include "kernels/gemm.hpp"
+#include "kernels/base/gemm.hpp"
 #include "core/phase_timer.hpp"
 
 namespace miniattn {

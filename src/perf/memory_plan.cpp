@@ -17,8 +17,8 @@
 #include "core/types.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "kernels/attention.hpp"
-#include "kernels/ordered_sum.hpp"
-#include "kernels/reduction.hpp"
+#include "kernels/base/ordered_sum.hpp"
+#include "kernels/base/reduction.hpp"
 #include "model/parameter_layout.hpp"
 #include "model/rotary_positions.hpp"
 
@@ -121,9 +121,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // dq/dk/dv/d_attention_out, and with tp > 1 the gathered rows and their gradient).
   // The head saves ln_f statistics, logits, their row log-sum-exp and each
   // row's loss (double). Reductions in a fixed order need workspaces: column
-  // partial sums (kernels/reduction.hpp), the ordered sums of the loss and of
-  // the squared gradients (kernels/ordered_sum.hpp) and each token's rows
-  // (kernels/embedding.hpp).
+  // partial sums (kernels/base/reduction.hpp), the ordered sums of the loss and of
+  // the squared gradients (kernels/base/ordered_sum.hpp) and each token's rows
+  // (kernels/layers/embedding.hpp).
   const std::size_t per_block = (r * D + R * Da) * s + (4 * r + R * H) * a;
   plan.parts[MemoryPart::activations] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
                               (z.last_stage ? r * V : 0) * s + r * sizeof(double);

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/types.hpp"
-#include "kernels/reduction.hpp"
+#include "kernels/base/reduction.hpp"
 
 namespace miniattn::ktest {
 

@@ -7,9 +7,9 @@
 #include <tuple>
 
 #include "kernel_test_util.hpp"
-#include "kernels/cross_entropy.hpp"
-#include "kernels/embedding.hpp"
-#include "kernels/ordered_sum.hpp"
+#include "kernels/base/ordered_sum.hpp"
+#include "kernels/layers/cross_entropy.hpp"
+#include "kernels/layers/embedding.hpp"
 
 namespace miniattn::ktest {
 namespace {

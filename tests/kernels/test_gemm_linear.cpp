@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "kernel_test_util.hpp"
-#include "kernels/gemm.hpp"
-#include "kernels/linear.hpp"
+#include "kernels/base/gemm.hpp"
+#include "kernels/layers/linear.hpp"
 
 namespace miniattn::ktest {
 namespace {

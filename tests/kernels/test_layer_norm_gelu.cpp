@@ -8,8 +8,8 @@
 #include <tuple>
 
 #include "kernel_test_util.hpp"
-#include "kernels/gelu.hpp"
-#include "kernels/layer_norm.hpp"
+#include "kernels/layers/gelu.hpp"
+#include "kernels/layers/layer_norm.hpp"
 
 namespace miniattn::ktest {
 namespace {

@@ -5,8 +5,8 @@
 #include <stdexcept>
 
 #include "kernel_test_util.hpp"
-#include "kernels/elementwise.hpp"
-#include "kernels/head_layout.hpp"
+#include "kernels/layers/elementwise.hpp"
+#include "kernels/layers/head_layout.hpp"
 
 namespace miniattn::ktest {
 namespace {

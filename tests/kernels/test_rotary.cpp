@@ -1,4 +1,4 @@
-// Rotary position embeddings (src/kernels/rotary.hpp) against float64 loops
+// Rotary position embeddings (src/kernels/layers/rotary.hpp) against float64 loops
 // written from the convention (rotate-half, inv_freq_i = theta^(-2i/Dh)):
 // the table for global positions and for positions that restart at each
 // packed document, the rotation of q/k rows, and its inverse as the
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
-#include "kernels/rotary.hpp"
+#include "kernels/layers/rotary.hpp"
 
 namespace {
 

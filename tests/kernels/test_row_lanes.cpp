@@ -1,4 +1,4 @@
-// The GPU row reductions' lane walk (kernels/reduction.hpp, gpu_lane_walk),
+// The GPU row reductions' lane walk (kernels/base/reduction.hpp, gpu_lane_walk),
 // emulated on the host for all 32 lanes: every column of a row is visited once,
 // a lane's terms are used in column order, and each group's terms are all asked
 // for before the first is used (what keeps kGpuLoadsInFlight loads in flight).

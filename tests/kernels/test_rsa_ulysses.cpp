@@ -2,7 +2,7 @@
 // blocks, softmax over a row of blocks, apply, block backward) against a naive
 // float64 attention over the concatenated key blocks, their backward against
 // central finite differences; and the Ulysses exchange layouts
-// (src/kernels/ulysses_layout.*) against their index formulas.
+// (src/kernels/layers/ulysses_layout.*) against their index formulas.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/dense_attention.hpp"
-#include "kernels/ulysses_layout.hpp"
+#include "kernels/layers/ulysses_layout.hpp"
 
 namespace miniattn::ktest {
 namespace {

@@ -1,10 +1,10 @@
-#include "kernels/layer_norm.hpp"
+#include "kernels/layers/layer_norm.hpp"
 
 #include <type_traits>
 
 #include "core/kokkos_compat.hpp"
-#include "kernels/reduction.hpp"
-#include "kernels/require_shape.hpp"
+#include "kernels/base/reduction.hpp"
+#include "kernels/base/require_shape.hpp"
 
 namespace miniattn::kernels {
 

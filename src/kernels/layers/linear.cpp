@@ -1,8 +1,8 @@
-#include "kernels/linear.hpp"
+#include "kernels/layers/linear.hpp"
 
-#include "kernels/gemm.hpp"
-#include "kernels/reduction.hpp"
-#include "kernels/require_shape.hpp"
+#include "kernels/base/gemm.hpp"
+#include "kernels/base/reduction.hpp"
+#include "kernels/base/require_shape.hpp"
 
 namespace miniattn::kernels {
 

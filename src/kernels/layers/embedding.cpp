@@ -1,4 +1,4 @@
-#include "kernels/embedding.hpp"
+#include "kernels/layers/embedding.hpp"
 
 #include <sstream>
 #include <stdexcept>
@@ -6,7 +6,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
 

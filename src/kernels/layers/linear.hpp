@@ -11,7 +11,7 @@ void linear_forward(const View2<const T>& x, const View2<const T>& w, const View
 
 // dx = dy W (overwritten; skipped when dx has extent 0), dw += dy^T x, db += column sums of dy
 // (skipped when db has extent 0; partials: column-sum workspace of at least
-// column_sum_chunks(rows) x out, kernels/reduction.hpp).
+// column_sum_chunks(rows) x out, kernels/base/reduction.hpp).
 // T: the activations' and weights' storage (bf16: the compute copy of the
 // weights); dw and db are Param<T> (fp32 gradients for bf16), partials Acc<T>.
 template <class T>

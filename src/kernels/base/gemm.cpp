@@ -1,6 +1,6 @@
-#include "kernels/gemm.hpp"
+#include "kernels/base/gemm.hpp"
 
-#include "kernels/batched_gemm.hpp"
+#include "kernels/base/batched_gemm.hpp"
 
 #include <KokkosBlas3_gemm.hpp>
 

@@ -1,4 +1,4 @@
-#include "kernels/ordered_sum.hpp"
+#include "kernels/base/ordered_sum.hpp"
 
 #include <stdexcept>
 #include <string>

@@ -1,10 +1,10 @@
-#include "kernels/cross_entropy.hpp"
+#include "kernels/layers/cross_entropy.hpp"
 
 #include <sstream>
 #include <stdexcept>
 
 #include "core/kokkos_compat.hpp"
-#include "kernels/reduction.hpp"
+#include "kernels/base/reduction.hpp"
 
 namespace miniattn::kernels {
 

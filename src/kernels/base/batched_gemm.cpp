@@ -1,4 +1,4 @@
-#include "kernels/batched_gemm.hpp"
+#include "kernels/base/batched_gemm.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -7,8 +7,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/gemm.hpp"
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/gemm.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cublas_v2.h>

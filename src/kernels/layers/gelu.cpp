@@ -1,10 +1,10 @@
-#include "kernels/gelu.hpp"
+#include "kernels/layers/gelu.hpp"
 
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
 

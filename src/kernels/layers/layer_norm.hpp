@@ -14,7 +14,7 @@ void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, co
                         const View2<T>& y, const View1<Acc<T>>& mean, const View1<Acc<T>>& rstd);
 
 // dx += dL/dx (accumulated: the input is the residual stream), dgamma += , dbeta += .
-// partials: column-sum workspace of at least column_sum_chunks(rows) x D (kernels/reduction.hpp).
+// partials: column-sum workspace of at least column_sum_chunks(rows) x D (kernels/base/reduction.hpp).
 // dgamma and dbeta are Param<T> (fp32 gradients for bf16), partials Acc<T>.
 template <class T>
 void layer_norm_backward(const View2<const T>& dy, const View2<const T>& x, const View1<const T>& gamma,

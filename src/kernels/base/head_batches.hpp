@@ -6,7 +6,7 @@
 // G = H / KV query heads (GQA) is G batches, member g of the group being query
 // head h = kh G + g. A score block of query head h of sample b is entry
 // b H + h of a [B H, rows, cols] array.
-#include "kernels/batched_gemm.hpp"
+#include "kernels/base/batched_gemm.hpp"
 
 namespace miniattn::kernels {
 

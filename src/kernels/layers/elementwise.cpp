@@ -1,4 +1,4 @@
-#include "kernels/elementwise.hpp"
+#include "kernels/layers/elementwise.hpp"
 
 #include <stdexcept>
 

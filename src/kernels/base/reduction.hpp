@@ -18,7 +18,7 @@
 #include <string>
 
 #include "core/kokkos_compat.hpp"
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
 

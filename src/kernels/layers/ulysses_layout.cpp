@@ -1,6 +1,6 @@
-#include "kernels/ulysses_layout.hpp"
+#include "kernels/layers/ulysses_layout.hpp"
 
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
 

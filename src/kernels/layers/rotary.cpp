@@ -1,5 +1,5 @@
 // Rotary position embeddings (rotary.hpp).
-#include "kernels/rotary.hpp"
+#include "kernels/layers/rotary.hpp"
 
 #include <cmath>
 #include <string>

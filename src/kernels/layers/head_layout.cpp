@@ -1,9 +1,9 @@
-#include "kernels/head_layout.hpp"
+#include "kernels/layers/head_layout.hpp"
 
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/simd_pack.hpp"
+#include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
 
