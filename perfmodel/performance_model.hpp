@@ -52,7 +52,7 @@
 
 #include "comm/exchange_label.hpp"
 #include "core/config.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "perf/memory_plan.hpp"
 
 namespace miniattn {

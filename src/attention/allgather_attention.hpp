@@ -16,7 +16,7 @@
 #include "attention/attention_strategy.hpp"
 #include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

@@ -6,7 +6,7 @@
 
 #include "core/config.hpp"
 #include "core/types.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

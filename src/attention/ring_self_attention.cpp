@@ -1,7 +1,7 @@
 #include "attention/ring_self_attention.hpp"
 
 #include "attention/ring_backward_pass.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

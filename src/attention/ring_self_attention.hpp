@@ -12,7 +12,7 @@
 #include "attention/attention_strategy.hpp"
 #include "attention/strategy_table.hpp"
 #include "comm/comm.hpp"
-#include "kernels/dense_attention.hpp"
+#include "kernels/attention/dense/dense_attention.hpp"
 
 namespace miniattn {
 

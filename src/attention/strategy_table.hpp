@@ -16,7 +16,7 @@
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
 #include "core/decomposition.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

@@ -145,7 +145,7 @@ struct RunConfig {
 };
 
 // Blocking of the attention kernel (queries x keys per tile); 0 leaves the
-// choice to the backend (kernels/attention.hpp: cache-sized on the host,
+// choice to the backend (kernels/attention/attention.hpp: cache-sized on the host,
 // within level-0 team scratch on a GPU).
 struct KernelConfig {
   AttentionKernel attention = AttentionKernel::automatic;

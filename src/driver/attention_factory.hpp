@@ -9,7 +9,7 @@
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

@@ -16,10 +16,10 @@
 // (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
 #include <type_traits>
 
-#include "kernels/attention_tiles.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
-#include "kernels/chunked_attention.hpp"
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/gemm/chunked_attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
+#include "kernels/attention_tiles.hpp"
 
 namespace miniattn::kernels {
 

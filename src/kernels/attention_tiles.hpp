@@ -28,7 +28,7 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/base/reduction.hpp"
 #include "kernels/base/simd_pack.hpp"
 

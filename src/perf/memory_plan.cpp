@@ -16,7 +16,7 @@
 #include "attention/strategy_table.hpp"
 #include "core/types.hpp"
 #include "model/pipeline_schedule.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/base/ordered_sum.hpp"
 #include "kernels/base/reduction.hpp"
 #include "model/parameter_layout.hpp"

@@ -21,7 +21,7 @@
 
 #include "core/config.hpp"
 #include "core/decomposition.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn {
 

@@ -50,7 +50,7 @@
 
 #include "core/error.hpp"
 #include "core/types.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "perf/gemm_rate.hpp"
 

@@ -20,9 +20,9 @@
 #include "comm/process_grid.hpp"
 #include "core/error.hpp"
 #include "core/types.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "sdpa_emulation.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The attention tile choice (kernels/attention.hpp): per backend, inside level-0
+// The attention tile choice (kernels/attention/attention.hpp): per backend, inside level-0
 // team scratch where level 1 is global memory, refused with the keys' names
 // when requested tiles cannot fit. The GPU rule is exercised here with a
 // GPU-like limit, since the rule, not the device, is under test.
@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace {
 

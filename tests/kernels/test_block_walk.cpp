@@ -1,4 +1,4 @@
-// The tensor-core kernels' block walk (src/kernels/block_walk.hpp), run on
+// The tensor-core kernels' block walk (src/kernels/attention/tensor_core/block_walk.hpp), run on
 // the host with a team that records what the walk asks of it: every block
 // the mask lets the team see is folded once, in order, from the buffer it
 // was staged into, with what the walk learnt of it for the warp; its copies
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/block_walk.hpp"
+#include "kernels/attention/tensor_core/block_walk.hpp"
 
 namespace {
 

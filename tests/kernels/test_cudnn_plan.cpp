@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "comm/process_grid.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/block_plan.hpp"
 
 namespace miniattn::kernels {

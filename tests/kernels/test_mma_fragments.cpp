@@ -1,4 +1,4 @@
-// The tensor-core kernels' fragment layouts (src/kernels/mma_fragments.hpp),
+// The tensor-core kernels' fragment layouts (src/kernels/attention/tensor_core/mma_fragments.hpp),
 // checked without a GPU: against entries of the PTX ISA's figures for
 // mma.m16n8k16 (bf16 A and B, fp32 C), for covering each matrix exactly once,
 // and by emulating on the host the 32 lanes of a warp through the products
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/bf16.hpp"
-#include "kernels/mma_fragments.hpp"
+#include "kernels/attention/tensor_core/mma_fragments.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The kernels of Ring Self-Attention (src/kernels/dense_attention.*: score
+// The kernels of Ring Self-Attention (src/kernels/attention/dense/dense_attention.*: score
 // blocks, softmax over a row of blocks, apply, block backward) against a naive
 // float64 attention over the concatenated key blocks, their backward against
 // central finite differences; and the Ulysses exchange layouts
@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "kernel_test_util.hpp"
-#include "kernels/dense_attention.hpp"
+#include "kernels/attention/dense/dense_attention.hpp"
 #include "kernels/layers/ulysses_layout.hpp"
 
 namespace miniattn::ktest {

@@ -6,7 +6,7 @@
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/chunked_attention.hpp"
+#include "kernels/attention/gemm/chunked_attention.hpp"
 
 namespace miniattn::kernels {
 

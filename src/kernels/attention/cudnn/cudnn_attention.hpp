@@ -23,7 +23,7 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/block_plan.hpp"
 #include "kernels/attention/cudnn/sdpa_runner.hpp"
 

@@ -10,7 +10,7 @@
 // (grouped K/V heads: query head h reads K/V head h / (H / KV)); a score or
 // probability block [B, H, n, nk]; all blocks of a row [G, B, H, n, nk].
 #include "core/types.hpp"
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 #include "kernels/layers/ulysses_layout.hpp"
 
 namespace miniattn::kernels {

@@ -3,14 +3,14 @@
 // fragments and running state once, folds in every key block its rows may
 // see (S = Q K^T, online softmax in registers, O += P V with P never leaving
 // its lanes), and stores the state back once.
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 #include <cstdint>
 #include <string>
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/tensor_core_warp.hpp"
+#include "kernels/attention/tensor_core/tensor_core_warp.hpp"
 
 namespace miniattn::kernels {
 

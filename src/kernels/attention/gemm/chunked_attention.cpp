@@ -21,7 +21,7 @@
 // The GEMMs are batched over heads as head_batches.hpp describes, so dK and dV
 // sum over a K/V head's group of query heads in a fixed order. Chunk pairs run
 // one after another in a fixed order: no atomics, the same bits on every run.
-#include "kernels/chunked_attention.hpp"
+#include "kernels/attention/gemm/chunked_attention.hpp"
 
 #include <algorithm>
 #include <string>

@@ -1,4 +1,4 @@
-#include "kernels/dense_attention.hpp"
+#include "kernels/attention/dense/dense_attention.hpp"
 
 #include <algorithm>
 #include <limits>

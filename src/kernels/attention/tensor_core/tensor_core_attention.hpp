@@ -13,7 +13,7 @@
 // kernel first: tensor_core_unavailable_reason).
 #include <string>
 
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn::kernels {
 

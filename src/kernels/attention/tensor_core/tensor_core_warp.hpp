@@ -10,10 +10,10 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "kernels/attention.hpp"
-#include "kernels/block_walk.hpp"
-#include "kernels/mma_fragments.hpp"
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/attention.hpp"
+#include "kernels/attention/tensor_core/block_walk.hpp"
+#include "kernels/attention/tensor_core/mma_fragments.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace miniattn::kernels::tensor_core {
 

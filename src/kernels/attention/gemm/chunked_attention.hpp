@@ -3,7 +3,7 @@
 // "Self-attention does not need O(n^2) memory", 2021), the `gemm` kernel of
 // attention.hpp. The public accumulate functions call these when
 // blocking.kernel is gemm; the contract is theirs.
-#include "kernels/attention.hpp"
+#include "kernels/attention/attention.hpp"
 
 namespace miniattn::kernels {
 

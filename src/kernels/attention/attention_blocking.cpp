@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "kernels/attention_tiles.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
+#include "kernels/attention_tiles.hpp"
 
 namespace miniattn::kernels {
 

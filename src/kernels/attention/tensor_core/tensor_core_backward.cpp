@@ -11,11 +11,11 @@
 //     S = Q K^T, dP = dO V^T, dS = P (dP - delta), dQ += dS K.
 // P and dS are rounded to bf16 as the products' A operands, as the gemm
 // kernel stores them; the scale multiplies dK and dQ once, at the end.
-#include "kernels/tensor_core_attention.hpp"
+#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/tensor_core_warp.hpp"
+#include "kernels/attention/tensor_core/tensor_core_warp.hpp"
 
 namespace miniattn::kernels {
 
