@@ -1,5 +1,5 @@
 # Code generation for the CPU the mini-app runs on. The hot loops
-# (src/kernels/attention_forward.cpp, attention_backward.cpp) are written for SIMD registers and fused
+# (src/kernels/attention/fused/fused_forward.cpp, fused_backward.cpp) are written for SIMD registers and fused
 # multiply-add, which the x86-64 baseline the compilers target by default
 # (SSE2, no FMA) does not have: -march=native makes them about 2-4x faster.
 #

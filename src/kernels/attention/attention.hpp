@@ -25,7 +25,7 @@ namespace miniattn::kernels {
 
 class CudnnBlocks;  // the cudnn kernel's state (attention/cudnn/cudnn_attention.hpp)
 
-// Host tile rows: measured best with the host register tiles (attention_tiles.hpp).
+// Host tile rows: measured best with the host register tiles (fused/fused_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
 // Chunk rows of the gemm kernel when kernels.chunk is 0. GPU: measured on an
 // H200 (fp32, N = 32768, B = 1, H = 4, Dh = 64, forward+backward): chunks of
@@ -145,7 +145,7 @@ struct AttentionBlocking {
   bool runs_gemm() const {
     return kernel == AttentionKernel::gemm || (kernel == AttentionKernel::cudnn && gemm_fallback);
   }
-  // The fused backward's schedule (attention_backward.cpp): one launch of
+  // The fused backward's schedule (fused/fused_backward.cpp): one launch of
   // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
   // product once, a block's tiles in cache). Tests run both on every backend.
   bool one_launch_backward = !kHostExecution;

@@ -6,8 +6,8 @@
 
 #include "core/error.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
-#include "kernels/attention_tiles.hpp"
 
 namespace miniattn::kernels {
 

@@ -30,7 +30,7 @@
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/attention_tiles.hpp"
+#include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/base/head_batches.hpp"
 #include "kernels/base/reduction.hpp"
 

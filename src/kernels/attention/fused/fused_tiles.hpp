@@ -1,6 +1,6 @@
 #pragma once
-// The machinery the blockwise attention kernels share (attention_forward.cpp,
-// attention_backward.cpp): team policies with their scratch, the
+// The machinery the blockwise attention kernels share (fused_forward.cpp,
+// fused_backward.cpp): team policies with their scratch, the
 // register-blocked tile product, and the loops over a tile's rows.
 //
 // One Kokkos team works on one tile (forward: a query tile; backward: a

@@ -1,5 +1,5 @@
 // Blockwise attention, forward pass. See attention.hpp for the contract and
-// attention_tiles.hpp for the team and tile machinery.
+// fused_tiles.hpp for the team and tile machinery.
 //
 // One team per query tile, looping over key tiles. Q^T is staged once per
 // query tile, so no key tile is ever copied or transposed:
@@ -17,9 +17,9 @@
 #include <type_traits>
 
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
-#include "kernels/attention_tiles.hpp"
 
 namespace miniattn::kernels {
 

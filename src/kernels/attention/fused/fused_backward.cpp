@@ -1,5 +1,5 @@
 // Blockwise attention, backward pass. See attention.hpp for the contract and
-// attention_tiles.hpp for the team and tile machinery.
+// fused_tiles.hpp for the team and tile machinery.
 //
 // FlashAttention-2's five products per (query tile, key tile) pair, with K^T
 // and V^T transposed once per call (TransposedKeys):
@@ -25,9 +25,9 @@
 #include <type_traits>
 
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
-#include "kernels/attention_tiles.hpp"
 
 namespace miniattn::kernels {
 
