@@ -8,6 +8,7 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
+#include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
 

@@ -1,6 +1,6 @@
 // The `cudnn` kernel of attention.hpp (kernels.attention: cudnn, bf16); the
-// dispatch in fused/fused_forward.cpp / fused_backward.cpp calls it, the
-// report reads its tally. A block (one strategy's queries against one
+// dispatch (kernels/attention/dispatch.cpp) calls it, the report reads its
+// tally. A block (one strategy's queries against one
 // block of keys) is planned once (block_plan.hpp) into calls cuDNN's fused
 // attention expresses exactly, and each call runs through an SdpaRunner:
 //   forward:  the call's normalised output O_c and its LSE s_c are merged into

@@ -1,5 +1,6 @@
-// Blockwise attention, backward pass. See attention.hpp for the contract and
-// fused_tiles.hpp for the team and tile machinery.
+// Blockwise attention, backward pass: the fused kernel (fused_attention.hpp).
+// See kernels/attention/attention.hpp for the contract and fused_tiles.hpp
+// for the team and tile machinery.
 //
 // FlashAttention-2's five products per (query tile, key tile) pair, with K^T
 // and V^T transposed once per call (TransposedKeys):
@@ -22,12 +23,9 @@
 //    tile for its dq (three: P and dS again), all in one launch with every
 //    team busy, instead of a launch per wave in which most teams of a causal
 //    mask return at once. Two more products per pair for n-fold fewer launches.
-#include <type_traits>
+#include "kernels/attention/fused/fused_attention.hpp"
 
-#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
-#include "kernels/attention/gemm/chunked_attention.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -261,27 +259,6 @@ void transpose_rows(const View4<const T>& x, const View4<T>& x_t) {
 
 }  // namespace
 
-template <class T>
-void attention_backward_delta(const View4<const T>& out, const View4<const T>& dout, const View3<Acc<T>>& delta) {
-  using A = Acc<T>;
-  const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
-  require(same_extents4(dout, batch, heads, n, dh), "dout must have out's shape");
-  require(same_extents3(delta, batch, heads, n), "delta must be [B, H, n]");
-  Kokkos::parallel_for(
-      "miniattn::attention_backward_delta", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
-        const index_t i = row % n;
-        const index_t bh = row / n;
-        const index_t b = bh / heads, h = bh % heads;
-        const T* const o_row = &out(b, h, i, 0);
-        const T* const g_row = &dout(b, h, i, 0);
-        A sum = A(0);
-        for (index_t d = 0; d < dh; ++d) sum += widen(o_row[d]) * widen(g_row[d]);
-        delta(b, h, i) = sum;
-      });
-}
-
-namespace {
-
 // The fused kernel (fp32 and fp64).
 template <class T>
 void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
@@ -326,65 +303,15 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
     Kokkos::parallel_for("miniattn::attention_backward_accumulate", policy, pair);
 }
 
-}  // namespace
-
-template <class T>
-void attention_backward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                   const View4<const T>& out, const View4<const T>& dout,
-                                   const View3<const Acc<T>>& lse,
-                                   const View3<const Acc<T>>& delta, const AttentionScope& scope,
-                                   const View4<Acc<T>>& dq, const View4<T>& dk, const View4<T>& dv,
-                                   const AttentionWorkspace<T>& workspace) {
-  const AttentionBlocking& blocking = scope.blocking;
-  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require_key_block<T>(q, k, v, scope);
-  require(same_extents4(out, batch, heads, nq, dh) && same_extents4(dout, batch, heads, nq, dh) &&
-              same_extents4(dq, batch, heads, nq, dh),
-          "out, dout and dq must have q's shape");
-  require(same_extents4(dk, batch, kv_heads, nk, dh) && same_extents4(dv, batch, kv_heads, nk, dh),
-          "dk and dv must have k's shape");
-  require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
-          "lse and delta must be [B, H, n_q]");
-  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
-  } else if (blocking.kernel == AttentionKernel::cudnn) {
-    if constexpr (std::is_same<T, bf16>::value)
-      cudnn_backward_accumulate(q, k, v, out, dout, lse, delta, scope, dq, dk, dv, workspace);
-    else
-      require(false, "the cudnn kernel computes bf16 only");
-  } else if constexpr (std::is_same<T, Acc<T>>::value) {
-    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
-  } else {
-    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv);
-  }
-}
-
-template <class T>
-void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
-  if (static_cast<const void*>(dq_acc.data()) == static_cast<const void*>(dq.data())) return;
-  require(dq_acc.span() == dq.span(), "dq_acc must have dq's shape");
-  const Acc<T>* const from = dq_acc.data();
-  T* const to = dq.data();
-  Kokkos::parallel_for(
-      "miniattn::round_accumulator", RowPolicy(0, static_cast<index_t>(dq.span())),
-      KOKKOS_LAMBDA(const index_t e) { to[e] = narrow<T>(from[e]); });
-}
-
-#define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                     \
-  template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<Acc<T>>&);       \
-  template void attention_backward_accumulate<T>(                                                                      \
-      const View4<const T>&, const View4<const T>&, const View4<const T>&, const View4<const T>&,                      \
-      const View4<const T>&, const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&,            \
-      const View4<Acc<T>>&, const View4<T>&, const View4<T>&,                                                          \
-      const AttentionWorkspace<T>&);                                                                                   \
-  template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);
-MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)
-MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(double)
-MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(bf16)
-#undef MINIATTN_INSTANTIATE_ATTENTION_BACKWARD
+template void fused_backward_accumulate<float>(const View4<const float>&, const View4<const float>&,
+                                               const View4<const float>&, const View4<const float>&,
+                                               const View3<const float>&, const View3<const float>&,
+                                               const AttentionScope&, const View4<float>&, const View4<float>&,
+                                               const View4<float>&, const AttentionWorkspace<float>&);
+template void fused_backward_accumulate<double>(const View4<const double>&, const View4<const double>&,
+                                                const View4<const double>&, const View4<const double>&,
+                                                const View3<const double>&, const View3<const double>&,
+                                                const AttentionScope&, const View4<double>&, const View4<double>&,
+                                                const View4<double>&, const AttentionWorkspace<double>&);
 
 }  // namespace miniattn::kernels

@@ -1,5 +1,6 @@
-// Blockwise attention, forward pass. See attention.hpp for the contract and
-// fused_tiles.hpp for the team and tile machinery.
+// Blockwise attention, forward pass: the fused kernel (fused_attention.hpp).
+// See kernels/attention/attention.hpp for the contract and fused_tiles.hpp
+// for the team and tile machinery.
 //
 // One team per query tile, looping over key tiles. Q^T is staged once per
 // query tile, so no key tile is ever copied or transposed:
@@ -14,12 +15,9 @@
 // registers; libm's expf/exp are scalar calls). The products reach the FMA
 // units when the target has them and the compiler may contract a * b + c
 // (cmake/MiniattnArch.cmake: -march=native -ffp-contract=fast by default).
-#include <type_traits>
+#include "kernels/attention/fused/fused_attention.hpp"
 
-#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
-#include "kernels/attention/gemm/chunked_attention.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -226,15 +224,6 @@ struct ForwardQueryTile {
 
 }  // namespace
 
-template <class A>
-void attention_forward_init(const View4<A>& out_acc, const View3<A>& row_max, const View3<A>& row_sum) {
-  Kokkos::deep_copy(out_acc, A(0));
-  Kokkos::deep_copy(row_max, -compat::infinity<A>());
-  Kokkos::deep_copy(row_sum, A(0));
-}
-
-namespace {
-
 // The fused kernel (fp32 and fp64: it stages tiles of its input type).
 template <class T>
 void fused_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
@@ -256,86 +245,11 @@ void fused_forward_accumulate(const View4<const T>& q, const View4<const T>& k, 
   Kokkos::parallel_for("miniattn::attention_forward_accumulate", policy, tile);
 }
 
-}  // namespace
-
-template <class T>
-void attention_forward_accumulate(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                                  const AttentionScope& scope, const View4<Acc<T>>& out_acc,
-                                  const View3<Acc<T>>& row_max, const View3<Acc<T>>& row_sum,
-                                  const AttentionWorkspace<T>& workspace) {
-  const AttentionBlocking& blocking = scope.blocking;
-  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t nk = k.extent(2);
-  require_key_block<T>(q, k, v, scope);
-  require(same_extents4(out_acc, batch, heads, nq, dh), "out_acc must have q's shape");
-  require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
-          "row_max and row_sum must be [B, H, n_q]");
-  if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
-  } else if (blocking.kernel == AttentionKernel::cudnn) {
-    if constexpr (std::is_same<T, bf16>::value)
-      cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
-    else
-      require(false, "the cudnn kernel computes bf16 only");
-  } else if constexpr (std::is_same<T, Acc<T>>::value) {
-    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
-  } else {
-    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum);
-  }
-}
-
-template <class T>
-void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<const Acc<T>>& row_max,
-                                const View3<const Acc<T>>& row_sum, const View3<Acc<T>>& lse, const View4<T>& out) {
-  using A = Acc<T>;
-  const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
-  require(same_extents4(out_acc, batch, heads, n, dh), "out_acc must have out's shape");
-  require(same_extents3(row_max, batch, heads, n) && same_extents3(row_sum, batch, heads, n) &&
-              same_extents3(lse, batch, heads, n),
-          "row_max, row_sum and lse must be [B, H, n] with out's B, H, n");
-  const A neg_inf = -compat::infinity<A>();
-  Kokkos::parallel_for(
-      "miniattn::attention_forward_finalize", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
-        const index_t i = row % n;
-        const index_t bh = row / n;
-        const index_t b = bh / heads, h = bh % heads;
-        const A m = row_max(b, h, i);  // read before lse is written: lse may alias row_max
-        const A l = row_sum(b, h, i);
-        const bool seen = !(m == neg_inf || !(l > A(0)));
-        const A inv = seen ? A(1) / l : A(0);  // a row that saw no key: 0
-        for (index_t d = 0; d < dh; ++d) out(b, h, i, d) = narrow<T>(out_acc(b, h, i, d) * inv);
-        lse(b, h, i) = seen ? m + compat::log(l) : neg_inf;
-      });
-}
-
-template <class T>
-void attention_forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const AttentionScope& scope, const View4<T>& out, const View3<Acc<T>>& lse,
-                       const View3<Acc<T>>& row_sum, const AttentionWorkspace<T>& workspace) {
-  const View4<Acc<T>> out_acc = accumulator_of(out, workspace);
-  attention_forward_init<Acc<T>>(out_acc, lse, row_sum);
-  attention_forward_accumulate<T>(q, k, v, scope, out_acc, lse, row_sum, workspace);
-  attention_forward_finalize<T>(out_acc, lse, row_sum, lse, out);
-}
-
-#define MINIATTN_INSTANTIATE_ATTENTION_FORWARD(T)                                                                     \
-  template void attention_forward_accumulate<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,  \
-                                                const AttentionScope&, const View4<Acc<T>>&,                          \
-                                                const View3<Acc<T>>&, const View3<Acc<T>>&,                           \
-                                                const AttentionWorkspace<T>&);                                        \
-  template void attention_forward_finalize<T>(const View4<const Acc<T>>&, const View3<const Acc<T>>&,                \
-                                              const View3<const Acc<T>>&, const View3<Acc<T>>&, const View4<T>&);     \
-  template void attention_forward<T>(const View4<const T>&, const View4<const T>&, const View4<const T>&,             \
-                                     const AttentionScope&, const View4<T>&, const View3<Acc<T>>&,                    \
-                                     const View3<Acc<T>>&, const AttentionWorkspace<T>&);
-MINIATTN_INSTANTIATE_ATTENTION_FORWARD(float)
-MINIATTN_INSTANTIATE_ATTENTION_FORWARD(double)
-MINIATTN_INSTANTIATE_ATTENTION_FORWARD(bf16)
-#undef MINIATTN_INSTANTIATE_ATTENTION_FORWARD
-template void attention_forward_init<float>(const View4<float>&, const View3<float>&, const View3<float>&);
-template void attention_forward_init<double>(const View4<double>&, const View3<double>&, const View3<double>&);
+template void fused_forward_accumulate<float>(const View4<const float>&, const View4<const float>&,
+                                              const View4<const float>&, const AttentionScope&, const View4<float>&,
+                                              const View3<float>&, const View3<float>&);
+template void fused_forward_accumulate<double>(const View4<const double>&, const View4<const double>&,
+                                               const View4<const double>&, const AttentionScope&, const View4<double>&,
+                                               const View3<double>&, const View3<double>&);
 
 }  // namespace miniattn::kernels

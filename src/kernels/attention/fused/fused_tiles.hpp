@@ -1,7 +1,9 @@
 #pragma once
-// The machinery the blockwise attention kernels share (fused_forward.cpp,
-// fused_backward.cpp): team policies with their scratch, the
-// register-blocked tile product, and the loops over a tile's rows.
+// The tile machinery of the fused kernel (fused_forward.cpp,
+// fused_backward.cpp): the team scratch of its tiles, the register-blocked
+// tile product, and the loops over a tile's rows. The team policies and the
+// scratch level, which the gemm kernel and the dispatch use too, are
+// kernels/base/team_policy.hpp's.
 //
 // One Kokkos team works on one tile (forward: a query tile; backward: a
 // query-tile x key-tile pair). The operand a tile keeps meeting is staged once
@@ -25,24 +27,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <limits>
-#include <string>
 
-#include "core/error.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/base/reduction.hpp"
 #include "kernels/base/simd_pack.hpp"
+#include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels::attention_detail {
 
 using namespace simd;
-
-// Dynamic: tiles differ in work (causal masks skip whole tile pairs), and no
-// result depends on which thread runs which team.
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::Schedule<Kokkos::Dynamic>>;
-using TeamMember = TeamPolicy::member_type;
-template <class T>
-using ScratchView = Kokkos::View<T*, ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
 
 // The position of a tile's padding rows: past every real one (how the masks
 // treat it: AttentionMask::hides). A constant, so that device code calls no
@@ -65,47 +58,9 @@ struct Tiling {
   static constexpr int L = kHostExecution ? 1 : kGpuRowLanes;  // vector lanes of the row-wise passes
 };
 
-inline index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
-inline index_t round_up(index_t a, index_t m) { return ceil_div(a, m) * m; }
-inline void require(bool condition, const char* what) {
-  if (!condition) throw RuntimeFailure(std::string("attention: ") + what);
-}
-
 inline index_t clamp_block(index_t requested, index_t extent) {
   require(requested > 0, "tile sizes must be > 0 (choose_attention_tiles resolves kernels.* = 0)");
   return std::max<index_t>(1, std::min<index_t>(requested, extent));
-}
-
-template <class View>
-bool same_extents4(const View& a, index_t b, index_t h, index_t n, index_t d) {
-  return static_cast<index_t>(a.extent(0)) == b && static_cast<index_t>(a.extent(1)) == h &&
-         static_cast<index_t>(a.extent(2)) == n && static_cast<index_t>(a.extent(3)) == d;
-}
-
-template <class View>
-bool same_extents3(const View& a, index_t b, index_t h, index_t n) {
-  return static_cast<index_t>(a.extent(0)) == b && static_cast<index_t>(a.extent(1)) == h &&
-         static_cast<index_t>(a.extent(2)) == n;
-}
-
-// What both passes require of a key block: k and v [B, KV, n_k, Dh] with q's
-// B and Dh and KV dividing q's H, and a position for every query and key row.
-template <class T>
-void require_key_block(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v,
-                       const AttentionScope& scope) {
-  const index_t batch = q.extent(0), heads = q.extent(1), dh = q.extent(3);
-  const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require((kv_heads == 0 ? heads == 0 : heads % kv_heads == 0) && same_extents4(k, batch, kv_heads, nk, dh),
-          "k must be [B, KV, n_k, Dh] with q's B, Dh and KV dividing q's H");
-  require(same_extents4(v, batch, kv_heads, nk, dh), "v must have k's shape");
-  require(static_cast<index_t>(scope.q_pos.extent(0)) == static_cast<index_t>(q.extent(2)) &&
-              static_cast<index_t>(scope.k_pos.extent(0)) == nk,
-          "q_pos / k_pos must have one entry per query / key row");
-}
-
-template <class T>
-std::size_t scratch_bytes_for(index_t count) {
-  return ScratchView<T>::shmem_size(static_cast<std::size_t>(count));
 }
 
 // Team scratch of one forward query tile (qb queries against kb keys) and of
@@ -122,33 +77,6 @@ std::size_t backward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
   const index_t kb_ld = round_up(kb, Tiling<T>::W), dh_ld = round_up(dh, Tiling<T>::W);
   return 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
          2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
-}
-
-inline std::size_t level0_scratch_bytes() { return static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)); }
-
-// Level 0 when the tiles fit it; on a host backend level 1 otherwise (the same
-// memory there); on a GPU never level 1, which is global memory (see
-// choose_attention_tiles in attention.hpp).
-inline int scratch_level_for(std::size_t scratch_bytes) {
-  if (scratch_bytes <= level0_scratch_bytes()) return 0;
-  if (!kHostExecution || scratch_bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1))) {
-    throw RuntimeFailure("attention: tiles need " + std::to_string(scratch_bytes) + " bytes of team scratch, level 0 "
-                         "holds " + std::to_string(level0_scratch_bytes()) + "; use smaller kernels.query_block / "
-                         "kernels.key_block (0 chooses tiles that fit)");
-  }
-  return 1;
-}
-
-// A team policy whose scratch (at scratch_level_for) holds `scratch_bytes`.
-inline TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_bytes, int& scratch_level) {
-  scratch_level = scratch_level_for(scratch_bytes);
-  if (kHostExecution) {
-    TeamPolicy policy(static_cast<int>(league_size), 1, 1);
-    return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
-  }
-  const int vector_length = std::min(TeamPolicy::vector_length_max(), 32);
-  TeamPolicy policy(static_cast<int>(league_size), Kokkos::AUTO, vector_length);
-  return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
 }
 
 // Smallest and largest global position of a tile; the same on every thread.

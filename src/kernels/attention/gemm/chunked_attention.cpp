@@ -30,9 +30,9 @@
 
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
-#include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/base/head_batches.hpp"
 #include "kernels/base/reduction.hpp"
+#include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
 
