@@ -1,4 +1,4 @@
-// Both attention kernels (src/kernels/attention.*): the fused flash-style
+// Both attention kernels (src/kernels/attention/: fused/, gemm/): the fused flash-style
 // kernel and chunked attention through GEMMs, each against an independent naive
 // float64 reference that builds the whole score matrix. Every test runs once
 // per kernel (the suites are parameterised by kernels.attention).
