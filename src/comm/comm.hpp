@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.hpp"
+#include "core/deck_words.hpp"
 #include "comm/exchange_label.hpp"
 #include "core/types.hpp"
 

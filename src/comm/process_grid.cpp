@@ -1,6 +1,7 @@
 #include "comm/process_grid.hpp"
 
 #include "comm/mpi_ranks.hpp"
+#include "core/config.hpp"
 
 namespace miniattn {
 

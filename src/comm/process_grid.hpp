@@ -14,11 +14,13 @@
 
 #include <vector>
 
-#include "core/config.hpp"
+#include "core/deck_words.hpp"
 #include "core/decomposition.hpp"
 #include "core/types.hpp"
 
 namespace miniattn {
+
+struct Config;
 
 struct ProcessGrid {
   MPI_Comm world = MPI_COMM_WORLD;

@@ -7,66 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "core/deck_words.hpp"
+
 namespace miniattn {
 
-// The deck's enumerations: parsed once into these, compared as these. Each
-// enumeration's deck words, enum_names<E>() in declaration order, stand beside it.
-template <class E>
-const std::vector<std::string>& enum_names();
-#define MINIATTN_DECK_WORDS(E, ...)                                \
-  template <>                                                      \
-  inline const std::vector<std::string>& enum_names<E>() {         \
-    static const std::vector<std::string> words = {__VA_ARGS__};   \
-    return words;                                                  \
-  }
-
-enum class Precision { fp32, fp64, bf16 };
-MINIATTN_DECK_WORDS(Precision, "fp32", "fp64", "bf16")
-// How the model knows where a token is: a learned table wpe, or rotary
-// embeddings of q and k (docs/design.md section 1.1).
-enum class PositionEncoding { learned, rope };
-MINIATTN_DECK_WORDS(PositionEncoding, "learned", "rope")
-enum class Strategy { local, rsa, ring, ulysses, hybrid, allgather };
-MINIATTN_DECK_WORDS(Strategy, "local", "rsa", "ring", "ulysses", "hybrid", "allgather")
-enum class Layout { contiguous, zigzag, striped };
-MINIATTN_DECK_WORDS(Layout, "contiguous", "zigzag", "striped")
-enum class CommBackend { mpi, nccl };
-MINIATTN_DECK_WORDS(CommBackend, "mpi", "nccl")
-// Whether MPI may be handed device memory: auto asks the MPI library (host memory never needs staging).
-enum class GpuAwareMpi { automatic, yes, no };
-MINIATTN_DECK_WORDS(GpuAwareMpi, "auto", "true", "false")
-enum class OptimizerKind { adamw, sgd };
-MINIATTN_DECK_WORDS(OptimizerKind, "adamw", "sgd")
-enum class RunMode { train, bench, predict, calibrate };
-MINIATTN_DECK_WORDS(RunMode, "train", "bench", "predict", "calibrate")
-// The attention kernels: the tiled online-softmax kernel or chunked attention
-// through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
-enum class AttentionKernel { automatic, fused, gemm, tensor_core, cudnn };
-MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "tensor_core", "cudnn")
-// The synthetic task (model/synthetic_task.hpp): copy (each sample's second
-// half repeats its first) or lookup (key-value pairs defined in the first
-// quarter, then retrieved from context).
-enum class DataTask { copy, lookup };
-MINIATTN_DECK_WORDS(DataTask, "copy", "lookup")
-#undef MINIATTN_DECK_WORDS
 // lookup's tokens: kKeys key tokens, then one token per (key, value) pair.
 struct LookupTokens {
   static constexpr std::int64_t kKeys = 8, kValues = 8, kVocab = kKeys + kKeys * kValues;
 };
-
-template <class E>
-const char* to_string(E value) {
-  return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
-}
-
-// Bytes of each kind of value a run of `precision` stores (docs/design.md,
-// "Precision"): activations and everything exchanged between layers (value),
-// statistics and accumulators (acc), parameters, their gradients and the
-// optimizer state (param). fp32 {4, 4, 4}, fp64 {8, 8, 8}, bf16 {2, 4, 4}.
-struct ElementSizes {
-  std::size_t value = 8, acc = 8, param = 8;
-};
-ElementSizes element_sizes(Precision precision);
 
 struct ModelConfig {
   std::int64_t vocab = 256;
@@ -142,16 +90,6 @@ struct RunConfig {
   std::int64_t predict_max_ranks = 4096;
   // run.mode predict: the sequence lengths of the table, comma-separated.
   std::string predict_seq_lens = "65536,262144,1048576,4194304";
-};
-
-// Blocking of the attention kernel (queries x keys per tile); 0 leaves the
-// choice to the backend (kernels/attention/attention.hpp: cache-sized on the host,
-// within level-0 team scratch on a GPU).
-struct KernelConfig {
-  AttentionKernel attention = AttentionKernel::automatic;
-  std::int64_t chunk = 0;        // gemm: rows of a query and of a key chunk; 0: chosen per backend
-  std::int64_t query_block = 0;  // fused: 0: chosen per backend (kernels::choose_attention_tiles)
-  std::int64_t key_block = 0;
 };
 
 // Sequence-parallel ranks: world = dp x pp x tp x sp.

@@ -5,7 +5,7 @@
 // model, which take it as their base.
 #include <cstdint>
 
-#include "core/config.hpp"
+#include "core/deck_words.hpp"
 
 namespace miniattn {
 

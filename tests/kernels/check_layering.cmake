@@ -1,7 +1,8 @@
 # The layering of src/kernels (docs/design.md 5.1), checked from the #include
 # lines of its files: base/ includes only base/ and core/; layers/ only base/,
 # layers/ and core/; attention/ anything in kernels/ and core/ (kernels know
-# nothing of MPI, strategies or the model). Quoted includes are rooted at
+# nothing of MPI, strategies or the model), and none the whole deck
+# (core/config.hpp): the deck's words are in core/deck_words.hpp. Quoted includes are rooted at
 # src/; system and library headers (<...>) are not checked.
 #   cmake -DKERNELS_DIR=<src/kernels> -P check_layering.cmake
 if(NOT KERNELS_DIR OR NOT IS_DIRECTORY "${KERNELS_DIR}")
@@ -21,9 +22,11 @@ macro(check_layer folder allowed rule)
     file(STRINGS "${_file}" _lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
     foreach(_line IN LISTS _lines)
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*$" "\\1" _included "${_line}")
+      file(RELATIVE_PATH _where "${KERNELS_DIR}" "${_file}")
       if(NOT _included MATCHES "${allowed}")
-        file(RELATIVE_PATH _where "${KERNELS_DIR}" "${_file}")
         string(APPEND violations "\n  kernels/${_where} includes \"${_included}\" (${rule})")
+      elseif(_included STREQUAL "core/config.hpp")
+        string(APPEND violations "\n  kernels/${_where} includes the whole deck (core/deck_words.hpp has its words)")
       endif()
     endforeach()
   endforeach()

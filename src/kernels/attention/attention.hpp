@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/config.hpp"
+#include "core/deck_words.hpp"
 #include "core/types.hpp"
 
 namespace miniattn::kernels {
