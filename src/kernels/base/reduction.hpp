@@ -7,8 +7,9 @@
 //  * Row reductions (LayerNorm statistics, softmax): one thread per row
 //    (row_team_policy); team_vector_sum / team_vector_max reduce a row in
 //    SIMD packs on the host (lane order, then lanes in order) and over the
-//    thread's 32 vector lanes on a GPU (each lane its columns in order, then
-//    Kokkos's fixed tree over the lanes).
+//    thread's kGpuRowLanes vector lanes on a GPU (gpu_lanes.hpp: a warp or a
+//    wavefront; each lane its columns in order, then Kokkos's fixed tree over
+//    the lanes).
 //  * Column sums (bias and LayerNorm parameter gradients): rows are cut into
 //    chunks of kColumnSumChunkRows; each chunk sums its rows in order into its
 //    own row of a partials workspace, then the chunks are summed in order.
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "core/kokkos_compat.hpp"
+#include "kernels/base/gpu_lanes.hpp"
 #include "kernels/base/simd_pack.hpp"
 
 namespace miniattn::kernels {
@@ -28,12 +30,11 @@ constexpr index_t kColumnSumChunkRows = 64;
 inline index_t column_sum_chunks(index_t rows) { return (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows; }
 
 // A thread per row: on the host a team of one thread of one lane per row (the
-// league is the parallel loop, packs do the SIMD); on a GPU threads of 32
-// vector lanes, gpu_rows_per_team of them to a team. Teams of one 32-lane
-// thread let an SM hold only as many warps as it holds blocks (32 on Hopper,
+// league is the parallel loop, packs do the SIMD); on a GPU threads of
+// kGpuRowLanes vector lanes, gpu_rows_per_team of them to a team. Teams of one
+// warp let an SM hold only as many warps as it holds blocks (32 on Hopper,
 // half its warps): kernels that wait on memory ask for more rows per team.
 // A thread finds its row with team_row and returns when it is past the last.
-constexpr int kGpuRowLanes = 32;
 inline Kokkos::TeamPolicy<ExecSpace> row_team_policy(index_t rows, int gpu_rows_per_team = 1) {
   const int per_team = kHostExecution ? 1 : gpu_rows_per_team;
   const int lanes = kHostExecution ? 1 : std::min(Kokkos::TeamPolicy<ExecSpace>::vector_length_max(), kGpuRowLanes);
@@ -44,18 +45,18 @@ KOKKOS_INLINE_FUNCTION index_t team_row(const Member& team) {
   return static_cast<index_t>(team.league_rank()) * team.team_size() + team.team_rank();
 }
 
-// A GPU lane's columns of a row: lane, lane + 32, ... (coalesced across the
+// A GPU lane's columns of a row: lane, lane + Lanes, ... (coalesced across the
 // lanes), kGpuLoadsInFlight at a time: their terms are all asked for before
 // the first is used, so that that many loads are in flight per lane (one at a
 // time, the chunked-attention row kernels streamed 1.7 TB/s of an H200's 4.8,
 // Kokkos's kernel timer). use(term) in column order; the same order on every
-// run. Called once per lane index of ThreadVectorRange(team, kGpuRowLanes);
-// host-callable, so the tests walk all 32 lanes on the host.
+// run. Called once per lane index of ThreadVectorRange(team, Lanes);
+// host-callable, so the tests walk every lane of both widths on the host.
 constexpr int kGpuLoadsInFlight = 4;
 MINIATTN_HOST_OR_DEVICE_TEMPLATE
-template <class T, class F, class Use>
+template <class T, int Lanes = kGpuRowLanes, class F, class Use>
 KOKKOS_FORCEINLINE_FUNCTION void gpu_lane_walk(index_t lane, index_t count, const F& f, const Use& use) {
-  constexpr index_t lanes = kGpuRowLanes, group = kGpuLoadsInFlight;
+  constexpr index_t lanes = Lanes, group = kGpuLoadsInFlight;
   index_t c = lane;
   for (; c + (group - 1) * lanes < count; c += group * lanes) {
     T terms[group];

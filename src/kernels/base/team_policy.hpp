@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/types.hpp"
+#include "kernels/base/gpu_lanes.hpp"
 
 namespace miniattn::kernels::attention_detail {
 
@@ -67,7 +68,7 @@ inline TeamPolicy make_team_policy(index_t league_size, std::size_t scratch_byte
     TeamPolicy policy(static_cast<int>(league_size), 1, 1);
     return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
   }
-  const int vector_length = std::min(TeamPolicy::vector_length_max(), 32);
+  const int vector_length = std::min(TeamPolicy::vector_length_max(), kGpuRowLanes);
   TeamPolicy policy(static_cast<int>(league_size), Kokkos::AUTO, vector_length);
   return policy.set_scratch_size(scratch_level, Kokkos::PerTeam(scratch_bytes));
 }

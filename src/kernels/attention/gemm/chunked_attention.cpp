@@ -128,7 +128,7 @@ class ChunkPairs {
 
 // The row kernels run one thread per query row of every head over that row of
 // its score block (reduction.hpp's row machinery: SIMD packs and pack_exp on
-// the host, 32 vector lanes on a GPU), in Acc<T>: scores and probabilities are
+// the host, a warp or a wavefront of vector lanes on a GPU), in Acc<T>: scores and probabilities are
 // stored as T (bf16 for bf16 runs), the statistics and the output as Acc<T>.
 // Hidden keys of a partly masked pair are tested one by one. On a GPU a team
 // takes kGpuRowsPerTeam rows (measured on an H200, N = 32768, 2048-row chunks:
