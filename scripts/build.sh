@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures (once) and builds miniattn into build/ (or $MINIATTN_BUILD_DIR).
+# Configures (once) and builds miniattn into build/ (or $MINIATTN_BUILD_DIR):
+# every target, or those $MINIATTN_BUILD_TARGETS names (space-separated).
 # Extra arguments go to the first CMake configure, e.g. -DKokkos_ROOT=/opt/kokkos.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -7,4 +8,5 @@ build=${MINIATTN_BUILD_DIR:-$root/build}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@"
 fi
-cmake --build "$build" --parallel "$(nproc)"
+# shellcheck disable=SC2086 # the targets are words
+cmake --build "$build" --parallel "$(nproc)" ${MINIATTN_BUILD_TARGETS:+--target $MINIATTN_BUILD_TARGETS}
