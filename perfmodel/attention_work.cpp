@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "attention/strategy_record.hpp"
+
 namespace miniattn {
 
 namespace {
@@ -67,12 +69,17 @@ std::int64_t key_tile(const StepConfig& c) {
   return c.blocking.key_tile(sizes.value != sizes.acc);
 }
 
+// A strategy that does not split the sequence ('local') sees one rank's
+// positions as one contiguous block.
+Layout work_layout(const StepConfig& c) {
+  return strategy_record(c.strategy).splits_sequence ? c.layout : Layout::contiguous;
+}
+
 }  // namespace
 
 RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
   const ModelConfig& m = c.model;
-  // One rank's 'local' attention sees its positions as one contiguous block.
-  const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
+  const Layout layout = work_layout(c);
   const bool zigzag = layout == Layout::zigzag;
   const int G = c.sp / U;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
@@ -109,7 +116,7 @@ RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
 
 RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
   const ModelConfig& m = c.model;
-  const Layout layout = c.strategy == Strategy::local ? Layout::contiguous : c.layout;
+  const Layout layout = work_layout(c);
   const std::int64_t P = c.sp, G = P / U, N = m.seq_len;
   const std::int64_t qb = tile_level ? std::max<std::int64_t>(1, c.blocking.query_tile()) : 1;
   const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, key_tile(c)) : 1;

@@ -189,16 +189,13 @@ std::int64_t replicated_parameter_count(const ModelConfig& model, int tp = 1, in
 // diagonal are skipped): (T+1)/(2T) for T equal tiles, 1/2 in the limit.
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block);
 
-// The strategies predict_strategies() compares, in its order; after them
-// comes one more choice, pure tensor parallelism (kTensorParallelChoice).
-constexpr Strategy kPredictedStrategies[] = {Strategy::local,   Strategy::ring,   Strategy::rsa,
-                                            Strategy::ulysses, Strategy::hybrid, Strategy::allgather};
+// predict_strategies() compares every strategy of the deck, in the order of
+// enum_names<Strategy>(), then one more choice, pure tensor parallelism.
 inline constexpr const char* kTensorParallelChoice = "tensor_parallel";
 // The names of predict_strategies()' choices, in its order.
-inline constexpr const char* kPredictedChoices[] = {"local",  "ring",      "rsa",
-                                                    "ulysses", "hybrid", "allgather", kTensorParallelChoice};
+std::vector<std::string> predicted_choice_names();
 
-// The choices predicted for `ranks` ranks: each strategy of kPredictedStrategies
+// The choices predicted for `ranks` ranks: each strategy of the deck
 // with its decomposition (the deck's pp and micro_batches; tp from the deck
 // when it divides ranks, else 1; dp from the deck when it divides ranks / tp
 // and the batch, else 1; sp = ranks / (dp tp pp); local: sp = 1, dp = ranks /
@@ -208,7 +205,7 @@ inline constexpr const char* kPredictedChoices[] = {"local",  "ring",      "rsa"
 // (also those whose dp tp pp sp cannot make `ranks`) come back with valid =
 // false and the validator's problem for `ranks` ranks.
 struct StrategyChoice {
-  std::string name;  // one of kPredictedChoices
+  std::string name;  // one of predicted_choice_names()
   StepConfig config;
   StepPrediction prediction;
 };

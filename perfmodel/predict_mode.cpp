@@ -38,7 +38,7 @@ StepConfig deck_step_config(const Config& c) {
 StepConfig own_step_config(const Config& c, const StepConfig& deck, int world_size) {
   StepConfig own = deck;
   own.sp = static_cast<int>(sp_size(c.parallel, world_size));
-  own.ulysses = ulysses_degree_for(own.strategy, own.sp, own.ulysses);
+  own.ulysses = strategy_record(own.strategy).ulysses_degree(own.sp, own.ulysses);
   return own;
 }
 
@@ -151,6 +151,7 @@ std::string cell(const nlohmann::json& p) {
 void print_report(const Config& c, const MachineDescription& machine, const nlohmann::json& result) {
   const ModelConfig& m = c.model;
   const std::string memory = format_bytes(machine.memory_bytes_per_rank);
+  const std::vector<std::string> names = predicted_choice_names();
   std::printf("miniattn: predict, machine %s (%s), %s, model V=%lld D=%lld H=%lld F=%lld L=%lld B=%lld %s, layout %s\n",
               machine.name.empty() ? "unnamed" : machine.name.c_str(), c.run.machine.c_str(), to_string(m.precision),
               static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
@@ -164,22 +165,22 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               static_cast<long long>(c.train.micro_batches),
               modelled_bubble_fraction(static_cast<int>(c.parallel.pp), c.train.micro_batches));
   std::printf("%7s %4s %4s %4s %10s", "ranks", "dp", "pp", "tp", "seq_len");
-  for (const char* name : kPredictedChoices) std::printf(" | %-26s", name);
+  for (const std::string& name : names) std::printf(" | %-26s", name.c_str());
   std::printf(" | best\n");
   for (const nlohmann::json& row : result.at("predictions")) {
     std::printf("%7lld %4d %4d %4d %10lld", row.at("ranks").get<long long>(), row.at("dp").get<int>(),
                 row.at("pp").get<int>(), row.at("tp").get<int>(), row.at("seq_len").get<long long>());
-    for (const char* name : kPredictedChoices) std::printf(" | %-26s", cell(row.at("strategies").at(name)).c_str());
+    for (const std::string& name : names) std::printf(" | %-26s", cell(row.at("strategies").at(name)).c_str());
     std::printf(" | %s\n", row.at("best").is_null() ? "none fits" : row.at("best").get<std::string>().c_str());
   }
   std::printf("miniattn: longest seq_len whose planned memory fits in %s per rank (multiples of 2 sp whose rows "
               "divide over tp)\n", memory.c_str());
   std::printf("%7s", "ranks");
-  for (const char* name : kPredictedChoices) std::printf(" | %15s", name);
+  for (const std::string& name : names) std::printf(" | %15s", name.c_str());
   std::printf("\n");
   for (const nlohmann::json& row : result.at("longest_seq_len")) {
     std::printf("%7lld", row.at("ranks").get<long long>());
-    for (const char* name : kPredictedChoices) std::printf(" | %15lld", row.at("strategies").at(name).get<long long>());
+    for (const std::string& name : names) std::printf(" | %15lld", row.at("strategies").at(name).get<long long>());
     std::printf("\n");
   }
   const nlohmann::json& own = result.at("prediction_for_deck");

@@ -55,7 +55,7 @@ std::string validator_problem(const StepConfig& c, int ranks) {
   deck.parallel.dp = c.dp;
   deck.parallel.tp = c.tp;
   deck.parallel.pp = c.pp;
-  deck.parallel.ulysses_degree = c.strategy == Strategy::hybrid ? c.ulysses : 1;  // ulysses: sp, implied
+  deck.parallel.ulysses_degree = strategy_record(c.strategy).ulysses == UlyssesDegree::deck ? c.ulysses : 1;  // else implied
   deck.train.optimizer = c.optimizer;
   deck.train.micro_batches = c.micro_batches;
   deck.run.mode = RunMode::train;
@@ -237,7 +237,7 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   const double once_v = w.last ? 5 : 0;
   double elementwise = L * (block_chunk_d * r * D + block_shard_d * R * D / tp + 4 * R * D + block_f * R * F / tp) +
                        once_d * r * D + once_v * r * V;
-  if (strategy_entry(c.strategy).all_to_all) elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
+  if (strategy_record(c.strategy).all_to_all()) elementwise += L * 32 * R * D / tp;  // pack + unpack, 8 tensors
   out.compute_parts["elementwise"] = elementwise * s / machine.elementwise_bandwidth;
 }
 
@@ -310,7 +310,7 @@ double kv_block_bytes(const StepConfig& c, const MicroBatch& w, int U) {
 void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
                         StepPrediction& out) {
   const ModelConfig& m = c.model;
-  const bool rsa = strategy_entry(c.strategy).key_values == KeyValueRoute::dense_ring;
+  const bool rsa = strategy_record(c.strategy).key_values == KeyValueRoute::dense_ring;
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, U);
@@ -445,10 +445,10 @@ StepPrediction micro_batch_work(const MachineDescription& machine, const StepCon
   add_gemm_compute(machine, c, w, out);
   add_elementwise_compute(machine, c, w, out);
   if (c.tp > 1) add_tensor_parallel(machine, c, w, where.tp_inter, out);
-  const StrategyEntry& strategy = strategy_entry(c.strategy);
+  const StrategyRecord& strategy = strategy_record(c.strategy);
   if (strategy.key_values == KeyValueRoute::gathered) add_allgather_attention(machine, c, w, where.sp_inter, out);
   else add_ring_attention(machine, c, w, where.ring_inter, out);
-  if (c.ulysses > 1 && strategy.all_to_all)
+  if (c.ulysses > 1 && strategy.all_to_all())
     add_alltoalls(machine, c, w, where.ulysses_off_node, out);
   if (c.pp > 1) add_pipeline_sends(machine, c, w, where, out);
   return out;

@@ -52,14 +52,16 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
     c.sp = 0;
     choices.push_back({name, c, p});
   };
-  for (const Strategy strategy : kPredictedStrategies) {
+  for (std::size_t index = 0; index < enum_names<Strategy>().size(); ++index) {
+    const auto strategy = static_cast<Strategy>(index);
     StepConfig c = deck;
     c.strategy = strategy;
     c.tp = tp;
     // local: no sequence parallelism, dp x tp x pp ranks (else the SP strategies' dp: the validator names pp).
-    c.dp = strategy != Strategy::local ? dp : ranks % (tp * pp) == 0 ? ranks / (tp * pp) : dp;
-    c.sp = strategy == Strategy::local ? 1 : sp;
-    c.ulysses = ulysses_degree_for(strategy, sp, hybrid_degree(deck, sp, tp, machine.ranks_per_node));
+    const bool splits = strategy_record(strategy).splits_sequence;
+    c.dp = splits ? dp : ranks % (tp * pp) == 0 ? ranks / (tp * pp) : dp;
+    c.sp = splits ? sp : 1;
+    c.ulysses = strategy_record(strategy).ulysses_degree(sp, hybrid_degree(deck, sp, tp, machine.ranks_per_node));
     add(to_string(strategy), c);
   }
   // Pure tensor parallelism: the ranks of each DP replica's stage form one TP group.
@@ -70,6 +72,12 @@ std::vector<StrategyChoice> predict_strategies(const MachineDescription& machine
   c.sp = c.ulysses = 1;
   add(kTensorParallelChoice, c);
   return choices;
+}
+
+std::vector<std::string> predicted_choice_names() {
+  std::vector<std::string> names = enum_names<Strategy>();
+  names.push_back(kTensorParallelChoice);
+  return names;
 }
 
 int best_strategy(const std::vector<StrategyChoice>& choices) {

@@ -47,13 +47,21 @@ void add_allgather_exchanges(const AttentionSizes& z, double layers, std::map<Ex
 
 }  // namespace
 
-const StrategyEntry kAllGatherAttentionEntry{allgather_memory,
-                                             add_allgather_exchanges,
-                                             make_allgather_layers<float>,
-                                             make_allgather_layers<double>,
-                                             make_allgather_layers<bf16>,
-                                             KeyValueRoute::gathered,
-                                             /*all_to_all=*/false};
+const StrategyRecord& allgather_attention_record() {
+  static const StrategyRecord record{
+      Strategy::allgather,
+      /*splits_sequence=*/true,
+      UlyssesDegree::none,
+      /*takes_attention_kernel=*/true,
+      KeyValueRoute::gathered,
+      {Exchange::allgather_forward_kv, Exchange::allgather_backward_kv, Exchange::allgather_backward_dkdv},
+      allgather_memory,
+      add_allgather_exchanges,
+      make_allgather_layers<float>,
+      make_allgather_layers<double>,
+      make_allgather_layers<bf16>};
+  return record;
+}
 
 template <class T>
 AllGatherWorkspace<T>::AllGatherWorkspace(const AttentionSizes& sizes)

@@ -20,7 +20,7 @@
 
 namespace miniattn {
 
-extern const StrategyEntry kAllGatherAttentionEntry;  // allgather in the strategy table
+const StrategyRecord& allgather_attention_record();  // strategy_record.hpp
 
 // Buffers shared by the all-gather attention of every layer: each rank's K, V
 // (forward and backward) and dK, dV contributions (backward) as `group_size`

@@ -55,13 +55,37 @@ void add_ring_attention_exchanges(const AttentionSizes& z, double layers, std::m
   bytes[Exchange::ring_backward_dkdv] += L * 2 * (S > 1 ? S : 0) * X;
 }
 
-const StrategyEntry kRingAttentionEntry{ring_attention_memory,
-                                        add_ring_attention_exchanges,
-                                        make_ring_layers<float>,
-                                        make_ring_layers<double>,
-                                        make_ring_layers<bf16>,
-                                        KeyValueRoute::ring,
-                                        /*all_to_all=*/false};
+// local is ring attention on a ring of one rank (sp = 1): no exchanges.
+const StrategyRecord& local_attention_record() {
+  static const StrategyRecord record{Strategy::local,
+                                     /*splits_sequence=*/false,
+                                     UlyssesDegree::none,
+                                     /*takes_attention_kernel=*/true,
+                                     KeyValueRoute::ring,
+                                     /*exchanges=*/{},
+                                     ring_attention_memory,
+                                     add_ring_attention_exchanges,
+                                     make_ring_layers<float>,
+                                     make_ring_layers<double>,
+                                     make_ring_layers<bf16>};
+  return record;
+}
+
+const StrategyRecord& ring_attention_record() {
+  static const StrategyRecord record{
+      Strategy::ring,
+      /*splits_sequence=*/true,
+      UlyssesDegree::none,
+      /*takes_attention_kernel=*/true,
+      KeyValueRoute::ring,
+      {Exchange::ring_forward_kv, Exchange::ring_backward_kv, Exchange::ring_backward_dkdv},
+      ring_attention_memory,
+      add_ring_attention_exchanges,
+      make_ring_layers<float>,
+      make_ring_layers<double>,
+      make_ring_layers<bf16>};
+  return record;
+}
 
 template <class T>
 RingWorkspace<T>::RingWorkspace(const AttentionSizes& sizes) : kernel(ring_block(sizes), sizes.blocking) {

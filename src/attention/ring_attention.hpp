@@ -39,10 +39,11 @@ struct RingWorkspace {
   std::size_t bytes() const;
 };
 
-// Ring attention's entry in the strategy table (local and ring), and what
+// Ring attention's records (local and ring; strategy_record.hpp), and what
 // Ulysses attention, which runs it inside, shares of it: the workspace's
 // bytes (shared) and the ring's exchanges.
-extern const StrategyEntry kRingAttentionEntry;
+const StrategyRecord& local_attention_record();
+const StrategyRecord& ring_attention_record();
 AttentionMemory ring_attention_memory(const AttentionSizes& sizes);
 void add_ring_attention_exchanges(const AttentionSizes& sizes, double layers, std::map<Exchange, double>& bytes);
 

@@ -41,13 +41,22 @@ void add_rsa_exchanges(const AttentionSizes& z, double layers, std::map<Exchange
 
 }  // namespace
 
-const StrategyEntry kRingSelfAttentionEntry{rsa_memory,
-                                            add_rsa_exchanges,
-                                            make_rsa_layers<float>,
-                                            make_rsa_layers<double>,
-                                            make_rsa_layers<bf16>,
-                                            KeyValueRoute::dense_ring,
-                                            /*all_to_all=*/false};
+// RSA computes dense score blocks with kernels of its own (kernels/attention/dense/).
+const StrategyRecord& ring_self_attention_record() {
+  static const StrategyRecord record{
+      Strategy::rsa,
+      /*splits_sequence=*/true,
+      UlyssesDegree::none,
+      /*takes_attention_kernel=*/false,
+      KeyValueRoute::dense_ring,
+      {Exchange::rsa_forward_k, Exchange::rsa_forward_v, Exchange::rsa_backward_kv, Exchange::rsa_backward_dkdv},
+      rsa_memory,
+      add_rsa_exchanges,
+      make_rsa_layers<float>,
+      make_rsa_layers<double>,
+      make_rsa_layers<bf16>};
+  return record;
+}
 
 template <class T>
 RingSelfAttention<T>::RingSelfAttention(Comm& comm, MPI_Comm ring, const View2<const index_t>& ring_positions,

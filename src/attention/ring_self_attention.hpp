@@ -16,7 +16,7 @@
 
 namespace miniattn {
 
-extern const StrategyEntry kRingSelfAttentionEntry;  // rsa in the strategy table
+const StrategyRecord& ring_self_attention_record();  // rsa (strategy_record.hpp)
 
 template <class T>
 class RingSelfAttention final : public AttentionStrategy<T> {

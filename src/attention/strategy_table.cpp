@@ -1,6 +1,9 @@
 #include "attention/strategy_table.hpp"
 
+#include <algorithm>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "attention/allgather_attention.hpp"
 #include "attention/block_reach.hpp"
@@ -10,21 +13,37 @@
 
 namespace miniattn {
 
-const StrategyEntry& strategy_entry(Strategy strategy) {
-  switch (strategy) {
-    case Strategy::local: return kRingAttentionEntry;  // ring attention on a ring of one rank (sp = 1)
-    case Strategy::ring: return kRingAttentionEntry;   // ring attention over the SP group
-    case Strategy::rsa: return kRingSelfAttentionEntry;
-    case Strategy::ulysses: return kUlyssesAttentionEntry;  // all-to-all around local attention (U = sp)
-    case Strategy::hybrid: return kUlyssesAttentionEntry;   // around ring attention across sp / U groups
-    case Strategy::allgather: return kAllGatherAttentionEntry;
-  }
-  throw std::logic_error("strategy_entry: unknown strategy");
+namespace {
+
+// Every deck word's record, in the order of enum_names<Strategy>(): the one
+// line a new strategy adds.
+const std::vector<const StrategyRecord*>& strategy_records() {
+  static const std::vector<const StrategyRecord*> records = {
+      &local_attention_record(),   &ring_self_attention_record(), &ring_attention_record(),
+      &ulysses_attention_record(), &hybrid_attention_record(),    &allgather_attention_record()};
+  return records;
 }
 
-int ulysses_degree_for(Strategy strategy, int sp, int hybrid_degree) {
-  if (strategy == Strategy::ulysses) return sp;
-  return strategy == Strategy::hybrid ? hybrid_degree : 1;
+}  // namespace
+
+const StrategyRecord& strategy_record(Strategy strategy) {
+  const auto index = static_cast<std::size_t>(strategy);
+  const std::vector<const StrategyRecord*>& records = strategy_records();
+  if (index >= records.size() || records[index]->strategy != strategy)
+    throw std::logic_error(std::string("strategy_record: the table has no record for ") + to_string(strategy) +
+                           " in its place");
+  return *records[index];
+}
+
+bool attention_exchange(Exchange label) {
+  for (const StrategyRecord* record : strategy_records())
+    if (std::find(record->exchanges.begin(), record->exchanges.end(), label) != record->exchanges.end()) return true;
+  return false;
+}
+
+bool ring_exchange(Exchange label) {
+  const std::vector<Exchange>& ring = ring_attention_record().exchanges;
+  return std::find(ring.begin(), ring.end(), label) != ring.end();
 }
 
 AttentionSizes attention_sizes(const ModelConfig& model, const Decomposition& d, index_t batch,

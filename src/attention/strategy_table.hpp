@@ -1,17 +1,12 @@
 #pragma once
-// The attention strategies, listed once (strategy_entry). Each strategy's
-// entry is defined in its own .cpp, beside its class: what it allocates on a
-// rank, what it sends per step and how its layers are built, from one
-// AttentionSizes, so that the factory, the memory plan and the exchange model
-// ask it instead of switching on the strategy. A new strategy is one file in
-// attention/ that defines its entry, plus its line in strategy_entry().
+// The strategies' costs and layers, from one AttentionSizes (their records:
+// strategy_record.hpp): what a strategy allocates on a rank, what it sends per
+// step and how its layers are built, so that the factory, the memory plan and
+// the exchange model ask its record instead of switching on the strategy.
 #include <cstddef>
-#include <functional>
-#include <map>
-#include <memory>
-#include <type_traits>
 
 #include "attention/attention_strategy.hpp"
+#include "attention/strategy_record.hpp"
 #include "comm/comm.hpp"
 #include "comm/process_grid.hpp"
 #include "core/config.hpp"
@@ -40,54 +35,12 @@ struct AttentionSizes {
 AttentionSizes attention_sizes(const ModelConfig& model, const Decomposition& d, index_t batch,
                                const kernels::AttentionBlocking& blocking);
 
-struct AttentionMemory {
-  std::size_t shared = 0;     // one workspace all layers share
-  std::size_t per_layer = 0;  // each layer instance's own Views
-};
-
-// What building a strategy's layers needs; a strategy's MakeLayers allocates
-// its shared workspace (adding its bytes to shared_bytes) and returns the
-// maker of one layer for a given mask.
+// What building a strategy's layers needs (MakeLayers, strategy_record.hpp).
 struct AttentionBuild {
   Comm& comm;
   const ProcessGrid& grid;
   View2<const index_t> positions;  // ring_positions(): each ring rank's global positions
   AttentionSizes sizes;
 };
-template <class T>
-using LayerMaker = std::function<std::unique_ptr<AttentionStrategy<T>>(const kernels::AttentionMask&)>;
-template <class T>
-using MakeLayers = LayerMaker<T> (*)(const AttentionBuild&, std::size_t& shared_bytes);
-
-// How the K/V blocks of the other SP ranks reach a rank's queries: the
-// performance model times each route its own way.
-enum class KeyValueRoute {
-  ring,        // round the ring of sp / U ranks a block a step, each transfer behind a step's compute
-  dense_ring,  // RSA: K round the ring for the dense score rows, then V for the output
-  gathered,    // all-gathered before the attention, dK and dV reduce-scattered after
-};
-
-struct StrategyEntry {
-  AttentionMemory (*memory)(const AttentionSizes&);
-  // Adds the payload bytes one step sends over `layers` layers, by the labels the Comm counts.
-  void (*add_exchanges)(const AttentionSizes&, double layers, std::map<Exchange, double>& bytes);
-  MakeLayers<float> make_f32;
-  MakeLayers<double> make_f64;
-  MakeLayers<bf16> make_bf16;
-  KeyValueRoute key_values;
-  bool all_to_all;  // Ulysses all-to-alls over U ranks around the inner attention
-
-  template <class T>
-  MakeLayers<T> make_layers() const {
-    if constexpr (std::is_same<T, float>::value) return make_f32;
-    else if constexpr (std::is_same<T, double>::value) return make_f64;
-    else return make_bf16;
-  }
-};
-
-const StrategyEntry& strategy_entry(Strategy strategy);
-
-// The Ulysses degree U of a strategy over sp ranks (hybrid: the deck's, or predict's choice).
-int ulysses_degree_for(Strategy strategy, int sp, int hybrid_degree);
 
 }  // namespace miniattn

@@ -28,7 +28,7 @@ kernels::View5<U> buffer(const Memory& memory, index_t heads, index_t columns) {
 
 template <class T>
 LayerMaker<T> make_ulysses_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
-  const LayerMaker<T> inner = kRingAttentionEntry.make_layers<T>()(build, shared_bytes);
+  const LayerMaker<T> inner = ring_attention_record().make_layers<T>()(build, shared_bytes);
   return [build, inner](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
     return std::make_unique<UlyssesAttention<T>>(build.comm, build.grid.ulysses_comm, inner(mask), build.sizes);
   };
@@ -60,15 +60,50 @@ void add_ulysses_attention_exchanges(const AttentionSizes& z, double layers, std
   add_ring_attention_exchanges(z, layers, bytes);
 }
 
+// The all-to-alls' labels, then (hybrid: a ring of sp / U > 1 ranks) the inner ring's.
+std::vector<Exchange> ulysses_exchanges(bool around_a_ring) {
+  std::vector<Exchange> labels = {Exchange::ulysses_forward_qkv, Exchange::ulysses_forward_out,
+                                  Exchange::ulysses_forward_lse, Exchange::ulysses_backward_dout,
+                                  Exchange::ulysses_backward_dqkv};
+  const std::vector<Exchange>& ring = ring_attention_record().exchanges;
+  if (around_a_ring) labels.insert(labels.end(), ring.begin(), ring.end());
+  return labels;
+}
+
 }  // namespace
 
-const StrategyEntry kUlyssesAttentionEntry{ulysses_attention_memory,
-                                           add_ulysses_attention_exchanges,
-                                           make_ulysses_layers<float>,
-                                           make_ulysses_layers<double>,
-                                           make_ulysses_layers<bf16>,
-                                           KeyValueRoute::ring,
-                                           /*all_to_all=*/true};
+// ulysses: all-to-alls over the whole SP group around local attention;
+// hybrid: over U = parallel.ulysses_degree ranks around ring attention across
+// the sp / U groups. One class, two records.
+const StrategyRecord& ulysses_attention_record() {
+  static const StrategyRecord record{Strategy::ulysses,
+                                     /*splits_sequence=*/true,
+                                     UlyssesDegree::sp,
+                                     /*takes_attention_kernel=*/true,
+                                     KeyValueRoute::ring,
+                                     ulysses_exchanges(/*around_a_ring=*/false),
+                                     ulysses_attention_memory,
+                                     add_ulysses_attention_exchanges,
+                                     make_ulysses_layers<float>,
+                                     make_ulysses_layers<double>,
+                                     make_ulysses_layers<bf16>};
+  return record;
+}
+
+const StrategyRecord& hybrid_attention_record() {
+  static const StrategyRecord record{Strategy::hybrid,
+                                     /*splits_sequence=*/true,
+                                     UlyssesDegree::deck,
+                                     /*takes_attention_kernel=*/true,
+                                     KeyValueRoute::ring,
+                                     ulysses_exchanges(/*around_a_ring=*/true),
+                                     ulysses_attention_memory,
+                                     add_ulysses_attention_exchanges,
+                                     make_ulysses_layers<float>,
+                                     make_ulysses_layers<double>,
+                                     make_ulysses_layers<bf16>};
+  return record;
+}
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,

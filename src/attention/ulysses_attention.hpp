@@ -19,9 +19,10 @@
 
 namespace miniattn {
 
-// The entry of ulysses and hybrid in the strategy table: ring attention's
+// The records of ulysses and hybrid (strategy_record.hpp): ring attention's
 // shared workspace and exchanges (over a ring of sp / U ranks) plus its own.
-extern const StrategyEntry kUlyssesAttentionEntry;
+const StrategyRecord& ulysses_attention_record();
+const StrategyRecord& hybrid_attention_record();
 
 template <class T>
 class UlyssesAttention final : public AttentionStrategy<T> {

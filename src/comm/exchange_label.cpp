@@ -36,27 +36,4 @@ const char* to_string(Exchange label) {
   throw std::logic_error("to_string(Exchange): unknown label");
 }
 
-bool on_the_ring(Exchange label) {
-  return label == Exchange::ring_forward_kv || label == Exchange::ring_backward_kv ||
-         label == Exchange::ring_backward_dkdv;
-}
-
-bool inside_attention(Exchange label) {
-  switch (label) {
-    case Exchange::ring_forward_kv:
-    case Exchange::ring_backward_kv:
-    case Exchange::ring_backward_dkdv:
-    case Exchange::rsa_forward_k:
-    case Exchange::rsa_forward_v:
-    case Exchange::rsa_backward_kv:
-    case Exchange::rsa_backward_dkdv:
-    case Exchange::ulysses_forward_qkv:
-    case Exchange::ulysses_forward_out:
-    case Exchange::ulysses_forward_lse:
-    case Exchange::ulysses_backward_dout:
-    case Exchange::ulysses_backward_dqkv: return true;
-    default: return false;
-  }
-}
-
 }  // namespace miniattn

@@ -3,6 +3,7 @@
 // exchange model (perf/exchange_model.hpp) and the performance model key
 // their bytes and seconds by it, and the report's "exchange" object and the
 // tests read its name (to_string, exchange_label.cpp: the one table of names).
+// Which labels are a strategy's own is its record's (attention/strategy_record.hpp).
 // A misspelt label no longer compiles, and a row can no longer split in two.
 #include <string>
 
@@ -39,13 +40,5 @@ enum class Exchange {
 
 // The label as the report and the tests spell it ("ring.forward.kv").
 const char* to_string(Exchange label);
-
-// The ring, RSA's ring or Ulysses' all-to-alls: an attention strategy's own
-// exchanges, inside its measured time.
-bool inside_attention(Exchange label);
-
-// The ring's own exchanges (ring and the ring of hybrid): what the bench's
-// hidden-exchange account counts.
-bool on_the_ring(Exchange label);
 
 }  // namespace miniattn

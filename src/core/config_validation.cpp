@@ -2,6 +2,7 @@
 // parsing (config.cpp) and before any work starts. Every refusal is an
 // InputError that starts with the key to change and says why.
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -11,7 +12,9 @@
 
 #include "core/config.hpp"
 #include "core/config_fields.hpp"
+#include "attention/strategy_record.hpp"
 #include "core/error.hpp"
+#include "kernels/attention/kernel_record.hpp"
 
 namespace miniattn {
 
@@ -168,6 +171,28 @@ void check_tensor_parallel(const ModelConfig& m, const ParallelConfig& p) {
   }
 }
 
+// The kernel's record (kernels/attention/kernel_record.cpp) names the
+// precisions it computes; a strategy's record (attention/strategy_record.hpp)
+// whether its blocks take kernels.attention at all. A strategy with kernels of
+// its own (rsa) accepts the kernels that run everywhere, which the deck may
+// name for every strategy alike, and refuses the ones it would silently ignore.
+void check_attention_kernel(const Config& c) {
+  const AttentionKernel kernel = c.kernels.attention;
+  const std::string refusal = kernels::attention_kernel_precision_refusal(kernel, c.model.precision);
+  if (!refusal.empty()) reject("kernels.attention", refusal);
+  if (kernel == AttentionKernel::automatic || strategy_record(c.parallel.strategy).takes_attention_kernel) return;
+  if (kernels::attention_kernel_record(kernel).runs_on(kernels::Backend::host)) return;
+  std::string takers, everywhere;
+  for (std::size_t s = 0; s < enum_names<Strategy>().size(); ++s)
+    if (strategy_record(static_cast<Strategy>(s)).takes_attention_kernel)
+      takers += std::string(takers.empty() ? "" : ", ") + to_string(static_cast<Strategy>(s));
+  for (const kernels::AttentionKernelRecord& r : kernels::attention_kernel_records())
+    if (r.runs_on(kernels::Backend::host)) everywhere += std::string(" or ") + to_string(r.kernel);
+  reject("kernels.attention", std::string(to_string(kernel)) + " computes the blocks of " + takers +
+                                  " attention; parallel.strategy " + to_string(c.parallel.strategy) +
+                                  " keeps its own kernels (use auto" + everywhere + ")");
+}
+
 // Training, memory and the performance model's keys (run.machine itself is
 // checked by the predict and calibrate modes, before any work; the list only
 // matters to predict).
@@ -185,13 +210,7 @@ void check_training(const Config& c) {
 
   if (c.run.mode == RunMode::calibrate && c.model.precision == Precision::bf16)
     reject("model.precision", "run.mode calibrate measures fp32 or fp64 kernels; bf16 runs are predicted from them");
-  if (c.model.precision == Precision::bf16 && c.kernels.attention == AttentionKernel::fused)
-    reject("kernels.attention", "the fused kernel has no bf16 version; use gemm (or auto, which picks it for bf16)");
-  if (c.model.precision != Precision::bf16 && c.kernels.attention == AttentionKernel::tensor_core)
-    reject("kernels.attention", "the tensor_core kernel computes bf16 only; set model.precision bf16 or use auto");
-  if (c.kernels.attention == AttentionKernel::cudnn && c.parallel.strategy == Strategy::rsa)
-    reject("kernels.attention", "cudnn computes the blocks of local, ring, allgather, ulysses and hybrid attention; "
-                                "parallel.strategy rsa keeps its own kernels (use gemm or auto)");
+  check_attention_kernel(c);
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))
     reject("run.predict_max_ranks", "must be <= 2^30, got " + std::to_string(c.run.predict_max_ranks));
@@ -254,8 +273,10 @@ void check_sequence_split(const Config& c, std::int64_t world) {
   const std::string sp_text = "sp = " + std::to_string(world) + " ranks / (parallel.dp " + std::to_string(p.dp) +
                               " x parallel.pp " + std::to_string(p.pp) + " x parallel.tp " + std::to_string(p.tp) +
                               ") = " + std::to_string(sp);
-  if (p.strategy == Strategy::local && sp != 1) {
-    reject("parallel.strategy", "'local' does not split the sequence, so it needs sp == 1, but " + sp_text +
+  const StrategyRecord& strategy = strategy_record(p.strategy);
+  if (!strategy.splits_sequence && sp != 1) {
+    reject("parallel.strategy", "'" + std::string(to_string(p.strategy)) +
+                                    "' does not split the sequence, so it needs sp == 1, but " + sp_text +
                                     " (use parallel.dp x parallel.pp x parallel.tp = " + std::to_string(world) +
                                     " = world size, or a sequence-parallel strategy)");
   }
@@ -279,20 +300,23 @@ void check_sequence_split(const Config& c, std::int64_t world) {
   const std::int64_t heads = m.heads / p.tp;  // per TP rank
   const std::string heads_text = p.tp > 1 ? "model.heads / parallel.tp = " + std::to_string(heads)
                                            : "model.heads = " + std::to_string(heads);
-  if (p.strategy == Strategy::ulysses && heads % sp != 0) {
-    reject("model.heads", "must be divisible by sp x parallel.tp for parallel.strategy ulysses (" + sp_text + "; " +
-                              heads_text + ", not divisible by " + std::to_string(sp) + ")");
+  if (strategy.ulysses == UlyssesDegree::sp && heads % sp != 0) {
+    reject("model.heads", "must be divisible by sp x parallel.tp for parallel.strategy " +
+                              std::string(to_string(p.strategy)) + " (" + sp_text + "; " + heads_text +
+                              ", not divisible by " + std::to_string(sp) + ")");
   }
-  if (p.strategy == Strategy::ulysses) check_ulysses_kv_heads(m, p, sp, sp_text);
-  if (p.strategy == Strategy::hybrid) {
+  if (strategy.ulysses == UlyssesDegree::sp) check_ulysses_kv_heads(m, p, sp, sp_text);
+  if (strategy.ulysses == UlyssesDegree::deck) {
     if (sp % p.ulysses_degree != 0) {
-      reject("parallel.ulysses_degree", "must divide sp for parallel.strategy hybrid (" + sp_text + "; " +
+      reject("parallel.ulysses_degree", "must divide sp for parallel.strategy " + std::string(to_string(p.strategy)) +
+                                            " (" + sp_text + "; " +
                                             std::to_string(sp) + " % " + std::to_string(p.ulysses_degree) +
                                             " != 0)");
     }
     if (heads % p.ulysses_degree != 0) {
-      reject("model.heads", "must be divisible by parallel.ulysses_degree x parallel.tp for parallel.strategy "
-                            "hybrid (" + heads_text + ", not divisible by " + std::to_string(p.ulysses_degree) + ")");
+      reject("model.heads", "must be divisible by parallel.ulysses_degree x parallel.tp for parallel.strategy " +
+                                std::string(to_string(p.strategy)) + " (" + heads_text + ", not divisible by " +
+                                std::to_string(p.ulysses_degree) + ")");
     }
     check_ulysses_kv_heads(m, p, p.ulysses_degree, "parallel.ulysses_degree = " + std::to_string(p.ulysses_degree));
   }

@@ -37,9 +37,9 @@ double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size
 RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const Comm& run_comm,
                                  std::size_t scalar_bytes, index_t block_elements, double steps) {
   RingOverlap overlap;
-  if (strategy_entry(c.parallel.strategy).key_values != KeyValueRoute::ring || grid.ring_size < 2) return overlap;
+  if (strategy_record(c.parallel.strategy).key_values != KeyValueRoute::ring || grid.ring_size < 2) return overlap;
   for (const auto& [label, s] : run_comm.stats())
-    if (on_the_ring(label)) overlap.exposed_seconds += s.seconds / steps;
+    if (ring_exchange(label)) overlap.exposed_seconds += s.seconds / steps;
   const std::unique_ptr<Comm> comm = make_comm(c.parallel.comm, grid.world, c.parallel.gpu_aware_mpi);
   const int ring_step_count = ring_steps(c.model, c.parallel.layout, grid.sp_size, grid.ulysses_size);
   double best = 0.0;

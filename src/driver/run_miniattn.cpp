@@ -12,6 +12,7 @@
 #include "driver/output_paths.hpp"
 #include "driver/training_run.hpp"
 #include "io/text_file.hpp"
+#include "kernels/attention/kernel_record.hpp"
 #include "model/synthetic_task.hpp"
 #include "perf/memory_plan.hpp"
 
@@ -19,13 +20,28 @@ namespace miniattn {
 
 namespace {
 
-void print_fused_tiles(const nlohmann::json& tiles) {
-  const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
-                                  tiles.at("backward_scratch_bytes").get<double>());
-  std::printf("miniattn: attention kernel fused, tiles %lld x %lld, team scratch %.1f KiB at level %d (level 0 "
-              "holds %.1f KiB)\n",
-              tiles.at("query_block").get<long long>(), tiles.at("key_block").get<long long>(), scratch / 1024,
-              tiles.at("scratch_level").get<int>(), tiles.at("level0_bytes").get<double>() / 1024);
+// The kernel in its record's words (kernels/attention/kernel_record.cpp), and its shape.
+void print_attention_kernel(const nlohmann::json& tiles) {
+  const std::string name = tiles.at("kernel").get<std::string>();
+  const AttentionKernel kernel = static_cast<AttentionKernel>(
+      std::find(enum_names<AttentionKernel>().begin(), enum_names<AttentionKernel>().end(), name) -
+      enum_names<AttentionKernel>().begin());
+  std::printf("miniattn: attention kernel %s%s", kernels::attention_kernel_record(kernel).what,
+              tiles.at("chosen_by") == "auto" ? ", auto's choice" : "");
+  if (kernel == AttentionKernel::fused) {
+    const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
+                                    tiles.at("backward_scratch_bytes").get<double>());
+    std::printf(", tiles %lld x %lld, team scratch %.1f KiB at level %d (level 0 holds %.1f KiB)\n",
+                tiles.at("query_block").get<long long>(), tiles.at("key_block").get<long long>(), scratch / 1024,
+                tiles.at("scratch_level").get<int>(), tiles.at("level0_bytes").get<double>() / 1024);
+  } else if (kernel == AttentionKernel::cudnn) {
+    const nlohmann::json& tally = tiles.at("cudnn");
+    std::printf(", %lld calls for %lld blocks, %lld blocks on the gemm fallback\n", tally.at("calls").get<long long>(),
+                tally.at("blocks").get<long long>(), tally.at("blocks_on_gemm_fallback").get<long long>());
+  } else {
+    std::printf(", %s of %lld rows\n", kernel == AttentionKernel::gemm ? "chunks" : "query tiles",
+                tiles.at(kernel == AttentionKernel::gemm ? "chunk" : "query_block").get<long long>());
+  }
 }
 
 // A few lines for a person at the end of a training or bench run: what the
@@ -48,16 +64,7 @@ void print_summary(const nlohmann::json& r, const Config& config) {
                 losses.front().get<double>(), losses.back().get<double>(), to_string(config.data.task),
                 level.guessing, static_cast<long long>(config.model.vocab), level.known, level.known_means,
                 level.solved, level.solved_means);
-  const auto& tiles = r.at("attention_tiles");
-  if (tiles.at("kernel") == "gemm") {
-    std::printf("miniattn: attention kernel gemm (chunked, through batched GEMMs), chunks of %lld rows\n",
-                tiles.at("chunk").get<long long>());
-  } else if (tiles.at("kernel") == "tensor_core") {
-    std::printf("miniattn: attention kernel tensor_core (bf16 mma.sync, teams of %lld query rows)\n",
-                tiles.at("query_block").get<long long>());
-  } else {
-    print_fused_tiles(tiles);
-  }
+  print_attention_kernel(r.at("attention_tiles"));
   std::printf("miniattn: the whole report is the RESULT line above%s\n",
               config.run.result.empty() ? "" : (" and " + config.run.result + " (with every step's loss)").c_str());
 }

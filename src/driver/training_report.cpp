@@ -6,7 +6,9 @@
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
+#include "attention/strategy_record.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/attention/kernel_record.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/flop_count.hpp"
@@ -83,7 +85,7 @@ template <class T>
 double attention_busy_seconds(const TrainingState<T>& s) {
   double waited = 0;
   for (const auto& [label, stats] : s.comm->stats())
-    if (inside_attention(label)) waited += stats.seconds;
+    if (attention_exchange(label)) waited += stats.seconds;
   const auto calls = s.timer.samples().find("attention_forward");
   if (calls == s.timer.samples().end() || calls->second.empty()) return 0.0;
   const double total = s.timer.total("attention_forward") + s.timer.total("attention_backward");
@@ -215,7 +217,9 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["execution_space"] = {
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
   const kernels::AttentionTiles& tiles = s.attention_tiles;
+  const bool chosen_by_auto = c.kernels.attention == AttentionKernel::automatic;
   r["attention_tiles"] = {{"kernel", to_string(tiles.blocking.kernel)},
+                          {"chosen_by", chosen_by_auto ? "auto" : "deck"},
                           {"chunk", tiles.blocking.chunk},
                           {"query_block", tiles.blocking.query_block},
                           {"key_block", tiles.blocking.key_block},
@@ -223,6 +227,8 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
                           {"backward_scratch_bytes", tiles.backward_scratch_bytes},
                           {"scratch_level", tiles.scratch_level},
                           {"level0_bytes", tiles.level0_bytes}};
+  if (chosen_by_auto)
+    r["attention_tiles"]["auto_grounds"] = kernels::attention_kernel_record(tiles.blocking.kernel).auto_grounds;
   if (tiles.blocking.kernel == AttentionKernel::cudnn) {
     const kernels::CudnnTally tally = kernels::cudnn_tally();
     r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},

@@ -242,7 +242,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const int world_size = size_of(world);
   const int dp = static_cast<int>(c.parallel.dp), pp = static_cast<int>(c.parallel.pp);
   const int tp = static_cast<int>(c.parallel.tp), sp = static_cast<int>(sp_size(c.parallel, world_size));
-  const int ulysses = ulysses_degree_for(c.parallel.strategy, sp, static_cast<int>(c.parallel.ulysses_degree));
+  const int ulysses = strategy_record(c.parallel.strategy).ulysses_degree(sp, static_cast<int>(c.parallel.ulysses_degree));
   ProcessGrid grid = ProcessGrid::create(world, dp, pp, tp, ulysses);
   const RankShare share = rank_share(c, grid);
   const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);

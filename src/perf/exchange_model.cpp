@@ -38,7 +38,7 @@ std::map<Exchange, double> modelled_exchange_bytes(const ExchangeModelInput& in)
 
   // The step's whole local batch; the kernels' blocking does not change what is sent.
   const AttentionSizes attention = attention_sizes(m, in, m.batch / in.dp, {});
-  strategy_entry(in.strategy).add_exchanges(attention, L, bytes);
+  strategy_record(in.strategy).add_exchanges(attention, L, bytes);
   return bytes;
 }
 

@@ -87,7 +87,7 @@ RankSizes rank_sizes(const MemoryPlanInput& in) {
 // The attention strategies, one per layer and slot, plus the workspace they share.
 std::size_t attention_bytes(const MemoryPlanInput& in, const RankSizes& z) {
   const AttentionSizes sizes = attention_sizes(in.model, in, static_cast<index_t>(z.b), in.blocking);
-  const AttentionMemory memory = strategy_entry(in.strategy).memory(sizes);
+  const AttentionMemory memory = strategy_record(in.strategy).memory(sizes);
   return memory.shared + z.slots * z.L * memory.per_layer;
 }
 

@@ -4,10 +4,13 @@
 // GPU-like limit, since the rule, not the device, is under test.
 #include <gtest/gtest.h>
 
+#include <iterator>
+#include <stdexcept>
 #include <string>
 
 #include "core/error.hpp"
 #include "kernels/attention/attention.hpp"
+#include "kernels/attention/kernel_record.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace {
@@ -183,3 +186,77 @@ TEST(AttentionTiles, ScratchGrowsWithTheTiles) {
 }
 
 }  // namespace
+
+// The kernel records (kernels/attention/kernel_record.cpp): every deck word
+// but auto has one, auto takes the first that computes the precision where
+// it runs, and a kernel asked for a precision it lacks is refused by the deck
+// check and by the dispatch alike, naming the kernels that compute it.
+TEST(KernelRecord, EveryKernelWordButAutoHasOne) {
+  using miniattn::AttentionKernel;
+  namespace k = miniattn::kernels;
+  const std::size_t words = miniattn::enum_names<AttentionKernel>().size();
+  EXPECT_EQ(std::size(k::attention_kernel_records()), words - 1);
+  for (std::size_t i = 0; i < words; ++i) {
+    const auto kernel = static_cast<AttentionKernel>(i);
+    if (kernel == AttentionKernel::automatic) continue;
+    EXPECT_EQ(k::attention_kernel_record(kernel).kernel, kernel) << miniattn::to_string(kernel);
+  }
+  EXPECT_THROW(k::attention_kernel_record(AttentionKernel::automatic), std::logic_error);
+}
+
+TEST(KernelRecord, AutoTakesFusedOnCpusAndGemmElsewhere) {
+  using miniattn::AttentionKernel;
+  using miniattn::Precision;
+  namespace k = miniattn::kernels;
+  EXPECT_EQ(k::auto_attention_kernel(Precision::fp32, k::Backend::host), AttentionKernel::fused);
+  EXPECT_EQ(k::auto_attention_kernel(Precision::fp64, k::Backend::host), AttentionKernel::fused);
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::host), AttentionKernel::gemm);
+  for (const k::Backend gpu : {k::Backend::cuda, k::Backend::hip})
+    for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16})
+      EXPECT_EQ(k::auto_attention_kernel(p, gpu), AttentionKernel::gemm) << k::to_string(gpu);
+  for (const k::AttentionKernelRecord& r : k::attention_kernel_records())
+    EXPECT_TRUE(r.auto_backends == 0 || (r.auto_backends & ~r.backends) == 0) << "auto may take "
+        << miniattn::to_string(r.kernel) << " where it does not run";
+}
+
+TEST(KernelRecord, RefusalsNameTheKernelsThatComputeThePrecision) {
+  using miniattn::AttentionKernel;
+  using miniattn::Precision;
+  namespace k = miniattn::kernels;
+  EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::fused, Precision::bf16),
+            "the fused kernel has no bf16 version; for model.precision bf16 use gemm, tensor_core, cudnn or auto");
+  EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::cudnn, Precision::fp64),
+            "the cudnn kernel computes bf16 only; for model.precision fp64 use fused, gemm or auto");
+  for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16}) {
+    EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::gemm, p), "");
+    EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::automatic, p), "");
+  }
+}
+
+// The dispatch's branches compile only what a kernel computes, so without the
+// record's check a bf16 call of the fused kernel would return having done nothing.
+template <class T>
+void expect_dispatch_refuses(miniattn::AttentionKernel kernel) {
+  namespace k = miniattn::kernels;
+  using A = miniattn::Acc<T>;
+  miniattn::View4<T> q("q", 1, 1, 2, 8);
+  miniattn::View4<A> out_acc("out_acc", 1, 1, 2, 8);
+  miniattn::View3<A> row_max("row_max", 1, 1, 2), row_sum("row_sum", 1, 1, 2);
+  miniattn::View1<miniattn::index_t> positions("positions", 2);
+  k::AttentionScope scope{positions, positions, k::AttentionMask{}, k::AttentionBlocking{}};
+  scope.blocking.kernel = kernel;
+  const std::string refusal = k::attention_kernel_precision_refusal(kernel, k::precision_of<T>());
+  try {
+    k::attention_forward_accumulate<T>(q, q, q, scope, out_acc, row_max, row_sum, k::AttentionWorkspace<T>{});
+    ADD_FAILURE() << miniattn::to_string(kernel) << " ran " << miniattn::to_string(k::precision_of<T>());
+  } catch (const miniattn::RuntimeFailure& e) {
+    EXPECT_NE(std::string(e.what()).find(refusal), std::string::npos) << e.what();
+  }
+}
+
+TEST(KernelRecord, DispatchRefusesWhatTheRecordDoesNotCompute) {
+  using miniattn::AttentionKernel;
+  expect_dispatch_refuses<miniattn::bf16>(AttentionKernel::fused);
+  expect_dispatch_refuses<float>(AttentionKernel::tensor_core);
+  expect_dispatch_refuses<double>(AttentionKernel::cudnn);
+}

@@ -18,6 +18,7 @@
 #include "core/config_fields.hpp"
 #include "core/config_json.hpp"
 #include "core/error.hpp"
+#include "kernels/attention/kernel_record.hpp"
 
 namespace miniattn {
 namespace {
@@ -102,7 +103,7 @@ std::vector<BadDeck> bad_decks() {
       {"fp32_tensor_core", "kernels:\n  attention: tensor_core\n", {}, 1,
        {"kernels.attention: the tensor_core kernel computes bf16 only"}},
       {"cudnn_rsa", "model:\n  precision: bf16\nparallel:\n  strategy: rsa\nkernels:\n  attention: cudnn\n", {}, 2,
-       {"kernels.attention: cudnn computes the blocks of local, ring, allgather, ulysses and hybrid attention"}},
+       {"kernels.attention: cudnn computes the blocks of local, ring, ulysses, hybrid, allgather attention"}},
       {"bf16_calibrate", "model:\n  precision: bf16\nrun:\n  mode: calibrate\n  machine: m.yaml\n", {}, 1,
        {"model.precision: run.mode calibrate measures fp32 or fp64"}},
       {"strategy",
@@ -762,7 +763,10 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
         },
         field.ref);
     if (field.name() == "parallel.tp") c.model.heads = 6;  // tp 2 needs an even head count
-    if (c.kernels.attention == AttentionKernel::tensor_core) c.model.precision = Precision::bf16;  // its only precision
+    if (!kernels::attention_kernel_record(c.kernels.attention == AttentionKernel::automatic ? AttentionKernel::gemm
+                                                                                             : c.kernels.attention)
+             .computes(c.model.precision))
+      c.model.precision = Precision::bf16;  // tensor_core's and cudnn's only precision
     if (field.name() == "parallel.strategy" || field.name() == "parallel.comm") continue;  // only one valid value
     EXPECT_NE(c, before) << field.name();
     const std::string yaml = config_to_yaml(c);

@@ -276,7 +276,7 @@ BAD_SETTINGS = [
     (1, ["run.mode=sprint"], "run.mode"),
     (1, ["run.log_every=0"], "run.log_every"),
     (1, ["kernels.query_block=-1"], "kernels.query_block"),
-    (1, ["kernels.attention=cudnn"], "cudnn: cuDNN's fused attention computes bf16 only"),  # fp64
+    (1, ["kernels.attention=cudnn"], "the cudnn kernel computes bf16 only"),  # fp64
     (1, ["model.precision=bf16", "kernels.attention=cudnn", "model.d_model=30"], "a multiple of 8"),  # Dh 10
     (2, ["model.precision=bf16", "kernels.attention=cudnn", "parallel.strategy=rsa"], "rsa keeps its own kernels"),
     (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
+#include "kernels/attention/kernel_record.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "kernels/base/team_policy.hpp"
 
@@ -40,25 +41,34 @@ AttentionBlocking largest_fitting_tile(const KernelConfig& requested, index_t dh
   return best;
 }
 
-// bf16 runs through the gemm kernel unless tensor_core is asked for (the
-// fused kernel stages fp32 and fp64 tiles only; the tensor-core kernel, bf16
-// only, has not been timed yet, so auto does not pick it).
+// The device kind of this build; a host build that emulates a GPU's limits
+// in the tests (level1_is_global) chooses as a CUDA build would.
+Backend backend_of(const TeamScratchLimits& limits) {
+  if (!limits.level1_is_global) return Backend::host;
+#if defined(KOKKOS_ENABLE_HIP)
+  return Backend::hip;
+#else
+  return Backend::cuda;
+#endif
+}
+
+// auto takes what the kernel records say (kernel_record.cpp); a named kernel
+// must compute the run's precision, then pass its own checks (head width,
+// device, library).
 template <class T>
 AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, const TeamScratchLimits& limits) {
-  constexpr bool bf16_values = !std::is_same<T, Acc<T>>::value;
-  if (bf16_values && requested == AttentionKernel::fused)
-    throw InputError("kernels.attention: the fused kernel has no bf16 version; use gemm (or auto, which picks it)");
+  if (requested == AttentionKernel::automatic) return auto_attention_kernel(precision_of<T>(), backend_of(limits));
+  const std::string refusal = attention_kernel_precision_refusal(requested, precision_of<T>());
+  if (!refusal.empty()) throw InputError("kernels.attention: " + refusal);
   if (requested == AttentionKernel::tensor_core) {
-    if (!bf16_values) throw InputError("kernels.attention: the tensor_core kernel computes bf16 only (model.precision bf16)");
     const std::string reason = tensor_core_unavailable_reason(head_dim);
     if (!reason.empty()) throw InputError("kernels.attention: " + reason);
   }
   if (requested == AttentionKernel::cudnn) {
-    const std::string reason = cudnn_unavailable_reason_for(bf16_values, head_dim);
+    const std::string reason = cudnn_unavailable_reason_for(head_dim);
     if (!reason.empty()) throw InputError("kernels.attention: cudnn: " + reason);
   }
-  if (requested != AttentionKernel::automatic) return requested;
-  return bf16_values || limits.level1_is_global ? AttentionKernel::gemm : AttentionKernel::fused;
+  return requested;
 }
 
 }  // namespace

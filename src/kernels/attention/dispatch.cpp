@@ -5,6 +5,7 @@
 // kernel-independent steps around them live here: init, finalize, whole
 // local attention, the backward's delta and the rounding of an Acc<T>
 // accumulator to T.
+#include <string>
 #include <type_traits>
 
 #include "core/kokkos_compat.hpp"
@@ -12,6 +13,7 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_attention.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
+#include "kernels/attention/kernel_record.hpp"
 #include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "kernels/base/team_policy.hpp"
 
@@ -36,6 +38,14 @@ void require_key_block(const View4<const T>& q, const View4<const T>& k, const V
           "q_pos / k_pos must have one entry per query / key row");
 }
 
+// The kernel's record (kernel_record.cpp) says which precisions it computes;
+// the branches of the dispatch compile only those, so this check comes first.
+template <class T>
+void require_computes(AttentionKernel kernel) {
+  const std::string refusal = attention_kernel_precision_refusal(kernel, precision_of<T>());
+  require(refusal.empty(), refusal.c_str());
+}
+
 }  // namespace
 
 template <class A>
@@ -58,20 +68,22 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   require(same_extents3(row_max, batch, heads, nq) && same_extents3(row_sum, batch, heads, nq),
           "row_max and row_sum must be [B, H, n_q]");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
-  } else if (blocking.kernel == AttentionKernel::cudnn) {
-    if constexpr (std::is_same<T, bf16>::value)
-      cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
-    else
-      require(false, "the cudnn kernel computes bf16 only");
-  } else if constexpr (std::is_same<T, Acc<T>>::value) {
-    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
-  } else {
-    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum);
+  require_computes<T>(blocking.kernel);
+  constexpr bool narrow_values = !std::is_same<T, Acc<T>>::value;  // bf16
+  switch (blocking.kernel) {
+    case AttentionKernel::gemm: return chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+    case AttentionKernel::fused:
+      if constexpr (!narrow_values) fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
+      return;
+    case AttentionKernel::tensor_core:
+      if constexpr (narrow_values) tensor_core_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum);
+      return;
+    case AttentionKernel::cudnn:
+      if constexpr (narrow_values) cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+      return;
+    case AttentionKernel::automatic: break;
   }
+  require(false, "kernels.attention auto must be resolved (choose_attention_tiles) before a kernel runs");
 }
 
 template <class T>
@@ -163,20 +175,24 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
   require(same_extents3(lse, batch, heads, nq) && same_extents3(delta, batch, heads, nq),
           "lse and delta must be [B, H, n_q]");
   if (batch == 0 || heads == 0 || nq == 0 || nk == 0 || dh == 0) return;
-  if (blocking.kernel == AttentionKernel::gemm) {
-    chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
-  } else if (blocking.kernel == AttentionKernel::cudnn) {
-    if constexpr (std::is_same<T, bf16>::value)
-      cudnn_backward_accumulate(q, k, v, out, dout, lse, delta, scope, dq, dk, dv, workspace);
-    else
-      require(false, "the cudnn kernel computes bf16 only");
-  } else if constexpr (std::is_same<T, Acc<T>>::value) {
-    require(blocking.kernel == AttentionKernel::fused, "the tensor_core kernel computes bf16 only");
-    fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
-  } else {
-    require(blocking.kernel == AttentionKernel::tensor_core, "the fused kernel has no bf16 version");
-    tensor_core_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv);
+  require_computes<T>(blocking.kernel);
+  constexpr bool narrow_values = !std::is_same<T, Acc<T>>::value;  // bf16
+  switch (blocking.kernel) {
+    case AttentionKernel::gemm:
+      return chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+    case AttentionKernel::fused:
+      if constexpr (!narrow_values) fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+      return;
+    case AttentionKernel::tensor_core:
+      if constexpr (narrow_values) tensor_core_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv);
+      return;
+    case AttentionKernel::cudnn:
+      if constexpr (narrow_values)
+        cudnn_backward_accumulate(q, k, v, out, dout, lse, delta, scope, dq, dk, dv, workspace);
+      return;
+    case AttentionKernel::automatic: break;
   }
+  require(false, "kernels.attention auto must be resolved (choose_attention_tiles) before a kernel runs");
 }
 
 template <class T>

@@ -46,8 +46,7 @@ class CudnnRunner final : public SdpaRunner {
 }  // namespace
 #endif
 
-std::string cudnn_unavailable_reason_for(bool bf16_values, index_t head_dim) {
-  if (!bf16_values) return "cuDNN's fused attention computes bf16 only (model.precision bf16)";
+std::string cudnn_unavailable_reason_for(index_t head_dim) {
   if (head_dim % 8 != 0 || head_dim > 256)
     return "the head width (model.d_model / model.heads) must be a multiple of 8 and at most 256, got " +
            std::to_string(head_dim);

@@ -1,0 +1,72 @@
+#include "kernels/attention/kernel_record.hpp"
+
+#include <stdexcept>
+
+namespace miniattn::kernels {
+
+namespace {
+
+constexpr unsigned kAnyBackend = bits_of(Backend::host, Backend::cuda, Backend::hip);
+
+std::string kernels_computing(Precision precision) {
+  std::string names;
+  for (const AttentionKernelRecord& r : attention_kernel_records())
+    if (r.computes(precision)) names += std::string(names.empty() ? "" : ", ") + to_string(r.kernel);
+  return names;
+}
+
+}  // namespace
+
+const char* to_string(Backend backend) {
+  switch (backend) {
+    case Backend::host: return "host";
+    case Backend::cuda: return "CUDA";
+    case Backend::hip: return "HIP";
+  }
+  return "?";
+}
+
+// A function-local table: hip-clang would emit a namespace-scope one for the device too.
+const AttentionKernelRecord (&attention_kernel_records())[4] {
+  // The measurements behind auto's grounds are in docs/results/.
+  static const AttentionKernelRecord records[4] = {
+      {AttentionKernel::fused, bits_of(Precision::fp32, Precision::fp64), kAnyBackend, bit_of(Backend::host),
+       "fused (tiled online softmax in team scratch)",
+       "on CPUs its tiles stay in cache and it outruns gemm; on GPUs level-0 scratch (48 KiB per CUDA block, "
+       "64 KiB of LDS per AMD workgroup) caps its tiles, and gemm's products run at the BLAS's rate"},
+      {AttentionKernel::gemm, bits_of(Precision::fp32, Precision::fp64, Precision::bf16), kAnyBackend, kAnyBackend,
+       "gemm (chunked, through batched GEMMs)",
+       "every precision on every backend: auto's choice wherever fused is not (bf16 everywhere, any GPU)"},
+      {AttentionKernel::tensor_core, bit_of(Precision::bf16), bit_of(Backend::cuda), 0u,
+       "tensor_core (bf16 mma.sync on NVIDIA GPUs)", "not timed since its rework, so auto does not take it"},
+      {AttentionKernel::cudnn, bit_of(Precision::bf16), bit_of(Backend::cuda), 0u,
+       "cudnn (cuDNN's fused attention per block)",
+       "not yet timed against PyTorch's SDPA on a GPU, so auto does not take it"},
+  };
+  return records;
+}
+
+const AttentionKernelRecord& attention_kernel_record(AttentionKernel kernel) {
+  for (const AttentionKernelRecord& r : attention_kernel_records())
+    if (r.kernel == kernel) return r;
+  throw std::logic_error(std::string("attention_kernel_record: no record for kernels.attention ") + to_string(kernel));
+}
+
+AttentionKernel auto_attention_kernel(Precision precision, Backend backend) {
+  for (const AttentionKernelRecord& r : attention_kernel_records())
+    if (r.auto_takes(precision, backend)) return r.kernel;
+  throw std::logic_error(std::string("auto_attention_kernel: no kernel auto may take for ") + to_string(precision) +
+                         " on " + to_string(backend));
+}
+
+std::string attention_kernel_precision_refusal(AttentionKernel kernel, Precision precision) {
+  if (kernel == AttentionKernel::automatic) return "";
+  const AttentionKernelRecord& r = attention_kernel_record(kernel);
+  if (r.computes(precision)) return "";
+  const std::string name = to_string(kernel), p = to_string(precision);
+  const std::string what = r.precisions == bit_of(Precision::bf16) ? "the " + name + " kernel computes bf16 only"
+                                                                   : "the " + name + " kernel has no " + p + " version";
+  return what + "; for model.precision " + p + " use " + kernels_computing(precision) + " or auto";
+}
+
+}  // namespace miniattn::kernels
