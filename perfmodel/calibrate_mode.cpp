@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
+#include "perfmodel/kernel_timing.hpp"
 #include "perfmodel/predict_mode.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/dense/dense_attention.hpp"
@@ -48,13 +49,7 @@ double median_after_warmup(int repeats, const std::function<double()>& sample) {
 // Median seconds of `repeats` calls after one warm-up call; all ranks start together.
 double time_median(MPI_Comm world, int repeats, const std::function<void()>& work) {
   MPI_Barrier(world);
-  return median_after_warmup(repeats, [&] {
-    compat::fence("miniattn::calibrate");
-    const double t0 = wall_seconds();
-    work();
-    compat::fence("miniattn::calibrate");
-    return wall_seconds() - t0;
-  });
+  return median(fenced_timings(1, repeats, work));
 }
 
 // The median over ranks of one value per rank (every rank measured at once).
@@ -110,54 +105,16 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   return flops / seconds;
 }
 
-View1<index_t> positions_up_to(index_t n) {
-  View1<index_t> positions("calibrate.positions", n);
-  Kokkos::parallel_for(
-      "miniattn::calibrate_positions", Kokkos::RangePolicy<ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { positions(i) = i; });
-  return positions;
-}
-
-// One non-causal n x n block of attention: B = 1, the deck's heads and head
-// width; q, k, v and dout filled, positions 0 .. n-1.
-template <class T>
-struct AttentionBlock {
-  index_t H, n, Dh;
-  View4<T> q, k, v, out, dout, dq, dk, dv;
-  View3<T> lse, delta;
-  View1<index_t> positions;
-
-  AttentionBlock(const ModelConfig& m, index_t rows)
-      : H(m.heads), n(rows), Dh(m.head_dim()), q("calibrate.q", 1, H, n, Dh), k("calibrate.k", 1, H, n, Dh),
-        v("calibrate.v", 1, H, n, Dh), out("calibrate.out", 1, H, n, Dh), dout("calibrate.dout", 1, H, n, Dh),
-        dq("calibrate.dq", 1, H, n, Dh), dk("calibrate.dk", 1, H, n, Dh), dv("calibrate.dv", 1, H, n, Dh),
-        lse("calibrate.lse", 1, H, n), delta("calibrate.delta", 1, H, n), positions(positions_up_to(n)) {
-    for (const auto& view : {q, k, v, dout}) fill_view(view, 1.0);
-  }
-  // Query-key pairs over all heads.
-  double pairs() const { return double(H) * double(n) * double(n); }
-};
-
-// The blockwise kernel on a block with all tiles full.
+// The attention kernel of the deck (kernels.*) on one non-causal n x n block
+// of the deck's heads and head width: every tile full.
 template <class T>
 void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
-  AttentionBlock<T> a(c.model, n);
-  View3<T> row_sum("calibrate.row_sum", 1, a.H, n);
-  const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.Dh).blocking;
-  const kernels::AttentionWorkspace<T> workspace({1, a.H, a.H, a.Dh, n, n}, blocking);
-  const double tf = time_median(world, 3, [&] {
-    kernels::attention_forward<T>(a.q, a.k, a.v, {a.positions, a.positions, false, blocking}, a.out, a.lse, row_sum,
-                                  workspace);
-  });
-  const double tb = time_median(world, 3, [&] {
-    kernels::attention_backward_delta<T>(a.out, a.dout, a.delta);
-    Kokkos::deep_copy(a.dq, T(0));
-    Kokkos::deep_copy(a.dk, T(0));
-    Kokkos::deep_copy(a.dv, T(0));
-    kernels::attention_backward_accumulate<T>(a.q, a.k, a.v, a.out, a.dout, a.lse, a.delta,
-                                              {a.positions, a.positions, false, blocking}, a.dq, a.dk, a.dv,
-                                              workspace);
-  });
-  const double flops = 4.0 * a.pairs() * double(a.Dh);
+  AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
+  const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
+  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, false, blocking, workspace); });
+  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, false, blocking, workspace); });
+  const double flops = 4.0 * a.pairs() * double(a.dh);
   rates.attention_flops_forward = flops / tf;
   rates.attention_flops_backward = 2.5 * flops / tb;
 }
@@ -165,8 +122,8 @@ void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& ra
 // RSA's dense kernels: score + softmax + apply (forward), dense block backward.
 template <class T>
 void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
-  AttentionBlock<T> a(c.model, n);
-  kernels::View5<T> blocks("calibrate.p", 1, 1, a.H, n, n);  // one block of the score row
+  AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
+  kernels::View5<T> blocks("calibrate.p", 1, 1, a.heads, n, n);  // one block of the score row
   const View4<T> probabilities = Kokkos::subview(blocks, 0, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL());
   fill_view(a.delta, 0.1);
   const double tf = time_median(world, 2, [&] {
@@ -176,12 +133,12 @@ void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
     kernels::apply_probabilities<T>(probabilities, a.v, a.out);
   });
   fill_view(probabilities, 0.001);  // no zero probabilities: every pair is worked on
-  const View4<T> score_grads("calibrate.score_grads", 1, a.H, kernels::dense_backward_rows(n), n);
+  const View4<T> score_grads("calibrate.score_grads", 1, a.heads, kernels::dense_backward_rows(n), n);
   const double tb = time_median(world, 2, [&] {
     kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, score_grads, a.dq, a.dk, a.dv);
   });
-  rates.rsa_flops_forward = a.pairs() * 4.0 * double(a.Dh) / tf;
-  rates.rsa_flops_backward = a.pairs() * 10.0 * double(a.Dh) / tb;
+  rates.rsa_flops_forward = a.pairs() * 4.0 * double(a.dh) / tf;
+  rates.rsa_flops_backward = a.pairs() * 10.0 * double(a.dh) / tb;
 }
 
 // The elementwise kernels of one transformer block, forward and backward, on

@@ -34,8 +34,8 @@
 // (OpenBLAS: set by the program unless OPENBLAS_NUM_THREADS is set), median of
 // 7 after 2 warm-ups. Run with OMP_NUM_THREADS=n on an OpenMP build for n threads.
 #include <Kokkos_Core.hpp>
-#include <Kokkos_Random.hpp>
-#include <time.h>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,7 @@
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "perf/gemm_rate.hpp"
+#include "perfmodel/kernel_timing.hpp"
 
 namespace {
 
@@ -73,29 +75,9 @@ struct Options {
 bool g_cpu_clock = false;
 double g_worst_wall_over_cpu = 1.0;  // how much of the wall time this process did not run
 
-double clock_seconds(clockid_t id) {
-  timespec ts{};
-  clock_gettime(id, &ts);
-  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
-}
-
-template <class F>
-std::vector<double> timings(int warmups, int reps, F&& f) {
-  for (int w = 0; w < warmups; ++w) {
-    f();
-    Kokkos::fence();
-  }
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const double wall0 = clock_seconds(CLOCK_MONOTONIC), cpu0 = clock_seconds(CLOCK_PROCESS_CPUTIME_ID);
-    f();
-    Kokkos::fence();
-    const double wall = clock_seconds(CLOCK_MONOTONIC) - wall0, cpu = clock_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
-    if (cpu > 0) g_worst_wall_over_cpu = std::max(g_worst_wall_over_cpu, wall / cpu);
-    t.push_back(g_cpu_clock ? cpu : wall);
-  }
-  std::sort(t.begin(), t.end());
-  return t;
+// The library's fenced timings (perfmodel/kernel_timing.hpp) with this run's clock.
+std::vector<double> timings(int warmups, int reps, const std::function<void()>& f) {
+  return miniattn::fenced_timings(warmups, reps, f, g_cpu_clock, &g_worst_wall_over_cpu);
 }
 
 template <class T>
@@ -109,64 +91,18 @@ const char* gemm_name() {
   return sizeof(T) == 4 ? "SGEMM" : "DGEMM";
 }
 
-// Uniform in [-1, 1) (drawn in the compute type, rounded to T).
 template <class T>
-View4<T> random_view(const char* name, index_t batch, index_t heads, index_t n, index_t dh, std::uint64_t seed) {
-  using A = miniattn::Acc<T>;
-  View4<A> wide("random", batch, heads, n, dh);
-  Kokkos::Random_XorShift64_Pool<miniattn::ExecSpace> pool(seed);
-  Kokkos::fill_random(wide, pool, A(-1), A(1));
-  View4<T> x(std::string(name), batch, heads, n, dh);
-  const A* from = wide.data();
-  T* to = x.data();
-  Kokkos::parallel_for(
-      "narrow", Kokkos::RangePolicy<miniattn::ExecSpace>(0, x.span()),
-      KOKKOS_LAMBDA(const std::size_t e) { to[e] = miniattn::narrow<T>(from[e]); });
-  Kokkos::fence();
-  return x;
-}
-
-// pos(i) = i (a free function: CUDA lambdas may not live in constructors).
-View1<index_t> identity_positions(index_t n) {
-  View1<index_t> pos("pos", n);
-  Kokkos::parallel_for(
-      "positions", Kokkos::RangePolicy<miniattn::ExecSpace>(0, n), KOKKOS_LAMBDA(const index_t i) { pos(i) = i; });
-  Kokkos::fence();
-  return pos;
-}
-
-// One problem's operands and results.
-template <class T>
-struct Operands {
-  using A = miniattn::Acc<T>;
-  View4<T> q, k, v, out, dout, dq, dk, dv;
-  View3<A> lse, row_sum, delta;
-  View1<index_t> pos;
-  Operands(index_t heads, index_t n, index_t dh)
-      : q(random_view<T>("q", 1, heads, n, dh, 1)), k(random_view<T>("k", 1, heads, n, dh, 2)),
-        v(random_view<T>("v", 1, heads, n, dh, 3)), out("out", 1, heads, n, dh),
-        dout(random_view<T>("dout", 1, heads, n, dh, 4)), dq("dq", 1, heads, n, dh), dk("dk", 1, heads, n, dh),
-        dv("dv", 1, heads, n, dh), lse("lse", 1, heads, n), row_sum("row_sum", 1, heads, n),
-        delta("delta", 1, heads, n), pos(identity_positions(n)) {}
-};
+using Operands = miniattn::AttentionOperands<T>;
 
 template <class T>
 void forward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
              const miniattn::kernels::AttentionWorkspace<T>& workspace) {
-  miniattn::kernels::attention_forward<T>(x.q, x.k, x.v, {x.pos, x.pos, causal, blocking}, x.out, x.lse, x.row_sum,
-                                          workspace);
+  miniattn::attention_forward_pass(x, causal, blocking, workspace);
 }
 template <class T>
 void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
               const miniattn::kernels::AttentionWorkspace<T>& workspace) {
-  Kokkos::deep_copy(x.dk, T());
-  Kokkos::deep_copy(x.dv, T());
-  const auto dq_acc = miniattn::kernels::accumulator_of(x.dq, workspace);
-  Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
-  miniattn::kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
-  miniattn::kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.out, x.dout, x.lse, x.delta,
-                                                      {x.pos, x.pos, causal, blocking}, dq_acc, x.dk, x.dv, workspace);
-  miniattn::kernels::round_accumulator<T>(dq_acc, x.dq);
+  miniattn::attention_backward_pass(x, causal, blocking, workspace);
 }
 
 template <class T>
@@ -191,7 +127,7 @@ bool agrees_with_gemm(const Options& o, Operands<T>& x, const miniattn::kernels:
   miniattn::KernelConfig gemm_config = o.tiles;
   gemm_config.attention = miniattn::AttentionKernel::gemm;
   const auto gemm = miniattn::kernels::choose_attention_tiles<T>(gemm_config, o.dh).blocking;
-  const miniattn::kernels::AttentionWorkspace<T> gemm_workspace({1, o.heads, o.heads, o.dh, o.n, o.n}, gemm);
+  const miniattn::kernels::AttentionWorkspace<T> gemm_workspace(x.shape(), gemm);
   bool agree = true;
   for (bool causal : {false, true}) {
     Operands<T> y(o.heads, o.n, o.dh);
@@ -237,7 +173,7 @@ bool run_attention(const Options& o, double gemm_gflops) {
   const double flops = 4.0 * double(o.n) * double(o.n) * double(o.dh) * double(o.heads);
   const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, o.dh);
   const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
-  const miniattn::kernels::AttentionWorkspace<T> workspace({1, o.heads, o.heads, o.dh, o.n, o.n}, blocking);
+  const miniattn::kernels::AttentionWorkspace<T> workspace(x.shape(), blocking);
   print_blocking<T>(tiles, workspace.bytes());
   const bool checked_first =
       blocking.kernel == miniattn::AttentionKernel::tensor_core || blocking.kernel == miniattn::AttentionKernel::cudnn;
@@ -263,61 +199,41 @@ bool run_attention(const Options& o, double gemm_gflops) {
   return true;
 }
 
-bool starts_with(const char* s, const char* prefix) { return std::strncmp(s, prefix, std::strlen(prefix)) == 0; }
-
+// The command line (CLI11): the usage at the top of this file.
 Options parse(int argc, char** argv) {
   Options o;
-  int positional = 0;
-  for (int i = 1; i < argc; ++i) {
-    const char* a = argv[i];
-    if (starts_with(a, "--kokkos")) continue;
-    if (starts_with(a, "--precision=")) {
-      const std::string p = a + 12;
-      o.fp32 = p == "fp32" || p == "both";
-      o.fp64 = p == "fp64" || p == "both";
-      o.bf16 = p == "bf16";
-      if (!o.fp32 && !o.fp64 && !o.bf16) {
-        std::fprintf(stderr, "bench_attention: --precision=fp32, fp64, bf16 or both (fp32 and fp64)\n");
-        std::exit(2);
-      }
-    } else if (starts_with(a, "--reps=")) {
-      o.reps = std::max(1, std::atoi(a + 7));
-    } else if (starts_with(a, "--kernel=")) {
-      const std::string kernel = a + 9;
-      const auto& names = miniattn::enum_names<miniattn::AttentionKernel>();
-      const auto found = std::find(names.begin(), names.end(), kernel);
-      if (found == names.end()) {
-        std::fprintf(stderr, "bench_attention: --kernel=auto, fused, gemm, tensor_core or cudnn\n");
-        std::exit(2);
-      }
-      o.tiles.attention = static_cast<miniattn::AttentionKernel>(found - names.begin());
-    } else if (starts_with(a, "--chunk=")) {
-      o.tiles.chunk = std::max(0L, std::atol(a + 8));
-    } else if (starts_with(a, "--gemm=")) {
-      o.gemm_n = std::max(1L, std::atol(a + 7));
-    } else if (starts_with(a, "--clock=")) {
-      g_cpu_clock = std::strcmp(a + 8, "cpu") == 0;
-      if (!g_cpu_clock && std::strcmp(a + 8, "wall") != 0) {
-        std::fprintf(stderr, "bench_attention: --clock=wall or --clock=cpu\n");
-        std::exit(2);
-      }
-    } else if (std::strcmp(a, "--no-backward") == 0) {
-      o.backward = false;
-    } else if (a[0] != '-') {
-      const index_t value = std::atol(a);
-      switch (positional++) {
-        case 0: o.n = value; break;
-        case 1: o.dh = value; break;
-        case 2: o.heads = value; break;
-        case 3: o.tiles.query_block = value; break;
-        case 4: o.tiles.key_block = value; break;
-        default: break;
-      }
-    } else {
-      std::fprintf(stderr, "bench_attention: unknown option %s\n", a);
-      std::exit(2);
-    }
+  CLI::App app{"bench_attention: the attention kernels against this machine's GEMM rate"};
+  app.allow_extras();  // Kokkos's --kokkos-* arguments
+  app.add_option("n", o.n, "sequence length")->check(CLI::PositiveNumber);
+  app.add_option("Dh", o.dh, "head width")->check(CLI::PositiveNumber);
+  app.add_option("heads", o.heads, "heads")->check(CLI::PositiveNumber);
+  app.add_option("query_block", o.tiles.query_block, "fused query tile (0: chosen per backend)")->check(CLI::NonNegativeNumber);
+  app.add_option("key_block", o.tiles.key_block, "fused key tile (0: chosen per backend)")->check(CLI::NonNegativeNumber);
+  std::string kernel = "auto", precision = "both", clock = "wall";
+  app.add_option("--kernel", kernel, "kernels.attention")->check(CLI::IsMember(miniattn::enum_names<miniattn::AttentionKernel>()));
+  app.add_option("--chunk", o.tiles.chunk, "gemm chunk rows (0: chosen per backend)")->check(CLI::NonNegativeNumber);
+  app.add_option("--precision", precision, "fp32, fp64, bf16 or both (fp32 and fp64)")
+      ->check(CLI::IsMember({"fp32", "fp64", "bf16", "both"}));
+  app.add_option("--reps", o.reps, "timed repeats, best of them")->check(CLI::PositiveNumber);
+  app.add_option("--gemm", o.gemm_n, "reference GEMM size N (N x N x N)")->check(CLI::PositiveNumber);
+  app.add_option("--clock", clock, "wall or cpu")->check(CLI::IsMember({"wall", "cpu"}));
+  bool forward_only = false;
+  app.add_flag("--no-backward", forward_only, "forward only");
+  try {
+    app.parse(argc, argv);
+    for (const std::string& extra : app.remaining())
+      if (extra.rfind("--kokkos", 0) != 0) throw CLI::ExtrasError({extra});
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);  // --help, or bad input: exit 2 as miniattn does
   }
+  const auto& kernels = miniattn::enum_names<miniattn::AttentionKernel>();
+  o.tiles.attention =
+      static_cast<miniattn::AttentionKernel>(std::find(kernels.begin(), kernels.end(), kernel) - kernels.begin());
+  o.fp32 = precision == "fp32" || precision == "both";
+  o.fp64 = precision == "fp64" || precision == "both";
+  o.bf16 = precision == "bf16";
+  o.backward = !forward_only;
+  g_cpu_clock = clock == "cpu";
   return o;
 }
 
