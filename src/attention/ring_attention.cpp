@@ -1,6 +1,7 @@
 #include "attention/ring_attention.hpp"
 
 #include <utility>
+#include <vector>
 
 #include "attention/block_reach.hpp"
 #include "attention/ring_backward_pass.hpp"
@@ -55,35 +56,34 @@ void add_ring_attention_exchanges(const AttentionSizes& z, double layers, std::m
   bytes[Exchange::ring_backward_dkdv] += L * 2 * (S > 1 ? S : 0) * X;
 }
 
+namespace {
+
+StrategyRecord ring_record(Strategy strategy, bool splits_sequence, std::vector<Exchange> exchanges) {
+  return {strategy,
+          splits_sequence,
+          UlyssesDegree::none,
+          /*takes_attention_kernel=*/true,
+          KeyValueRoute::ring,
+          std::move(exchanges),
+          ring_attention_memory,
+          add_ring_attention_exchanges,
+          make_ring_layers<float>,
+          make_ring_layers<double>,
+          make_ring_layers<bf16>};
+}
+
+}  // namespace
+
 // local is ring attention on a ring of one rank (sp = 1): no exchanges.
 const StrategyRecord& local_attention_record() {
-  static const StrategyRecord record{Strategy::local,
-                                     /*splits_sequence=*/false,
-                                     UlyssesDegree::none,
-                                     /*takes_attention_kernel=*/true,
-                                     KeyValueRoute::ring,
-                                     /*exchanges=*/{},
-                                     ring_attention_memory,
-                                     add_ring_attention_exchanges,
-                                     make_ring_layers<float>,
-                                     make_ring_layers<double>,
-                                     make_ring_layers<bf16>};
+  static const StrategyRecord record = ring_record(Strategy::local, /*splits_sequence=*/false, {});
   return record;
 }
 
 const StrategyRecord& ring_attention_record() {
-  static const StrategyRecord record{
-      Strategy::ring,
-      /*splits_sequence=*/true,
-      UlyssesDegree::none,
-      /*takes_attention_kernel=*/true,
-      KeyValueRoute::ring,
-      {Exchange::ring_forward_kv, Exchange::ring_backward_kv, Exchange::ring_backward_dkdv},
-      ring_attention_memory,
-      add_ring_attention_exchanges,
-      make_ring_layers<float>,
-      make_ring_layers<double>,
-      make_ring_layers<bf16>};
+  static const StrategyRecord record =
+      ring_record(Strategy::ring, /*splits_sequence=*/true,
+                  {Exchange::ring_forward_kv, Exchange::ring_backward_kv, Exchange::ring_backward_dkdv});
   return record;
 }
 

@@ -70,38 +70,32 @@ std::vector<Exchange> ulysses_exchanges(bool around_a_ring) {
   return labels;
 }
 
-}  // namespace
-
 // ulysses: all-to-alls over the whole SP group around local attention;
 // hybrid: over U = parallel.ulysses_degree ranks around ring attention across
 // the sp / U groups. One class, two records.
+StrategyRecord ulysses_record(Strategy strategy, UlyssesDegree degree) {
+  return {strategy,
+          /*splits_sequence=*/true,
+          degree,
+          /*takes_attention_kernel=*/true,
+          KeyValueRoute::ring,
+          ulysses_exchanges(/*around_a_ring=*/degree == UlyssesDegree::deck),
+          ulysses_attention_memory,
+          add_ulysses_attention_exchanges,
+          make_ulysses_layers<float>,
+          make_ulysses_layers<double>,
+          make_ulysses_layers<bf16>};
+}
+
+}  // namespace
+
 const StrategyRecord& ulysses_attention_record() {
-  static const StrategyRecord record{Strategy::ulysses,
-                                     /*splits_sequence=*/true,
-                                     UlyssesDegree::sp,
-                                     /*takes_attention_kernel=*/true,
-                                     KeyValueRoute::ring,
-                                     ulysses_exchanges(/*around_a_ring=*/false),
-                                     ulysses_attention_memory,
-                                     add_ulysses_attention_exchanges,
-                                     make_ulysses_layers<float>,
-                                     make_ulysses_layers<double>,
-                                     make_ulysses_layers<bf16>};
+  static const StrategyRecord record = ulysses_record(Strategy::ulysses, UlyssesDegree::sp);
   return record;
 }
 
 const StrategyRecord& hybrid_attention_record() {
-  static const StrategyRecord record{Strategy::hybrid,
-                                     /*splits_sequence=*/true,
-                                     UlyssesDegree::deck,
-                                     /*takes_attention_kernel=*/true,
-                                     KeyValueRoute::ring,
-                                     ulysses_exchanges(/*around_a_ring=*/true),
-                                     ulysses_attention_memory,
-                                     add_ulysses_attention_exchanges,
-                                     make_ulysses_layers<float>,
-                                     make_ulysses_layers<double>,
-                                     make_ulysses_layers<bf16>};
+  static const StrategyRecord record = ulysses_record(Strategy::hybrid, UlyssesDegree::deck);
   return record;
 }
 
