@@ -2,7 +2,7 @@
 # Builds Kokkos 4.6.01 and Kokkos Kernels 4.6.02 (BLAS only) from their source
 # tarballs into a prefix, for miniattn to build against with -DKokkos_ROOT.
 #
-#   scripts/build_kokkos.sh [openmp|cuda|tools]      (default openmp)
+#   scripts/build_kokkos.sh [openmp|cuda|hip|tools]      (default openmp)
 #
 #   openmp  Kokkos with the OpenMP and Serial backends; Kokkos Kernels with the
 #           BLAS TPL: OpenBLAS's OpenMP build where Debian has it
@@ -17,6 +17,14 @@
 #           patch in scripts/patches/ (guarded by CUDART_VERSION, so CUDA 12
 #           builds unchanged); Kokkos Kernels with the cuBLAS TPL.
 #           Prefix: build-deps/kokkos-cuda.
+#   hip     Kokkos with the HIP backend (Kokkos_ARCH_AMD_GFX90A, MI250X, unless
+#           MINIATTN_KOKKOS_HIP_ARCH names another, e.g. AMD_GFX942 where the
+#           hipcc knows it: Debian 12's hipcc 5.2 does not) and the Serial host
+#           backend, built with hipcc, rocThrust off (Debian has none); Kokkos
+#           Kernels with no TPL: rocBLAS is not in Debian, so its GEMMs are
+#           Kokkos Kernels' own (portable, slow) unless
+#           MINIATTN_KOKKOS_ROCBLAS=ON on a ROCm machine that has rocBLAS.
+#           Prefix: build-deps/kokkos-hip.
 #   tools   Kokkos Tools' simple kernel timer (kp_kernel_timer.so, kp_reader)
 #           and space-time stack (kp_space_time_stack.so, MPI-aware), built
 #           with their Makefiles; they work with any Kokkos build (see
@@ -28,6 +36,9 @@
 #   MINIATTN_DEPS_DIR     where sources are unpacked and prefixes installed
 #                         (default build-deps/ in the checkout)
 #   CUDA_HOME             CUDA toolkit for the cuda variant (default /usr/local/cuda)
+#   HIPCC                 the hip variant's compiler (default hipcc)
+#   MINIATTN_KOKKOS_HIP_ARCH, MINIATTN_KOKKOS_ROCBLAS  the hip variant's target
+#                         and rocBLAS TPL (above)
 #   MINIATTN_BLAS_LIBRARIES  BLAS libraries for the openmp variant, as Kokkos
 #                         Kernels' BLAS_LIBRARIES (default: Debian's OpenMP
 #                         OpenBLAS if installed, else CMake's FindBLAS)
@@ -38,13 +49,14 @@
 #
 # Kokkos Kernels pre-instantiates nothing (every KokkosKernels_INST_* off):
 # miniattn instantiates the few BLAS-3 calls it makes, and those reach the
-# vendor BLAS through the TPL. That keeps its build to a few minutes.
+# vendor BLAS through the TPL (hip without rocBLAS: Kokkos Kernels' own GEMM).
+# That keeps its build to a few minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 variant=${1:-openmp}
 case "$variant" in
-  openmp|cuda|tools) ;;
-  *) echo "build_kokkos: unknown variant '$variant' (expected openmp, cuda or tools)" >&2; exit 2 ;;
+  openmp|cuda|hip|tools) ;;
+  *) echo "build_kokkos: unknown variant '$variant' (expected openmp, cuda, hip or tools)" >&2; exit 2 ;;
 esac
 
 third_party=${MINIATTN_THIRD_PARTY:-$root/../shared/third_party}
@@ -105,6 +117,20 @@ if [ "$variant" = openmp ]; then
     kernels_flags+=(-DBLAS_LIBRARIES=openblas -DBLAS_LIBRARY_DIRS="$openmp_blas_dir")
   fi
   compiler=(-DCMAKE_CXX_COMPILER="${CXX:-g++}")
+elif [ "$variant" = hip ]; then
+  arch=${MINIATTN_KOKKOS_HIP_ARCH:-AMD_GFX90A}
+  rocblas=${MINIATTN_KOKKOS_ROCBLAS:-OFF}
+  kokkos_flags=(-DKokkos_ENABLE_HIP=ON -DKokkos_ENABLE_SERIAL=ON -DKokkos_ARCH_"$arch"=ON
+                -DKokkos_ENABLE_ROCTHRUST=OFF)
+  kernels_flags+=(-DKokkosKernels_ENABLE_TPL_ROCBLAS="$rocblas" -DKokkosKernels_ENABLE_TPL_ROCSPARSE=OFF
+                  -DKokkosKernels_ENABLE_TPL_ROCSOLVER=OFF -DKokkosKernels_ENABLE_TPL_BLAS=OFF
+                  -DKokkosKernels_ENABLE_TPL_LAPACK=OFF
+                  -DKokkosKernels_INST_EXECSPACE_HIP=OFF -DKokkosKernels_INST_MEMSPACE_HIPSPACE=OFF)
+  compiler=(-DCMAKE_CXX_COMPILER="${HIPCC:-hipcc}")
+  # hipcc asks rocm_agent_enumerator for a GPU (a traceback where there is
+  # none) when a command line names no --offload-arch, as CMake's checks do.
+  offload=$(echo "${arch#AMD_}" | tr '[:upper:]' '[:lower:]')
+  export HCC_AMDGPU_TARGET=${HCC_AMDGPU_TARGET:-${offload%_apu}}
 else
   cuda_home=${CUDA_HOME:-/usr/local/cuda}
   arch=${MINIATTN_KOKKOS_CUDA_ARCH:-HOPPER90}

@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages miniattn needs, skipping those already there.
 # Runs apt-get as root (directly, or through sudo when available).
+#
+#   scripts/install_deps.sh        the build, test and check dependencies
+#   scripts/install_deps.sh hip    the HIP compiler for scripts/build_hip.sh:
+#                                  hipcc 5.2 (clang 15), the HIP runtime
+#                                  headers and the AMD GPU device libraries
 set -euo pipefail
 
-packages=(
-  build-essential cmake
-  libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev
-  mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
-  python3 python3-h5py python3-numpy python3-torch python3-matplotlib
-  slurm-wlm munge
-)
+case "${1:-}" in
+  "")
+    packages=(
+      build-essential cmake
+      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev
+      mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
+      libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
+      python3 python3-h5py python3-numpy python3-torch python3-matplotlib
+      slurm-wlm munge
+    ) ;;
+  hip) packages=(hipcc libamdhip64-dev rocm-device-libs) ;;
+  *) echo "install_deps: unknown set '$1' (expected nothing or hip)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
