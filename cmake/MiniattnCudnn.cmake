@@ -154,8 +154,17 @@ option(MINIATTN_ENABLE_CUDNN
        ${_miniattn_cudnn_default})
 # The graph library and its test without a cuDNN run path: one host build
 # validating the graphs is enough (the threaded and sanitizer builds turn it
-# off and save the frontend's minute-long compile).
-option(MINIATTN_CUDNN_GRAPH_CHECK "Build miniattn_cudnn and test_cudnn_graphs where cuDNN's headers are found" ON)
+# off and save the frontend's minute-long compile). Off by default where Kokkos
+# has a HIP or SYCL backend: their compilers (hipcc) would build the CUDA
+# headers as HIP/SYCL.
+set(_miniattn_cudnn_graph_default ON)
+foreach(_backend HIP SYCL)
+  if(Kokkos_ENABLE_${_backend} OR "${_backend}" IN_LIST Kokkos_DEVICES)
+    set(_miniattn_cudnn_graph_default OFF)
+  endif()
+endforeach()
+option(MINIATTN_CUDNN_GRAPH_CHECK "Build miniattn_cudnn and test_cudnn_graphs where cuDNN's headers are found"
+       ${_miniattn_cudnn_graph_default})
 
 if(MINIATTN_CUDNN_FOUND AND (MINIATTN_ENABLE_CUDNN OR MINIATTN_CUDNN_GRAPH_CHECK))
   add_library(miniattn_cudnn STATIC ${PROJECT_SOURCE_DIR}/src/kernels/attention/cudnn/cudnn_graphs.cpp)

@@ -3,8 +3,10 @@
 #   MINIATTN_ENABLE_NCCL         (OFF) build the backend into miniattn_lib and
 #                                define MINIATTN_HAVE_NCCL; needs the CUDA
 #                                runtime, NCCL and a Kokkos CUDA build.
-#   MINIATTN_NCCL_COMPILE_CHECK  (ON when NCCL and the CUDA toolkit are found and
-#                                the backend is off) compile nccl_comm.cpp into a
+#   MINIATTN_NCCL_COMPILE_CHECK  (ON when NCCL and the CUDA toolkit are found,
+#                                the backend is off and Kokkos has no HIP or
+#                                SYCL backend, whose compilers would build the
+#                                CUDA headers as HIP/SYCL) compile nccl_comm.cpp into a
 #                                separate library, miniattn_nccl_check, and link
 #                                it into miniattn_nccl_link_check, so that a
 #                                build without GPUs (CI) still compiles and links
@@ -84,8 +86,18 @@ if(MINIATTN_ENABLE_NCCL)
 endif()
 
 set(_miniattn_nccl_check_default OFF)
+set(_miniattn_nccl_other_gpu FALSE)
+foreach(_backend HIP SYCL)
+  if(Kokkos_ENABLE_${_backend} OR "${_backend}" IN_LIST Kokkos_DEVICES)
+    set(_miniattn_nccl_other_gpu TRUE)
+  endif()
+endforeach()
 if(MINIATTN_NCCL_FOUND AND NOT MINIATTN_ENABLE_NCCL)
-  set(_miniattn_nccl_check_default ON)
+  if(_miniattn_nccl_other_gpu)
+    set(_miniattn_nccl_why "Kokkos has a non-CUDA GPU backend (devices: ${Kokkos_DEVICES})")
+  else()
+    set(_miniattn_nccl_check_default ON)
+  endif()
 endif()
 option(MINIATTN_NCCL_COMPILE_CHECK
        "Compile and link the NCCL backend into a check program even though it is not enabled"
@@ -100,6 +112,6 @@ if(MINIATTN_NCCL_COMPILE_CHECK AND NOT MINIATTN_ENABLE_NCCL)
   else()
     message(STATUS "miniattn: NCCL backend compile/link check skipped: ${_miniattn_nccl_why}")
   endif()
-elseif(NOT MINIATTN_ENABLE_NCCL AND NOT MINIATTN_NCCL_FOUND)
+elseif(NOT MINIATTN_ENABLE_NCCL AND (NOT MINIATTN_NCCL_FOUND OR _miniattn_nccl_other_gpu))
   message(STATUS "miniattn: NCCL backend not built (${_miniattn_nccl_why})")
 endif()
