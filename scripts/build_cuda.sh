@@ -16,7 +16,7 @@ if [ ! -x "$cuda_home/bin/nvcc" ]; then
 fi
 "$root/scripts/build_kokkos.sh" cuda
 frontend=$("$root/scripts/unpack_cudnn_frontend.sh")
-prefix=$root/build-deps/kokkos-cuda
+prefix=${MINIATTN_DEPS_DIR:-$root/build-deps}/kokkos-cuda
 arch=${MINIATTN_KOKKOS_CUDA_ARCH:-HOPPER90}
 build=${MINIATTN_BUILD_DIR:-$root/build-cuda}
 export NVCC_WRAPPER_DEFAULT_COMPILER=${CXX:-g++}
