@@ -8,13 +8,20 @@
 // into fp32 gradients or accumulators); products accumulate in Acc<T>.
 //   fp32 / fp64, CUDA: one cublas<S|D>gemmStridedBatched call on the execution
 //     space's stream (KokkosBlas::gemm has no batched cuBLAS path).
-//   fp32 / fp64 elsewhere: a loop of kernels::gemm (KokkosBlas: OpenBLAS, rocBLAS).
+//   fp32 / fp64 elsewhere: a loop of kernels::gemm (KokkosBlas: OpenBLAS;
+//     on HIP Kokkos Kernels' own GEMM, or rocBLAS through its TPL).
 //   bf16, CUDA: cublasGemmStridedBatchedEx, bf16 in, CUBLAS_COMPUTE_32F
 //     (tensor cores), C in bf16 or fp32.
-//   bf16 elsewhere: blocks of 256 rows widened to fp32 and multiplied by the
-//     fp32 BLAS, C rounded back when it is bf16 (OpenBLAS as Debian builds it
-//     has no bf16 GEMM). The same products to rounding.
-// Each is deterministic for a given library, device and shape (no atomics).
+//   bf16, host backends: blocks of 256 rows widened to fp32 and multiplied by
+//     the fp32 BLAS, C rounded back when it is bf16 (OpenBLAS as Debian builds
+//     it has no bf16 GEMM).
+//   bf16, other devices (HIP): groups of products widened to fp32 in device
+//     memory, one fp32 kernels::gemm a product, C rounded back on the device;
+//     correct but slow (see batched_gemm.cpp).
+// The bf16 paths compute the same products to rounding. Each is deterministic
+// for a given library, device and shape (no atomics), except Kokkos Kernels'
+// own device GEMM for A^T B into fewer than 100 entries (its dot-based
+// kernel adds with atomics).
 #include "core/types.hpp"
 
 namespace miniattn::kernels {
