@@ -14,6 +14,16 @@
 # Before submitting, load what the build used (for example on Frontier:
 # `module load PrgEnv-amd rocm craype-accel-amd-gfx90a`); sbatch passes the
 # environment to the job.
+#
+# Build first, on a login node with those modules loaded: scripts/build_hip.sh
+# (Kokkos 4.6.01 and Kokkos Kernels for HIP, gfx90a, then miniattn into
+# build-hip/; MINIATTN_KOKKOS_ROCBLAS=ON gives Kokkos Kernels ROCm's rocBLAS,
+# without which its GEMMs are slow), then submit with MINIATTN_BUILD=build-hip.
+# Or against your own Kokkos HIP install:
+#   cmake -S . -B build -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
+#   cmake --build build -j
+# Only the fused and gemm attention kernels run on AMD GPUs (tensor_core,
+# cudnn and parallel.comm: nccl are CUDA-only).
 
 # ============================== EDIT BELOW ==================================
 #SBATCH --job-name=miniattn
@@ -26,11 +36,11 @@
 # Relative paths are taken from the directory sbatch was run from. Each line may
 # also be set in the environment at submission (sbatch exports it).
 MINIATTN_DECK="${MINIATTN_DECK:-inputs/example.yaml}"     # the input deck
-MINIATTN_BUILD="${MINIATTN_BUILD:-build}"                 # build directory (a Kokkos HIP build)
+MINIATTN_BUILD="${MINIATTN_BUILD:-build}"                 # build directory (a Kokkos HIP build; build-hip from scripts/build_hip.sh)
 MINIATTN_EXE="${MINIATTN_EXE:-$MINIATTN_BUILD/src/miniattn}"
 MINIATTN_RESULTS="${MINIATTN_RESULTS:-results}"           # where <jobid>.json/.log go
 MINIATTN_SETS="${MINIATTN_SETS:-}"                        # extra overrides, e.g. "train.steps=100 parallel.dp=8"
-MINIATTN_COMM="${MINIATTN_COMM:-}"                        # empty: the deck's; mpi | nccl (a build with NCCL/RCCL support)
+MINIATTN_COMM="${MINIATTN_COMM:-}"                        # empty: the deck's; mpi (nccl is CUDA-only: no RCCL backend)
 MINIATTN_RANKS_PER_NODE="${MINIATTN_RANKS_PER_NODE:-8}"   # one per GCD
 MINIATTN_CPUS_PER_RANK="${MINIATTN_CPUS_PER_RANK:-7}"     # 56 usable cores (8 kept for the system) / 8
 MINIATTN_OMP_THREADS="${MINIATTN_OMP_THREADS:-7}"         # host threads per rank (OpenMP host space, if built)
