@@ -162,6 +162,7 @@ void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float b
   }
   if constexpr (!std::is_same<C, float>::value) narrow_into(wc, m * n, c);
 }
+#endif
 
 // Device bf16 off CUDA (HIP; SYCL alike): Kokkos Kernels has no bf16 GEMM
 // (its own kernels and its rocBLAS TPL take fp32/fp64), so the operands are
@@ -176,8 +177,8 @@ void bf16_product(char ta, char tb, float alpha, const T* a, const T* b, float b
 // rocBLAS to build it against). The widened copies live in three device Views
 // that grow to the largest group (at most kDeviceWidenedValues values in all,
 // plus a whole widened B for products larger than that) and are kept until
-// Kokkos finalizes, outside the memory plan's Views.
-constexpr index_t kDeviceWidenedValues = index_t(1) << 23;  // 32 MiB of fp32
+// Kokkos finalizes, outside the memory plan's Views. Compiled in every build:
+// the host tests run it (batched_gemm_bf16_widened) against the host path.
 
 using DeviceFloats = View1<float>;
 struct DeviceWidened {
@@ -252,7 +253,8 @@ MatrixBatch<T> row_block(const MatrixBatch<T>& x, index_t i, index_t first, inde
 // of the inner dimension (rows of A and B) accumulated into all of C.
 template <class C>
 void device_bf16_product(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a,
-                         const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t i) {
+                         const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t i,
+                         index_t widened_values) {
   constexpr bool fp32_c = std::is_same<C, float>::value;
   DeviceWidened& w = device_widened();
   const index_t m = c.rows, n = c.cols, k = op_cols(ta, a);
@@ -260,7 +262,7 @@ void device_bf16_product(char ta, char tb, float alpha, const MatrixBatch<const 
     float* wb = at_least(w.b, b.rows * b.cols);
     widen_matrices(b, i, 1, wb);
     const View2<const float> bf(wb, b.rows, b.cols);
-    const index_t block = std::max<index_t>(1, kDeviceWidenedValues / std::max<index_t>(1, k + n));
+    const index_t block = std::max<index_t>(1, widened_values / std::max<index_t>(1, k + n));
     for (index_t i0 = 0; i0 < m; i0 += block) {
       const index_t rows = std::min(block, m - i0);
       float* wa = at_least(w.a, rows * k);
@@ -283,7 +285,7 @@ void device_bf16_product(char ta, char tb, float alpha, const MatrixBatch<const 
     if (beta != 0.0f) widen_matrices(read_only(ci), 0, 1, wc);
   }
   const View2<float> cf(fp32_target(ci.data, wc), m, n);
-  const index_t block = std::max<index_t>(1, kDeviceWidenedValues / std::max<index_t>(1, m + n));
+  const index_t block = std::max<index_t>(1, widened_values / std::max<index_t>(1, m + n));
   for (index_t t0 = 0; t0 < k; t0 += block) {
     const index_t rows = std::min(block, k - t0);
     float* wa = at_least(w.a, rows * m);
@@ -297,19 +299,20 @@ void device_bf16_product(char ta, char tb, float alpha, const MatrixBatch<const 
 }
 
 // All `count` products: groups of whole products whose widened operands fit
-// kDeviceWidenedValues, each group widened by one kernel an operand; larger
+// widened_values, each group widened by one kernel an operand; larger
 // products one by one in row blocks (device_bf16_product).
 template <class C>
 void device_bf16_batch(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a,
-                       const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t count) {
+                       const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t count,
+                       index_t widened_values) {
   constexpr bool fp32_c = std::is_same<C, float>::value;
   const index_t sa = a.rows * a.cols, sb = b.rows * b.cols, sc = c.rows * c.cols;
   const index_t per_product = sa + sb + (fp32_c ? 0 : sc);
-  if (per_product > kDeviceWidenedValues) {
-    for (index_t i = 0; i < count; ++i) device_bf16_product<C>(ta, tb, alpha, a, b, beta, c, i);
+  if (per_product > widened_values) {
+    for (index_t i = 0; i < count; ++i) device_bf16_product<C>(ta, tb, alpha, a, b, beta, c, i, widened_values);
     return;
   }
-  const index_t group = std::min(count, kDeviceWidenedValues / per_product);
+  const index_t group = std::min(count, widened_values / per_product);
   DeviceWidened& w = device_widened();
   for (index_t i0 = 0; i0 < count; i0 += group) {
     const index_t g = std::min(group, count - i0);
@@ -330,11 +333,12 @@ void device_bf16_batch(char ta, char tb, float alpha, const MatrixBatch<const bf
   }
 }
 
+#if !defined(KOKKOS_ENABLE_CUDA)
 template <class T, class C>
 void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, const MatrixBatch<const T>& b,
                Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   if constexpr (std::is_same<T, bf16>::value && !kHostExecution) {
-    device_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count);
+    device_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count, kDeviceWidenedValues);
   } else {
     for (index_t i = 0; i < count; ++i) {
       if constexpr (std::is_same<T, bf16>::value) {
@@ -366,6 +370,20 @@ void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<co
   if (count == 0 || c.rows == 0 || c.cols == 0) return;
   run_batch<T, C>(trans_a, trans_b, alpha, a, b, beta, c, count);
 }
+
+template <class C>
+void batched_gemm_bf16_widened(char trans_a, char trans_b, float alpha, const MatrixBatch<const bf16>& a,
+                               const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t count,
+                               index_t widened_values) {
+  if (count == 0 || c.rows == 0 || c.cols == 0) return;
+  device_bf16_batch<C>(trans_a, trans_b, alpha, a, b, beta, c, count, std::max<index_t>(1, widened_values));
+}
+template void batched_gemm_bf16_widened<bf16>(char, char, float, const MatrixBatch<const bf16>&,
+                                              const MatrixBatch<const bf16>&, float, const MatrixBatch<bf16>&, index_t,
+                                              index_t);
+template void batched_gemm_bf16_widened<float>(char, char, float, const MatrixBatch<const bf16>&,
+                                               const MatrixBatch<const bf16>&, float, const MatrixBatch<float>&,
+                                               index_t, index_t);
 
 #define MINIATTN_INSTANTIATE_BATCHED_GEMM(T, C)                                                                 \
   template void batched_gemm<T, C>(char, char, Acc<T>, const MatrixBatch<const T>&, const MatrixBatch<const T>&, \

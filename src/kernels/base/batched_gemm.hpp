@@ -39,4 +39,16 @@ template <class T, class C>
 void batched_gemm(char trans_a, char trans_b, Acc<T> alpha, const MatrixBatch<const T>& a,
                   const MatrixBatch<const T>& b, Acc<T> beta, const MatrixBatch<C>& c, index_t count);
 
+// The bf16 path of devices without a bf16 BLAS (HIP): operands widened to
+// fp32 in the execution space's memory, at most `widened_values` of them at
+// a time (larger products in row blocks), one fp32 kernels::gemm a product.
+// batched_gemm takes it on such devices with kDeviceWidenedValues; it runs on
+// every backend, so the host tests check it, with small limits, against the
+// host path. Shapes are not checked here (batched_gemm checks them).
+constexpr index_t kDeviceWidenedValues = index_t(1) << 23;  // 32 MiB of fp32
+template <class C>
+void batched_gemm_bf16_widened(char trans_a, char trans_b, float alpha, const MatrixBatch<const bf16>& a,
+                               const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t count,
+                               index_t widened_values = kDeviceWidenedValues);
+
 }  // namespace miniattn::kernels
