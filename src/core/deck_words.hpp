@@ -2,8 +2,10 @@
 // The deck's vocabulary: its enumerations with their words, the sizes a
 // precision stores, and the kernels section. kernels/ and comm/ include this
 // instead of core/config.hpp, which holds the whole deck.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,15 @@ MINIATTN_DECK_WORDS(DataTask, "copy", "lookup")
 template <class E>
 const char* to_string(E value) {
   return enum_names<E>()[static_cast<std::size_t>(value)].c_str();
+}
+
+// The value a deck word names (the word already checked against enum_names<E>()).
+template <class E>
+E enum_of_word(const std::string& word) {
+  const std::vector<std::string>& words = enum_names<E>();
+  const auto found = std::find(words.begin(), words.end(), word);
+  if (found == words.end()) throw std::invalid_argument("enum_of_word: '" + word + "' is not a deck word here");
+  return static_cast<E>(found - words.begin());
 }
 
 // Bytes of each kind of value a run of `precision` stores (docs/design.md,

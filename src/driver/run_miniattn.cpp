@@ -22,10 +22,7 @@ namespace {
 
 // The kernel in its record's words (kernels/attention/kernel_record.cpp), and its shape.
 void print_attention_kernel(const nlohmann::json& tiles) {
-  const std::string name = tiles.at("kernel").get<std::string>();
-  const AttentionKernel kernel = static_cast<AttentionKernel>(
-      std::find(enum_names<AttentionKernel>().begin(), enum_names<AttentionKernel>().end(), name) -
-      enum_names<AttentionKernel>().begin());
+  const auto kernel = enum_of_word<AttentionKernel>(tiles.at("kernel").get<std::string>());
   std::printf("miniattn: attention kernel %s%s", kernels::attention_kernel_record(kernel).what,
               tiles.at("chosen_by") == "auto" ? ", auto's choice" : "");
   if (kernel == AttentionKernel::fused) {

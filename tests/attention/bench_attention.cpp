@@ -226,9 +226,7 @@ Options parse(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e) == 0 ? 0 : 2);  // --help, or bad input: exit 2 as miniattn does
   }
-  const auto& kernels = miniattn::enum_names<miniattn::AttentionKernel>();
-  o.tiles.attention =
-      static_cast<miniattn::AttentionKernel>(std::find(kernels.begin(), kernels.end(), kernel) - kernels.begin());
+  o.tiles.attention = miniattn::enum_of_word<miniattn::AttentionKernel>(kernel);
   o.fp32 = precision == "fp32" || precision == "both";
   o.fp64 = precision == "fp64" || precision == "both";
   o.bf16 = precision == "bf16";
