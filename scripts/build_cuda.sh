@@ -6,7 +6,8 @@
 # (scripts/unpack_cudnn_frontend.sh), the cuDNN attention path into
 # build-cuda/ (or $MINIATTN_BUILD_DIR). Nothing runs: use
 # it on a machine without a GPU too. Skips, saying so, without a CUDA toolkit.
-# Extra arguments go to the first CMake configure.
+# Extra arguments go to the first CMake configure. MINIATTN_BUILD_TARGETS
+# (space-separated) builds only those targets, for a short GPU lease.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
@@ -27,5 +28,6 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
         ${frontend:+-DCUDNN_FRONTEND_ROOT="$frontend"} "$@"
 fi
 start=$(date +%s)
-cmake --build "$build" --parallel "$(nproc)"
-echo "build_cuda: every target compiled and linked for CUDA ($arch) in $build, $(( $(date +%s) - start )) s"
+read -r -a targets <<< "${MINIATTN_BUILD_TARGETS:-}"
+cmake --build "$build" --parallel "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
+echo "build_cuda: ${targets[*]:-every target} compiled and linked for CUDA ($arch) in $build, $(( $(date +%s) - start )) s"

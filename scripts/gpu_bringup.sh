@@ -23,8 +23,9 @@
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
 #       profile    Nsight Compute on the tensor-core kernels (not part of all)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
-#                                       with the bench narrowed to N = 32768 and the gemm kernel
-#                                       (MINIATTN_BENCH_* as set override it)
+#                                       building only what cudnn and bench run, with the bench
+#                                       narrowed to N = 32768 and the gemm kernel
+#                                       (MINIATTN_BUILD_TARGETS and MINIATTN_BENCH_* as set override)
 #   scripts/gpu_bringup.sh cmake-args   print the CMake arguments that point at the unpacked
 #                                       packages (one a line), for a configure by hand
 #   scripts/gpu_bringup.sh env          print the PATH / LD_LIBRARY_PATH exports
@@ -490,11 +491,35 @@ miniattn() { mpiexec.hydra -n 1 "$build/src/miniattn" "$@"; }
 step_cudnn() {
   setup_env
   grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
+  cudnn_inventory
   cd "$build"
   ctest --output-on-failure --no-tests=error -j 8 --timeout 900 -R '(cudnn|^test_attention[.])'
   miniattn "$root/inputs/example.yaml" --set model.precision=bf16 --set kernels.attention=cudnn \
            --set parallel.comm=nccl --set parallel.strategy=local --set parallel.layout=contiguous \
            --set run.result="$results/train_cudnn_nccl.json"
+}
+
+# Every libcudnn.so.9 on this machine with its cudnnGetVersion(), and the one a
+# process started here loads (LD_LIBRARY_PATH first): a machine may hold several.
+cudnn_inventory() {
+  local py
+  py=$(find_python) || return 0
+  "$py" - << 'EOF' || true
+import ctypes, glob, os, site
+roots = ["/usr/local/cuda", "/usr/lib/x86_64-linux-gnu", "/opt"] + site.getsitepackages()
+paths = set()
+for root in roots:
+    paths.update(glob.glob(os.path.join(root, "**", "libcudnn.so.9*"), recursive=True))
+for path in sorted(p for p in paths if not os.path.islink(p)):
+    try:
+        print("gpu_bringup: cuDNN %d at %s" % (ctypes.CDLL(path).cudnnGetVersion(), path))
+    except OSError as e:
+        print("gpu_bringup: cannot load %s: %s" % (path, e))
+try:
+    print("gpu_bringup: libcudnn.so.9 by name (what miniattn loads): cuDNN %d" % ctypes.CDLL("libcudnn.so.9").cudnnGetVersion())
+except OSError as e:
+    print("gpu_bringup: libcudnn.so.9 by name does not load: %s" % e)
+EOF
 }
 
 step_train() {
@@ -559,19 +584,29 @@ step_bench() {
       done
     done
   done
-  # bf16 (model.precision bf16): the gemm kernel and the tensor-core one, which
-  # bench_attention first compares with gemm on the same operands (exit 1 on a mismatch).
-  local bf16_kernels=(gemm tensor_core)
+  # bf16 (model.precision bf16): the gemm, cudnn and tensor-core kernels; bench_attention
+  # first compares the last two with gemm on the same operands (exit 1 on a mismatch).
+  # cudnn before tensor_core, and a failure is reported, not fatal: the kernels after it still run.
+  local bf16_kernels=(gemm)
   if grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt"; then bf16_kernels+=(cudnn); fi
+  bf16_kernels+=(tensor_core)
   for kernel in "${bf16_kernels[@]}"; do
     say "bench_attention n=32768 Dh=64 H=4 bf16, $kernel kernel (reference bf16 GEMM 8192^3)"
     "$build/tests/attention/bench_attention" 32768 64 4 --precision=bf16 --reps=5 --gemm=8192 --kernel=$kernel |
-      tee "$results/bench_attention_bf16_${kernel}_n32768.txt"
+      tee "$results/bench_attention_bf16_${kernel}_n32768.txt" || say "WARNING: bench_attention $kernel exit $?"
     say "miniattn bench N=32768 causal bf16, $kernel kernel"
     miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=32768 --set model.causal=true \
              --set model.precision=bf16 --set kernels.attention=$kernel \
-             --set run.result="$results/bench_miniattn_bf16_${kernel}_n32768_causal.json"
+             --set run.result="$results/bench_miniattn_bf16_${kernel}_n32768_causal.json" ||
+      say "WARNING: miniattn bench $kernel exit $?"
   done
+  # The wider heads of the cuDNN target (H = 16, Dh = 128), beside PyTorch SDPA on the same shape.
+  if [[ " ${bf16_kernels[*]} " == *" cudnn "* ]]; then
+    "$build/tests/attention/bench_attention" 32768 128 16 --precision=bf16 --reps=3 --gemm=8192 --kernel=cudnn |
+      tee "$results/wide_bench_attention_bf16_cudnn_n32768.txt" || say "WARNING: bench_attention cudnn H=16 exit $?"
+    "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens 32768 --heads 16 --head-dim 128 --sdpa-bf16-only \
+      > "$results/wide_reference_bench.json" || say "WARNING: PyTorch SDPA H=16 failed"
+  fi
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 
@@ -590,6 +625,8 @@ step_profile() {
 }
 
 # ------------------------------------------------------------------ driver
+# What the session's cudnn and bench steps run: the rest of the suite is left unbuilt.
+session_targets="miniattn bench_attention test_attention test_cudnn_plan test_cudnn_graphs"
 summary=$results/summary.txt
 
 bundle_out() {
@@ -631,6 +668,7 @@ case "${1:-all}" in
   -h|--help|help) sed -n '3,/^set -E/{/^set -E/d; s/^# \{0,1\}//; p}' "$0" ;;
   all) run_steps "${all_steps[@]}" ;;
   session) export MINIATTN_BENCH_SEQ_LENS=${MINIATTN_BENCH_SEQ_LENS:-32768}
+           export MINIATTN_BUILD_TARGETS=${MINIATTN_BUILD_TARGETS-$session_targets}
            export MINIATTN_BENCH_FP32_KERNELS=${MINIATTN_BENCH_FP32_KERNELS:-gemm}
            run_steps check unpack kokkos build cudnn bench ;;
   *)

@@ -238,6 +238,14 @@ def measure(args):
     else:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    if args.sdpa_bf16_only:
+        from torch.nn.attention import SDPBackend
+        print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                          "heads": args.heads, "head_dim": args.head_dim,
+                          "bf16": {"sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim, torch.bfloat16,
+                                                        [(SDPBackend.FLASH_ATTENTION,),
+                                                         (SDPBackend.CUDNN_ATTENTION,)])}}), flush=True)
+        return 0
     result = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "cuda": torch.version.cuda,
               "tf32": False, "sgemm": measure_sgemm(args.gemm_sizes),
               "sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim),
@@ -462,6 +470,8 @@ def main(argv=None):
     ap.add_argument("--train-seq-len", type=int, default=32768)
     ap.add_argument("--train-steps", type=int, default=6, help="the first is a warm-up")
     ap.add_argument("--bf16", action="store_true", help="also the bf16 yardsticks")
+    ap.add_argument("--sdpa-bf16-only", action="store_true",
+                    help="only bf16 SDPA (FlashAttention-2 and cuDNN backends) at --heads and --head-dim")
     return measure(ap.parse_args(argv))
 
 

@@ -70,7 +70,6 @@ std::string label(const SdpaCallShape& s, const Mask& mask, bool backward) {
 TEST(CudnnGraphs, LibraryLoadsAndIsRecentEnough) {
   EXPECT_EQ(cudnn_unavailable_reason(), "");
   EXPECT_GE(cudnn_library_version(), 91002) << "cuDNN >= 9.10.2 is required";
-  EXPECT_NE(cudnn_library_version(), 91400);
 }
 
 TEST(CudnnGraphs, DeckGraphsValidateForHopper) {
@@ -110,6 +109,19 @@ TEST(CudnnGraphs, OffsetsDoNotChangeTheGraph) {
   s.call.key_offset = 0;
   EXPECT_EQ(validate_sdpa_graph(s, true, kHopper), at_offsets);
   EXPECT_EQ(at_offsets, "");
+}
+
+// A window whose keys all lie before its queries needs no right bound, and the
+// planner leaves it out (block_plan.cpp: call_rows). cuDNN 9.14.0 has a bug
+// with exactly that over 1024 keys, which the frontend refuses; the graph
+// must still validate there (cudnn_graphs.cpp: set_mask), and everywhere else.
+TEST(CudnnGraphs, LeftOnlyWindowOverManyKeysValidates) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  const Mask left_only = {"left 1500 only", false, 0, true, 1500};
+  for (bool backward : {false, true}) {
+    const SdpaCallShape s = call_shape(1, 4, 4, 64, 2048, 2048, left_only);
+    EXPECT_EQ(validate_sdpa_graph(s, backward, kHopper), "") << label(s, left_only, backward);
+  }
 }
 
 // Graphs cuDNN cannot run fail validate() with the frontend's reason, so a

@@ -39,8 +39,8 @@ CudnnTally cudnn_tally();
 // Why the cudnn kernel cannot compute bf16 attention of this head width here
 // ("" when it can; its precision is its record's, kernel_record.cpp): a head
 // width that is a multiple of 8 and at most 256; a build
-// with cuDNN; libcudnn loadable at run time, of version 9.10.2 or later and not
-// 9.14.0 (cudnn_graphs.hpp).
+// with cuDNN; libcudnn loadable at run time, of version 9.10.2 or later
+// (cudnn_graphs.hpp).
 std::string cudnn_unavailable_reason_for(index_t head_dim);
 
 // cudnnGetVersion() of the library loaded (91900 for 9.19.0), 0 without one.

@@ -50,10 +50,13 @@ namespace fe = cudnn_frontend;
 using Graph = fe::graph::Graph;
 using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
-// The oldest cuDNN the frontend runs SDPA on without a known bug, and one with
-// a bug the frontend refuses for windows over 1024 keys (9.14.0).
+// The oldest cuDNN the frontend runs SDPA on without a known bug.
 constexpr long kOldestCudnn = 91002;
-constexpr long kRefusedCudnn = 91400;
+// cuDNN 9.14.0 (the one PyTorch 2.11's nvidia-cudnn-cu13 wheel brings) has a
+// bug with a left bound, no right bound and over 1024 keys, and the frontend
+// refuses such graphs (sdpa_support_surface.h). set_mask gives those calls a
+// right bound that keeps every key instead.
+constexpr long kCudnnWithLeftOnlyBandBug = 91400;
 
 std::string version_string(long version) {
   return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
@@ -89,10 +92,6 @@ CudnnLibrary load_cudnn_library() {
   if (lib.version < kOldestCudnn) {
     lib.unavailable = "cuDNN " + version_string(lib.version) + " (" + name + ") is older than " +
                       version_string(kOldestCudnn) + ", the oldest whose fused attention the frontend runs";
-  } else if (lib.version == kRefusedCudnn) {
-    lib.unavailable = "cuDNN " + version_string(lib.version) + " (" + name +
-                      ") has a fused-attention bug with windows over 1024 keys that the frontend refuses; "
-                      "use another version";
   }
   return lib;
 }
@@ -182,10 +181,14 @@ void make_output(const TensorPtr& tensor, TensorUid uid, const Layout& layout, f
 // j <= i + right_bound (a CMP_GE of row + right_bound against col) and
 // j > i - left_bound (a CMP_GT of col + left_bound against row): exactly
 // CudnnCall's convention, so the bounds pass unchanged. No bound: no mask node.
+// A right bound of key_count - 1 keeps every key of every row (i >= 0).
 template <class Attributes>
 void set_mask(Attributes& attributes, const CudnnCall& call) {
   attributes.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT);
+  const bool left_only_bug = cudnn_library().version == kCudnnWithLeftOnlyBandBug && call.has_left_bound &&
+                             !call.has_right_bound && call.key_count > 1024;
   if (call.has_right_bound) attributes.set_diagonal_band_right_bound(static_cast<int>(call.right_bound));
+  if (left_only_bug) attributes.set_diagonal_band_right_bound(static_cast<int>(call.key_count - 1));
   if (call.has_left_bound) attributes.set_diagonal_band_left_bound(static_cast<int>(call.left_bound));
 }
 

@@ -20,8 +20,7 @@ namespace miniattn::kernels {
 // Why cuDNN's fused attention cannot run here ("" when it can): libcudnn.so.9
 // not loadable (the message names the library and dlerror's reason), or its
 // version below 9.10.2 (the frontend refuses 9.10.0/9.10.1 and bands without
-// causal need 9.10.2) or exactly 9.14.0 (the frontend refuses it with windows
-// over 1024 keys). Loads the library once; later calls only read the result.
+// causal need 9.10.2). Loads the library once; later calls only read the result.
 std::string cudnn_unavailable_reason();
 
 // cudnnGetVersion() of the loaded library (e.g. 91900 for 9.19.0); 0 when it is not loaded.
