@@ -100,7 +100,9 @@ macro(_miniattn_find_cudnn)
     HINTS ${_miniattn_cudnn_hints} ${CUDAToolkit_INCLUDE_DIRS}
     PATH_SUFFIXES include nvidia/cudnn/include
     DOC "Directory holding cudnn.h and cudnn_version.h (cuDNN 9)")
-  find_library(MINIATTN_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9
+  # NAMES_PER_DIR: a hint's libcudnn.so.9 before a system libcudnn.so (an H200
+  # image had 9.19 in PyTorch's wheel, given as CUDNN_ROOT, and 9.14.0 in /usr/lib).
+  find_library(MINIATTN_CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 NAMES_PER_DIR
     HINTS ${_miniattn_cudnn_hints} ${CUDAToolkit_LIBRARY_DIR}
     PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu nvidia/cudnn/lib
     DOC "libcudnn (not linked: loaded at run time; its directory goes on the tests' LD_LIBRARY_PATH)")

@@ -323,9 +323,11 @@ void apply_deck(Config& config, const YAML::Node& root, const std::string& displ
                          describe_node(key_node) + origin.where(key_node));
       }
       const std::string key = key_node.Scalar();
-      const Field& field = find_field(section, key, origin.where(key_node));
+      // A named location, not a temporary: g++ 13 took the returned table entry for one bound to it.
+      const std::string where = origin.where(key_node);
+      const Field& field = find_field(section, key, where);
       if (!seen_keys.insert(key).second) {
-        throw InputError(field.name() + ": key given twice in section " + section + origin.where(key_node));
+        throw InputError(field.name() + ": key given twice in section " + section + where);
       }
       assign_value(config, field, entry.second, origin);
     }
