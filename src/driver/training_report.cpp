@@ -233,6 +233,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
     const kernels::CudnnTally tally = kernels::cudnn_tally();
     r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},
                                      {"graphs_built", tally.graphs},
+                                     {"workspace_bytes", tally.workspace_bytes},
                                      {"blocks", tally.blocks},
                                      {"calls", tally.calls},
                                      {"blocks_on_gemm_fallback", tally.fallback_blocks}};

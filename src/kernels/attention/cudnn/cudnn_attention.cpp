@@ -190,6 +190,7 @@ void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16
     ++tally().calls;
   }
   tally().graphs = runner.graphs_built();
+  tally().workspace_bytes = runner.workspace_bytes();
 }
 
 void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
@@ -234,6 +235,7 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
     add_rows(blocks.dv_sum, dv, 0, dv.extent(2));
   }
   tally().graphs = runner.graphs_built();
+  tally().workspace_bytes = runner.workspace_bytes();
 }
 
 }  // namespace miniattn::kernels

@@ -33,6 +33,7 @@ namespace miniattn::kernels {
 struct CudnnTally {
   std::int64_t blocks = 0, calls = 0, fallback_blocks = 0;
   int graphs = 0;
+  std::size_t workspace_bytes = 0;  // cuDNN's own, beside the memory plan (its estimate: cudnn_blocks_bytes)
 };
 CudnnTally cudnn_tally();
 
@@ -49,6 +50,9 @@ long cudnn_version();
 // The runner of this build: cuDNN on the default execution space's stream
 // where miniattn was built with it (MINIATTN_HAVE_CUDNN), else null.
 std::shared_ptr<SdpaRunner> default_sdpa_runner();
+// A runner of its own, its backward deterministic or not (bench_attention
+// times the difference; miniattn runs only the deterministic one). Null as above.
+std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward);
 
 // The cudnn kernel's state for one block shape (AttentionWorkspace<bf16>::cudnn):
 // where a call's outputs land before they are merged, the plans of the blocks

@@ -235,8 +235,9 @@ std::shared_ptr<Graph> forward_graph(const SdpaCallShape& s, int sm_version) {
 // dQ, dK, dV from the GLOBAL O and Stats (cuDNN recomputes D = rowsum(dO * O)
 // from the O it is given, so the global output yields this call's exact
 // share). Deterministic: on Hopper dQ is reduced without atomics, so a run
-// repeats bit for bit (the project's determinism checks need it).
-std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version) {
+// repeats bit for bit (the project's determinism checks need it). The
+// non-deterministic algorithm is only there to time what determinism costs.
+std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version, bool deterministic) {
   auto graph = new_graph(sm_version);
   auto [q, k, v] = query_key_value(*graph, s);
   auto o = input(*graph, "O", kO, query_layout(s), fe::DataType_t::BFLOAT16);
@@ -245,7 +246,7 @@ std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version) {
   auto attributes = fe::graph::SDPA_backward_attributes()
                         .set_name("miniattn_sdpa_backward")
                         .set_attn_scale(attention_scale(s))
-                        .set_deterministic_algorithm(true);
+                        .set_deterministic_algorithm(deterministic);
   set_mask(attributes, s.call);
   auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, dout, stats, std::move(attributes));
   make_output(dq, kDQ, query_layout(s), fe::DataType_t::BFLOAT16);
@@ -254,8 +255,9 @@ std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version) {
   return graph;
 }
 
-std::shared_ptr<Graph> make_graph(const SdpaCallShape& s, bool backward, int sm_version) {
-  return backward ? backward_graph(s, sm_version) : forward_graph(s, sm_version);
+std::shared_ptr<Graph> make_graph(const SdpaCallShape& s, bool backward, int sm_version,
+                                  bool deterministic = true) {
+  return backward ? backward_graph(s, sm_version, deterministic) : forward_graph(s, sm_version);
 }
 
 // Frontend errors become exceptions that say which graph and which step.
@@ -328,6 +330,7 @@ struct CudnnSdpa::Impl {
     std::size_t workspace = 0;
   };
   cudnnHandle_t handle = nullptr;
+  bool deterministic_backward = true;
   std::map<GraphKey, Built> graphs;
 
   const Built& get(const SdpaCallShape& s, bool backward);
@@ -349,7 +352,7 @@ const CudnnSdpa::Impl::Built& CudnnSdpa::Impl::get(const SdpaCallShape& s, bool 
     throw std::runtime_error("cuDNN " + describe(s, backward) + ": " + why);
   }
   Built built;
-  built.graph = make_graph(s, backward, 0);
+  built.graph = make_graph(s, backward, 0, deterministic_backward);
   check(built.graph->validate(), s, backward, "validate");
   check(built.graph->build_operation_graph(handle), s, backward, "build_operation_graph");
   check(built.graph->create_execution_plans({fe::HeurMode_t::A}), s, backward, "create_execution_plans");
@@ -361,7 +364,8 @@ const CudnnSdpa::Impl::Built& CudnnSdpa::Impl::get(const SdpaCallShape& s, bool 
   return graphs.emplace(key, std::move(built)).first->second;
 }
 
-CudnnSdpa::CudnnSdpa(void* cuda_stream) : impl_(std::make_unique<Impl>()) {
+CudnnSdpa::CudnnSdpa(void* cuda_stream, bool deterministic_backward) : impl_(std::make_unique<Impl>()) {
+  impl_->deterministic_backward = deterministic_backward;
   if (const std::string why = cudnn_unavailable_reason(); !why.empty()) {
     throw std::runtime_error("kernels.attention: cudnn: " + why);
   }

@@ -39,7 +39,9 @@ class CudnnSdpa {
  public:
   // cudnnCreate + cudnnSetStream (needs a GPU). cuda_stream is a cudaStream_t.
   // Throws std::runtime_error with the reason when cuDNN cannot run.
-  explicit CudnnSdpa(void* cuda_stream);
+  // deterministic_backward false (bench_attention only) times cuDNN's faster
+  // backward that sums dQ with atomics: repeats then differ in the last bits.
+  explicit CudnnSdpa(void* cuda_stream, bool deterministic_backward = true);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;

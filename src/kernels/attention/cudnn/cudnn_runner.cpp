@@ -17,7 +17,7 @@ namespace {
 
 class CudnnRunner final : public SdpaRunner {
  public:
-  CudnnRunner() : sdpa_(ExecSpace().cuda_stream()) {}
+  explicit CudnnRunner(bool deterministic_backward) : sdpa_(ExecSpace().cuda_stream(), deterministic_backward) {}
   void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
                float* stats) override {
     sdpa_.forward(shape, q, k, v, out, stats, workspace_for(shape, false));
@@ -27,6 +27,7 @@ class CudnnRunner final : public SdpaRunner {
     sdpa_.backward(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace_for(shape, true));
   }
   int graphs_built() const override { return sdpa_.graphs_built(); }
+  std::size_t workspace_bytes() const override { return workspace_.extent(0); }
 
  private:
   // cuDNN's workspace grows to the largest graph's; graphs are built once per
@@ -65,13 +66,22 @@ long cudnn_version() {
 #endif
 }
 
+std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward) {
+#ifdef MINIATTN_CUDNN_RUNNER
+  return std::make_shared<CudnnRunner>(deterministic_backward);
+#else
+  (void)deterministic_backward;
+  return nullptr;
+#endif
+}
+
 // One runner a process: its graphs serve every layer and strategy. It holds
 // a View, so it goes before Kokkos finalizes.
 std::shared_ptr<SdpaRunner> default_sdpa_runner() {
 #ifdef MINIATTN_CUDNN_RUNNER
   static std::shared_ptr<SdpaRunner> runner;
   if (!runner) {
-    runner = std::make_shared<CudnnRunner>();
+    runner = make_sdpa_runner(true);
     Kokkos::push_finalize_hook([] { runner.reset(); });
   }
   return runner;

@@ -26,6 +26,8 @@ class SdpaRunner {
                         const void* dout, const float* lse, void* dq, void* dk, void* dv) = 0;
   // Graphs built so far (a runner without graphs: 0).
   virtual int graphs_built() const { return 0; }
+  // Device bytes of cuDNN's own workspace so far: the largest graph's need.
+  virtual std::size_t workspace_bytes() const { return 0; }
 };
 
 }  // namespace miniattn::kernels
