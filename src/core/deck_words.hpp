@@ -43,8 +43,8 @@ enum class RunMode { train, bench, predict, calibrate };
 MINIATTN_DECK_WORDS(RunMode, "train", "bench", "predict", "calibrate")
 // The attention kernels: the tiled online-softmax kernel or chunked attention
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
-enum class AttentionKernel { automatic, fused, gemm, tensor_core, cudnn };
-MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "tensor_core", "cudnn")
+enum class AttentionKernel { automatic, fused, gemm, cudnn };
+MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "cudnn")
 // The synthetic task (model/synthetic_task.hpp): copy (each sample's second
 // half repeats its first) or lookup (key-value pairs defined in the first
 // quarter, then retrieved from context).

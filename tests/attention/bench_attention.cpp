@@ -5,10 +5,9 @@
 //   n            sequence length (default 8192); B = 1
 //   Dh, heads    head width (64) and heads (4)
 //   query_block, key_block   fused tile sizes (default 0: chosen per backend, as miniattn does)
-//   --kernel=auto|fused|gemm|tensor_core|cudnn   the attention kernel
-//                (kernels.attention; auto: as miniattn picks). tensor_core and
-//                cudnn (bf16, CUDA) are first compared with gemm on the same
-//                operands; a mismatch exits 1.
+//   --kernel=auto|fused|gemm|cudnn   the attention kernel (kernels.attention;
+//                auto: as miniattn picks). cudnn (bf16, CUDA) is first
+//                compared with gemm on the same operands; a mismatch exits 1.
 //   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
 //   --precision=fp32|fp64|bf16|both   (both: fp32 and fp64; bf16 against the bf16 GEMM rate)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
@@ -118,9 +117,8 @@ double relative_difference(const View4<T>& a, const View4<T>& b) {
   return std::sqrt(diff / (norm > 0 ? norm : 1));
 }
 
-// A bf16 kernel other than gemm (tensor_core, cudnn) checked against gemm on
-// the same operands before it is timed; false when they differ by more than
-// bf16's rounding explains.
+// The cudnn kernel checked against gemm on the same operands before it is
+// timed; false when they differ by more than bf16's rounding explains.
 template <class T>
 bool agrees_with_gemm(const Options& o, Operands<T>& x, const miniattn::kernels::AttentionBlocking& blocking,
                       const miniattn::kernels::AttentionWorkspace<T>& workspace) {
@@ -151,8 +149,6 @@ void print_blocking(const miniattn::kernels::AttentionTiles& tiles, std::size_t 
   if (b.kernel == miniattn::AttentionKernel::gemm) {
     std::printf("%s kernel gemm, chunks of %ld rows: workspace %zu B\n", precision_name<T>(), long(b.chunk),
                 workspace_bytes);
-  } else if (b.kernel == miniattn::AttentionKernel::tensor_core) {
-    std::printf("%s kernel tensor_core, teams of %ld rows\n", precision_name<T>(), long(b.query_tile()));
   } else if (b.kernel == miniattn::AttentionKernel::cudnn) {
     std::printf("%s kernel cudnn (cuDNN %ld): workspace %zu B beside cuDNN's own\n", precision_name<T>(),
                 miniattn::kernels::cudnn_version(), workspace_bytes);
@@ -175,8 +171,7 @@ bool run_attention(const Options& o, double gemm_gflops) {
   const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
   const miniattn::kernels::AttentionWorkspace<T> workspace(x.shape(), blocking);
   print_blocking<T>(tiles, workspace.bytes());
-  const bool checked_first =
-      blocking.kernel == miniattn::AttentionKernel::tensor_core || blocking.kernel == miniattn::AttentionKernel::cudnn;
+  const bool checked_first = blocking.kernel == miniattn::AttentionKernel::cudnn;
   if (checked_first && !agrees_with_gemm(o, x, blocking, workspace)) return false;
   for (bool causal : {false, true}) {
     const double useful = causal ? flops / 2 : flops;

@@ -22,7 +22,6 @@
 #include "core/types.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "sdpa_emulation.hpp"
 
 namespace {
@@ -304,7 +303,6 @@ template <class T>
 AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.kernel = kernel_under_test.kernel;
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
-  if (tiles.kernel == AttentionKernel::tensor_core) return tiles;  // fixed 64-row tiles
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
   if (tiles.kernel == AttentionKernel::cudnn) {  // no tiles of its own; documents run the gemm fallback
     tiles.gemm_fallback = true;
@@ -975,23 +973,13 @@ PlainBf16 plain_bf16_attention(const Problem& p, const MaskCase& mask, const std
   return r;
 }
 
-// bf16 kernels: gemm on every backend, tensor_core where the build and the
-// device have it (CUDA, compute capability 8.0 on), with heads of 64 and 128
-// values (the widths it compiles) instead of the cases' 8 and 5.
-// cudnn runs cuDNN where the build has it, else its host emulation
-// (sdpa_emulation.hpp): the planner, the merges and the gemm fallback are the
-// kernel's own either way.
+// bf16 kernels: gemm on every backend; cudnn runs cuDNN where the build has
+// it, else its host emulation (sdpa_emulation.hpp): the planner, the merges
+// and the gemm fallback are the kernel's own either way.
 const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
-                                        {AttentionKernel::tensor_core, false, "tensor_core"},
                                         {AttentionKernel::cudnn, false, "cudnn"}};
 class AttentionBf16 : public AttentionKernels {};
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
-
-// Why the bf16 kernel under test cannot run here ("" when it can).
-std::string bf16_kernel_unavailable(const KernelUnderTest& kernel) {
-  if (kernel.kernel != AttentionKernel::tensor_core) return "";
-  return miniattn::kernels::tensor_core_unavailable_reason(64);
-}
 
 // FlashAttention's rule: a bf16 kernel's error against float64 within
 // `factor` (2 forward, 3 backward) of plain bf16 attention's, 1e-4 absolute
@@ -1017,27 +1005,21 @@ struct PlainBf16Rule {
 
 TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
   using miniattn::bf16;
-  const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
   const bool cudnn = GetParam().kernel == AttentionKernel::cudnn;  // head widths a multiple of 8
-  if (const std::string reason = bf16_kernel_unavailable(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
   std::uint64_t seed = 901;
   PlainBf16Rule rule;
   for (const auto& c : forward_cases()) {
-    const std::vector<index_t> widths = tensor_core ? std::vector<index_t>{64, 128}
-                                        : cudnn     ? std::vector<index_t>{8}
-                                                    : std::vector<index_t>{c.dh};
-    for (const index_t dh : widths) {
-      for (const MaskCase& mask : kMasks) {
-        SCOPED_TRACE(c.name + " " + mask.name + " dh " + std::to_string(dh));
-        const Problem p = rounded<bf16>(make_problem(2, 3, dh, c.q_pos, c.k_pos, seed));
-        const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
-        ++seed;
-        const auto ref = naive_forward(p, mask);
-        const auto ref_grads = naive_backward(p, mask, g);
-        const PlainBf16 plain = plain_bf16_attention(p, mask, g);
-        rule.check_all(kernel_forward<bf16>(p, mask, c.blocking), kernel_backward<bf16>(p, {p}, mask, c.blocking, g),
-                       plain, ref, ref_grads);
-      }
+    const index_t dh = cudnn ? 8 : c.dh;
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(c.name + " " + mask.name + " dh " + std::to_string(dh));
+      const Problem p = rounded<bf16>(make_problem(2, 3, dh, c.q_pos, c.k_pos, seed));
+      const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+      ++seed;
+      const auto ref = naive_forward(p, mask);
+      const auto ref_grads = naive_backward(p, mask, g);
+      const PlainBf16 plain = plain_bf16_attention(p, mask, g);
+      rule.check_all(kernel_forward<bf16>(p, mask, c.blocking), kernel_backward<bf16>(p, {p}, mask, c.blocking, g),
+                     plain, ref, ref_grads);
     }
   }
   std::printf("bf16 %s kernel: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name,
@@ -1051,9 +1033,7 @@ TEST_P(AttentionBf16, WithinFlashAttentionsFactorsOfPlainBf16) {
 // error of plain bf16, which rounds S; a kernel that rounds S lands near it.
 TEST_P(AttentionBf16, SharpScoresKeepFp32Precision) {
   using miniattn::bf16;
-  const bool tensor_core = GetParam().kernel == AttentionKernel::tensor_core;
-  if (const std::string reason = bf16_kernel_unavailable(GetParam()); !reason.empty()) GTEST_SKIP() << reason;
-  const index_t dh = tensor_core ? 64 : 16;
+  const index_t dh = 16;
   Problem sharp = make_problem(2, 3, dh, range_positions(0, 96), range_positions(0, 96), 4242);
   for (double& x : sharp.q) x *= 6;  // scores of standard deviation 13.5
   const Problem p = rounded<bf16>(sharp);

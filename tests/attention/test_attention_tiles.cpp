@@ -11,7 +11,6 @@
 #include "core/error.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/kernel_record.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 
 namespace {
 
@@ -98,32 +97,6 @@ TEST(AttentionTiles, AutoPicksTheKernelPerBackend) {
   EXPECT_EQ(h.blocking.chunk, 300);
   given.attention = AttentionKernel::fused;
   EXPECT_EQ(choose_attention_tiles<double>(given, 64, kGpuLike).blocking.kernel, AttentionKernel::fused);
-}
-
-// tensor_core: bf16 only, and only where the build and device have it (a
-// host build names what it runs on); auto never picks it.
-TEST(AttentionTiles, TensorCoreOnlyWhereItCanRun) {
-  using miniattn::AttentionKernel;
-  using namespace miniattn::kernels;
-  KernelConfig given;
-  given.attention = AttentionKernel::tensor_core;
-  try {
-    choose_attention_tiles<float>(given, 64, kGpuLike);
-    ADD_FAILURE() << "fp32 accepted";
-  } catch (const miniattn::InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16 only"), std::string::npos) << e.what();
-  }
-  const std::string reason = tensor_core_unavailable_reason(64);
-  if (miniattn::kHostExecution) {
-    EXPECT_NE(reason.find("needs a CUDA build"), std::string::npos) << reason;
-  }
-  if (reason.empty()) {
-    EXPECT_EQ(choose_attention_tiles<miniattn::bf16>(given, 64, kGpuLike).blocking.query_tile(), kTensorCoreTile);
-    EXPECT_NE(tensor_core_unavailable_reason(96).find("64 and 128"), std::string::npos);
-  } else {
-    EXPECT_THROW(choose_attention_tiles<miniattn::bf16>(given, 64, kGpuLike), miniattn::InputError);
-  }
-  EXPECT_EQ(choose_attention_tiles<miniattn::bf16>(KernelConfig{}, 64, kGpuLike).blocking.kernel, AttentionKernel::gemm);
 }
 
 // The memory plan's figure is what the workspace allocates, for each kernel,
@@ -224,7 +197,7 @@ TEST(KernelRecord, RefusalsNameTheKernelsThatComputeThePrecision) {
   using miniattn::Precision;
   namespace k = miniattn::kernels;
   EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::fused, Precision::bf16),
-            "the fused kernel has no bf16 version; for model.precision bf16 use gemm, tensor_core, cudnn or auto");
+            "the fused kernel has no bf16 version; for model.precision bf16 use gemm, cudnn or auto");
   EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::cudnn, Precision::fp64),
             "the cudnn kernel computes bf16 only; for model.precision fp64 use fused, gemm or auto");
   for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16}) {
@@ -257,6 +230,6 @@ void expect_dispatch_refuses(miniattn::AttentionKernel kernel) {
 TEST(KernelRecord, DispatchRefusesWhatTheRecordDoesNotCompute) {
   using miniattn::AttentionKernel;
   expect_dispatch_refuses<miniattn::bf16>(AttentionKernel::fused);
-  expect_dispatch_refuses<float>(AttentionKernel::tensor_core);
+  expect_dispatch_refuses<float>(AttentionKernel::cudnn);
   expect_dispatch_refuses<double>(AttentionKernel::cudnn);
 }

@@ -100,8 +100,8 @@ std::vector<BadDeck> bad_decks() {
        {"model.precision: expected one of fp32, fp64, bf16, got 'fp16'"}},
       {"bf16_fused", "model:\n  precision: bf16\nkernels:\n  attention: fused\n", {}, 1,
        {"kernels.attention: the fused kernel has no bf16 version"}},
-      {"fp32_tensor_core", "kernels:\n  attention: tensor_core\n", {}, 1,
-       {"kernels.attention: the tensor_core kernel computes bf16 only"}},
+      {"fp32_cudnn", "model:\n  precision: fp32\nkernels:\n  attention: cudnn\n", {}, 1,
+       {"kernels.attention: the cudnn kernel computes bf16 only; for model.precision fp32 use fused, gemm or auto"}},
       {"cudnn_rsa", "model:\n  precision: bf16\nparallel:\n  strategy: rsa\nkernels:\n  attention: cudnn\n", {}, 2,
        {"kernels.attention: cudnn computes the blocks of local, ring, ulysses, hybrid, allgather attention"}},
       {"bf16_calibrate", "model:\n  precision: bf16\nrun:\n  mode: calibrate\n  machine: m.yaml\n", {}, 1,
@@ -142,7 +142,10 @@ std::vector<BadDeck> bad_decks() {
       {"query_block_negative", "kernels:\n  query_block: -1\n", {}, 1, {"kernels.query_block: must be >= 0"}},
       {"key_block_negative", "kernels:\n  key_block: -8\n", {}, 1, {"kernels.key_block: must be >= 0"}},
       {"attention_kernel", "kernels:\n  attention: flash\n", {}, 1,
-       {"kernels.attention: expected one of auto, fused, gemm, tensor_core, cudnn, got 'flash'"}},
+       {"kernels.attention: expected one of auto, fused, gemm, cudnn, got 'flash'"}},
+      // deleted on 2026-11-28: an unknown word like any other
+      {"attention_kernel_tensor_core", "model:\n  precision: bf16\nkernels:\n  attention: tensor_core\n", {}, 1,
+       {"kernels.attention: expected one of auto, fused, gemm, cudnn, got 'tensor_core'"}},
       {"chunk_negative", "kernels:\n  chunk: -2\n", {}, 1, {"kernels.chunk: must be >= 0"}},
       {"dp_zero", "parallel:\n  dp: 0\n", {}, 1, {"parallel.dp: must be >= 1"}},
       {"ulysses_degree_zero", "parallel:\n  ulysses_degree: 0\n", {}, 1, {"parallel.ulysses_degree: must be >= 1"}},
@@ -766,7 +769,7 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
     if (!kernels::attention_kernel_record(c.kernels.attention == AttentionKernel::automatic ? AttentionKernel::gemm
                                                                                              : c.kernels.attention)
              .computes(c.model.precision))
-      c.model.precision = Precision::bf16;  // tensor_core's and cudnn's only precision
+      c.model.precision = Precision::bf16;  // cudnn's only precision
     if (field.name() == "parallel.strategy" || field.name() == "parallel.comm") continue;  // only one valid value
     EXPECT_NE(c, before) << field.name();
     const std::string yaml = config_to_yaml(c);

@@ -54,8 +54,6 @@ constexpr GemmChunkSides gemm_chunk_sides(index_t chunk, index_t nq, index_t nk,
   const index_t queries = chunk < nq || chunk < nk ? chunk : (nq > nk ? nq : nk);
   return {queries, gemm_key_chunk(queries, scores_kept_twice)};
 }
-// Query and key rows of a team of the tensor_core kernel (4 warps of 16 rows).
-constexpr index_t kTensorCoreTile = 64;
 // The rows of the tiles cuDNN's fused attention skips under a mask, as the
 // performance model counts them: Hopper's FlashAttention-style kernels work on
 // 128 x 128 tiles (an assumption: cuDNN does not publish its tiling).
@@ -157,10 +155,7 @@ struct AttentionBlocking {
   }
 
  private:
-  index_t tile(index_t fused_side) const {
-    if (kernel == AttentionKernel::cudnn) return kCudnnTile;
-    return kernel == AttentionKernel::tensor_core ? kTensorCoreTile : fused_side;
-  }
+  index_t tile(index_t fused_side) const { return kernel == AttentionKernel::cudnn ? kCudnnTile : fused_side; }
 };
 
 // The tiles a run uses and the team scratch they need. A GPU team's scratch

@@ -8,7 +8,6 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/kernel_record.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
@@ -60,10 +59,6 @@ AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, con
   if (requested == AttentionKernel::automatic) return auto_attention_kernel(precision_of<T>(), backend_of(limits));
   const std::string refusal = attention_kernel_precision_refusal(requested, precision_of<T>());
   if (!refusal.empty()) throw InputError("kernels.attention: " + refusal);
-  if (requested == AttentionKernel::tensor_core) {
-    const std::string reason = tensor_core_unavailable_reason(head_dim);
-    if (!reason.empty()) throw InputError("kernels.attention: " + reason);
-  }
   if (requested == AttentionKernel::cudnn) {
     const std::string reason = cudnn_unavailable_reason_for(head_dim);
     if (!reason.empty()) throw InputError("kernels.attention: cudnn: " + reason);

@@ -1,10 +1,9 @@
 // The one dispatch of the attention kernels (kernels.attention: fused, gemm,
-// tensor_core, cudnn; the contract is attention.hpp's): the accumulate
-// functions check their arguments and hand the work to the kernel that
-// blocking.kernel names (fused/, gemm/, tensor_core/, cudnn/), and the
-// kernel-independent steps around them live here: init, finalize, whole
-// local attention, the backward's delta and the rounding of an Acc<T>
-// accumulator to T.
+// cudnn; the contract is attention.hpp's): the accumulate functions check
+// their arguments and hand the work to the kernel that blocking.kernel names
+// (fused/, gemm/, cudnn/), and the kernel-independent steps around them live
+// here: init, finalize, whole local attention, the backward's delta and the
+// rounding of an Acc<T> accumulator to T.
 #include <string>
 #include <type_traits>
 
@@ -14,7 +13,6 @@
 #include "kernels/attention/fused/fused_attention.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
 #include "kernels/attention/kernel_record.hpp"
-#include "kernels/attention/tensor_core/tensor_core_attention.hpp"
 #include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
@@ -74,9 +72,6 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
     case AttentionKernel::gemm: return chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
     case AttentionKernel::fused:
       if constexpr (!narrow_values) fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
-      return;
-    case AttentionKernel::tensor_core:
-      if constexpr (narrow_values) tensor_core_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum);
       return;
     case AttentionKernel::cudnn:
       if constexpr (narrow_values) cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
@@ -182,9 +177,6 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
       return chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
     case AttentionKernel::fused:
       if constexpr (!narrow_values) fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
-      return;
-    case AttentionKernel::tensor_core:
-      if constexpr (narrow_values) tensor_core_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv);
       return;
     case AttentionKernel::cudnn:
       if constexpr (narrow_values)

@@ -27,9 +27,9 @@ const char* to_string(Backend backend) {
 }
 
 // A function-local table: hip-clang would emit a namespace-scope one for the device too.
-const AttentionKernelRecord (&attention_kernel_records())[4] {
+const AttentionKernelRecord (&attention_kernel_records())[3] {
   // The measurements behind auto's grounds are in docs/results/.
-  static const AttentionKernelRecord records[4] = {
+  static const AttentionKernelRecord records[3] = {
       {AttentionKernel::fused, bits_of(Precision::fp32, Precision::fp64), kAnyBackend, bit_of(Backend::host),
        "fused (tiled online softmax in team scratch)",
        "on CPUs its tiles stay in cache and it outruns gemm; on GPUs level-0 scratch (48 KiB per CUDA block, "
@@ -37,8 +37,6 @@ const AttentionKernelRecord (&attention_kernel_records())[4] {
       {AttentionKernel::gemm, bits_of(Precision::fp32, Precision::fp64, Precision::bf16), kAnyBackend, kAnyBackend,
        "gemm (chunked, through batched GEMMs)",
        "every precision on every backend: auto's choice wherever fused is not (bf16 everywhere, any GPU)"},
-      {AttentionKernel::tensor_core, bit_of(Precision::bf16), bit_of(Backend::cuda), 0u,
-       "tensor_core (bf16 mma.sync on NVIDIA GPUs)", "not timed since its rework, so auto does not take it"},
       {AttentionKernel::cudnn, bit_of(Precision::bf16), bit_of(Backend::cuda), 0u,
        "cudnn (cuDNN's fused attention per block)",
        "not yet timed against PyTorch's SDPA on a GPU, so auto does not take it"},

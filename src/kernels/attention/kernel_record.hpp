@@ -45,7 +45,7 @@ struct AttentionKernelRecord {
 
 // Every kernel, in auto's order of preference (auto: the first that takes the
 // run's precision on its backend).
-const AttentionKernelRecord (&attention_kernel_records())[4];
+const AttentionKernelRecord (&attention_kernel_records())[3];
 
 // The record of a named kernel (not of auto).
 const AttentionKernelRecord& attention_kernel_record(AttentionKernel kernel);
