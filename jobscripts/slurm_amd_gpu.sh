@@ -22,8 +22,8 @@
 # Or against your own Kokkos HIP install:
 #   cmake -S . -B build -DCMAKE_CXX_COMPILER=hipcc -DKokkos_ROOT=... -DKokkosKernels_ROOT=...
 #   cmake --build build -j
-# Only the fused and gemm attention kernels run on AMD GPUs (tensor_core,
-# cudnn and parallel.comm: nccl are CUDA-only).
+# Only the fused and gemm attention kernels run on AMD GPUs (cudnn and
+# parallel.comm: nccl are CUDA-only).
 
 # ============================== EDIT BELOW ==================================
 #SBATCH --job-name=miniattn

@@ -4,7 +4,7 @@
 # Kernels 4.6.02 for HIP (scripts/build_kokkos.sh hip; gfx90a, MI250X, unless
 # MINIATTN_KOKKOS_HIP_ARCH names another), then every miniattn target built with
 # hipcc into build-hip/ (or $MINIATTN_BUILD_DIR). NCCL and cuDNN (CUDA-only) are
-# turned off; the tensor_core kernel and cuBLAS are compiled for CUDA only.
+# turned off; cuBLAS is compiled for CUDA only.
 # Nothing runs: use it on a machine without a GPU too. Skips, saying so, where
 # hipcc (or $HIPCC) is missing and cannot be installed (no root, no apt, no
 # package); a hipcc already there (a ROCm install) is used as it is.

@@ -21,7 +21,7 @@
 #       train      inputs/example.yaml on 1 rank
 #       reference  fp64 snapshots checked against the PyTorch float64 reference
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
-#       profile    Nsight Compute on the tensor-core kernels (not part of all)
+#       profile    Nsight Compute on cuDNN's attention kernels (cudnn kernel; not part of all)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
 #                                       building only what cudnn and bench run, with the bench
 #                                       narrowed to N = 32768 and the gemm kernel
@@ -584,12 +584,11 @@ step_bench() {
       done
     done
   done
-  # bf16 (model.precision bf16): the gemm, cudnn and tensor-core kernels; bench_attention
-  # first compares the last two with gemm on the same operands (exit 1 on a mismatch).
-  # cudnn before tensor_core, and a failure is reported, not fatal: the kernels after it still run.
+  # bf16 (model.precision bf16): the gemm kernel, and cudnn in a build with cuDNN; bench_attention
+  # first compares cudnn with gemm on the same operands (exit 1 on a mismatch). A failure is
+  # reported, not fatal: the runs after it still go.
   local bf16_kernels=(gemm)
   if grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt"; then bf16_kernels+=(cudnn); fi
-  bf16_kernels+=(tensor_core)
   for kernel in "${bf16_kernels[@]}"; do
     say "bench_attention n=32768 Dh=64 H=4 bf16, $kernel kernel (reference bf16 GEMM 8192^3)"
     "$build/tests/attention/bench_attention" 32768 64 4 --precision=bf16 --reps=5 --gemm=8192 --kernel=$kernel |
@@ -610,18 +609,24 @@ step_bench() {
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 
-# Nsight Compute on the tensor-core kernels (bf16, N = 8192 so that each
-# replay is short): occupancy, warp stall reasons, pipe and memory use of the
-# forward and both backward kernels, as text (ncu_tensor_core.txt) and as a
-# report for the Nsight Compute GUI. Not in `all`: run it by name.
+# Nsight Compute on cuDNN's fused-attention kernels as the cudnn kernel runs
+# them (bench_attention, bf16, N = 8192 so that each replay is short; its
+# first calls are the comparison with gemm, full then causal): occupancy, warp
+# stall reasons, pipe and memory use of the first 6 launches whose names hold
+# `sdpa` (cuDNN's cudnn_generated_fort_native_sdpa_sm90_flash_fprop_... and
+# _bprop_... kernels and their helpers; Kokkos's and cuBLAS's kernels do not
+# match), as text (ncu_cudnn.txt) and as a report for the Nsight Compute GUI.
+# Needs a build with cuDNN. Not in `all`: run it by name.
 step_profile() {
   setup_env
   command -v ncu > /dev/null || die "no ncu (Nsight Compute) on PATH"
-  ncu --kernel-name regex:'forward_kernel|key_gradients_kernel|query_gradients_kernel' --launch-count 3 \
-      --set full --export "$results/ncu_tensor_core" --force-overwrite \
-      "$build/tests/attention/bench_attention" 8192 64 4 --precision=bf16 --reps=1 --kernel=tensor_core
-  ncu --import "$results/ncu_tensor_core.ncu-rep" --print-details all > "$results/ncu_tensor_core.txt"
-  say "profile: $results/ncu_tensor_core.txt"
+  grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" ||
+    die "profile needs a build with cuDNN (MINIATTN_ENABLE_CUDNN=ON in $build)"
+  ncu --kernel-name regex:'sdpa' --launch-count 6 \
+      --set full --export "$results/ncu_cudnn" --force-overwrite \
+      "$build/tests/attention/bench_attention" 8192 64 4 --precision=bf16 --reps=1 --kernel=cudnn
+  ncu --import "$results/ncu_cudnn.ncu-rep" --print-details all > "$results/ncu_cudnn.txt"
+  say "profile: $results/ncu_cudnn.txt"
 }
 
 # ------------------------------------------------------------------ driver
@@ -633,7 +638,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json ncu_tensor_core.txt; do
+  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
