@@ -43,4 +43,10 @@ LeastOverRanks least_over_ranks(double value, MPI_Comm comm) {
   return least;
 }
 
+bool all_ranks(bool value, MPI_Comm comm) {
+  int local = value ? 1 : 0, all = 0;
+  MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm);
+  return all != 0;
+}
+
 }  // namespace miniattn

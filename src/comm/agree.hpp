@@ -21,6 +21,9 @@ std::string attempt(const std::function<void()>& body);
 // Collective: agree(comm, attempt(body)).
 void agree_on(MPI_Comm comm, const std::function<void()>& body);
 
+// Whether `value` holds on every rank of comm. Collective.
+bool all_ranks(bool value, MPI_Comm comm);
+
 // The least of the ranks' values and the lowest rank holding it (MPI_MINLOC),
 // so every rank names the same rank in its message. Collective.
 struct LeastOverRanks {

@@ -2,6 +2,7 @@
 // exchanged (measured and modelled), memory, losses; the bench's rates
 // against this machine's own GEMM.
 
+#include "comm/agree.hpp"
 #include "comm/mpi_ranks.hpp"
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
@@ -27,13 +28,6 @@ nlohmann::json spread_over_ranks(double value, MPI_Comm comm) {
   MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm);
   MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
   return {{"min", min}, {"max", max}, {"mean", sum / size}};
-}
-
-// Whether `value` holds on every rank of comm.
-bool all_ranks(bool value, MPI_Comm comm) {
-  int local = value ? 1 : 0, all = 0;
-  MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm);
-  return all != 0;
 }
 
 // Bytes per step by Comm label: measured by the Comm counters and modelled

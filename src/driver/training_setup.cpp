@@ -17,6 +17,7 @@
 #include "model/pipeline_schedule.hpp"
 #include "driver/training_state.hpp"
 #include "io/checkpoint.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "io/parameter_io.hpp"
 #include "perf/gemm_rate.hpp"
 
@@ -166,7 +167,15 @@ index_t restart(TrainingState<T>& s) {
 template <class T>
 kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGrid& grid) {
   kernels::AttentionTiles tiles;
-  agree_on(grid.world, [&] { tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()); });
+  // libcudnn may load on some nodes only: auto takes cudnn on all ranks or on none.
+  // Only a bf16 auto run asks, so that no other run loads cuDNN.
+  const bool asks = c.kernels.attention == AttentionKernel::automatic && c.model.precision == Precision::bf16;
+  const bool cudnn_everywhere =
+      all_ranks(!asks || kernels::cudnn_unavailable_reason_for(c.model.head_dim()).empty(), grid.world);
+  agree_on(grid.world, [&] {
+    tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim(), kernels::TeamScratchLimits::of_backend(),
+                                               cudnn_everywhere);
+  });
   tiles.blocking.gemm_fallback = tiles.blocking.kernel == AttentionKernel::cudnn && c.data.documents;
   return tiles;
 }

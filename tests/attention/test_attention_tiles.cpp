@@ -177,7 +177,7 @@ TEST(KernelRecord, EveryKernelWordButAutoHasOne) {
   EXPECT_THROW(k::attention_kernel_record(AttentionKernel::automatic), std::logic_error);
 }
 
-TEST(KernelRecord, AutoTakesFusedOnCpusAndGemmElsewhere) {
+TEST(KernelRecord, AutoTakesFusedOnCpusCudnnForBf16OnCudaAndGemmElsewhere) {
   using miniattn::AttentionKernel;
   using miniattn::Precision;
   namespace k = miniattn::kernels;
@@ -185,8 +185,13 @@ TEST(KernelRecord, AutoTakesFusedOnCpusAndGemmElsewhere) {
   EXPECT_EQ(k::auto_attention_kernel(Precision::fp64, k::Backend::host), AttentionKernel::fused);
   EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::host), AttentionKernel::gemm);
   for (const k::Backend gpu : {k::Backend::cuda, k::Backend::hip})
-    for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16})
+    for (const Precision p : {Precision::fp32, Precision::fp64})
       EXPECT_EQ(k::auto_attention_kernel(p, gpu), AttentionKernel::gemm) << k::to_string(gpu);
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::hip), AttentionKernel::gemm);
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::cuda), AttentionKernel::cudnn);
+  // Where cuDNN does not load (on some rank), the next record's kernel.
+  const auto without_cudnn = [](AttentionKernel kernel) { return kernel != AttentionKernel::cudnn; };
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::cuda, without_cudnn), AttentionKernel::gemm);
   for (const k::AttentionKernelRecord& r : k::attention_kernel_records())
     EXPECT_TRUE(r.auto_backends == 0 || (r.auto_backends & ~r.backends) == 0) << "auto may take "
         << miniattn::to_string(r.kernel) << " where it does not run";
@@ -197,7 +202,7 @@ TEST(KernelRecord, RefusalsNameTheKernelsThatComputeThePrecision) {
   using miniattn::Precision;
   namespace k = miniattn::kernels;
   EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::fused, Precision::bf16),
-            "the fused kernel has no bf16 version; for model.precision bf16 use gemm, cudnn or auto");
+            "the fused kernel has no bf16 version; for model.precision bf16 use cudnn, gemm or auto");
   EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::cudnn, Precision::fp64),
             "the cudnn kernel computes bf16 only; for model.precision fp64 use fused, gemm or auto");
   for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16}) {

@@ -143,7 +143,9 @@ TEST(CudnnGraphs, RefusesWhatCudnnCannotRun) {
     // A window with more queries than keys (no padding mask): cuDNN 9.19 refuses it, 9.14.0
     // validated it (an H200 image, 2026-11-28). The planner never asks (block_plan.cpp).
     const std::string tall = validate_sdpa_graph(call_shape(1, 4, 4, 64, 128, 64, kMasks[2]), backward, kHopper);
-    if (cudnn_library_version() != 91400) EXPECT_NE(tall.find("max_s_q <= max_s_kv"), std::string::npos) << tall;
+    if (cudnn_library_version() != 91400) {
+      EXPECT_NE(tall.find("max_s_q <= max_s_kv"), std::string::npos) << tall;
+    }
   }
   // The backward refuses head dims over 256 on Hopper, and one query against one key.
   const std::string wide = validate_sdpa_graph(call_shape(1, 4, 4, 264, 128, 128, causal), true, kHopper);

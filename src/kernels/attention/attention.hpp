@@ -178,8 +178,10 @@ struct TeamScratchLimits {
   static TeamScratchLimits of_backend();
 };
 
-// requested.attention auto: fused on host backends, gemm on GPUs (measured:
-// docs/results/2026-11-25-cpu.md and 2026-11-25-h100.md); chunk 0: kHostChunk / kDeviceChunk.
+// requested.attention auto: the kernel records' choice (kernel_record.cpp);
+// cudnn only where it loads here and cudnn_on_every_rank says the other
+// ranks can run it too (a run agrees on it first: the choice must be one).
+// chunk 0: kHostChunk / kDeviceChunk.
 // requested: kernels.query_block / kernels.key_block, 0 = chosen for the
 // execution space (host: kHostTileRows; GPU: the query x key tile of sides
 // from kTileSides with the largest area whose forward and backward scratch
@@ -187,7 +189,8 @@ struct TeamScratchLimits {
 // level 0 where level 1 is global memory.
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
-                                      const TeamScratchLimits& limits = TeamScratchLimits::of_backend());
+                                      const TeamScratchLimits& limits = TeamScratchLimits::of_backend(),
+                                      bool cudnn_on_every_rank = true);
 
 // The shapes a strategy feeds the kernels: at most `queries` query rows of
 // `heads` heads and `keys` key rows of `kv_heads` K/V heads per call.

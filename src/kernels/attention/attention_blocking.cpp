@@ -51,12 +51,18 @@ Backend backend_of(const TeamScratchLimits& limits) {
 #endif
 }
 
-// auto takes what the kernel records say (kernel_record.cpp); a named kernel
-// must compute the run's precision, then pass its own checks (head width,
-// device, library).
+// auto takes what the kernel records say (kernel_record.cpp), cudnn only
+// where it can run on every rank; a named kernel must compute the run's
+// precision, then pass its own checks (head width, device, library).
 template <class T>
-AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, const TeamScratchLimits& limits) {
-  if (requested == AttentionKernel::automatic) return auto_attention_kernel(precision_of<T>(), backend_of(limits));
+AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, const TeamScratchLimits& limits,
+                                bool cudnn_on_every_rank) {
+  if (requested == AttentionKernel::automatic) {
+    const auto usable = [&](AttentionKernel k) {
+      return k != AttentionKernel::cudnn || (cudnn_on_every_rank && cudnn_unavailable_reason_for(head_dim).empty());
+    };
+    return auto_attention_kernel(precision_of<T>(), backend_of(limits), usable);
+  }
   const std::string refusal = attention_kernel_precision_refusal(requested, precision_of<T>());
   if (!refusal.empty()) throw InputError("kernels.attention: " + refusal);
   if (requested == AttentionKernel::cudnn) {
@@ -72,10 +78,10 @@ TeamScratchLimits TeamScratchLimits::of_backend() { return {level0_scratch_bytes
 
 template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
-                                      const TeamScratchLimits& limits) {
+                                      const TeamScratchLimits& limits, bool cudnn_on_every_rank) {
   using Tile = Acc<T>;  // what the fused kernel's tiles hold
   AttentionTiles tiles;
-  tiles.blocking.kernel = resolved_kernel<T>(requested.attention, head_dim, limits);
+  tiles.blocking.kernel = resolved_kernel<T>(requested.attention, head_dim, limits, cudnn_on_every_rank);
   tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
   if (limits.level1_is_global) {
     const AttentionBlocking fitting = largest_fitting_tile<Tile>(requested, head_dim, limits.level0_bytes);
@@ -187,8 +193,8 @@ MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(float)
 MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(double)
 MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE(bf16)
 #undef MINIATTN_INSTANTIATE_ATTENTION_WORKSPACE
-template AttentionTiles choose_attention_tiles<float>(const KernelConfig&, index_t, const TeamScratchLimits&);
-template AttentionTiles choose_attention_tiles<double>(const KernelConfig&, index_t, const TeamScratchLimits&);
-template AttentionTiles choose_attention_tiles<bf16>(const KernelConfig&, index_t, const TeamScratchLimits&);
+template AttentionTiles choose_attention_tiles<float>(const KernelConfig&, index_t, const TeamScratchLimits&, bool);
+template AttentionTiles choose_attention_tiles<double>(const KernelConfig&, index_t, const TeamScratchLimits&, bool);
+template AttentionTiles choose_attention_tiles<bf16>(const KernelConfig&, index_t, const TeamScratchLimits&, bool);
 
 }  // namespace miniattn::kernels

@@ -34,12 +34,14 @@ const AttentionKernelRecord (&attention_kernel_records())[3] {
        "fused (tiled online softmax in team scratch)",
        "on CPUs its tiles stay in cache and it outruns gemm; on GPUs level-0 scratch (48 KiB per CUDA block, "
        "64 KiB of LDS per AMD workgroup) caps its tiles, and gemm's products run at the BLAS's rate"},
+      {AttentionKernel::cudnn, bit_of(Precision::bf16), bit_of(Backend::cuda), bit_of(Backend::cuda),
+       "cudnn (cuDNN's fused attention per block)",
+       "bf16 on CUDA where cuDNN loads on every rank: on an H200 its forward+backward ran at 300.6 (full) and "
+       "296.1 (causal) TFLOP/s against gemm's 46.9 and 40.7, the bf16 step in 0.022 s against 0.103 s"},
       {AttentionKernel::gemm, bits_of(Precision::fp32, Precision::fp64, Precision::bf16), kAnyBackend, kAnyBackend,
        "gemm (chunked, through batched GEMMs)",
-       "every precision on every backend: auto's choice wherever fused is not (bf16 everywhere, any GPU)"},
-      {AttentionKernel::cudnn, bit_of(Precision::bf16), bit_of(Backend::cuda), 0u,
-       "cudnn (cuDNN's fused attention per block)",
-       "not yet timed against PyTorch's SDPA on a GPU, so auto does not take it"},
+       "every precision on every backend: auto's choice wherever fused and cudnn are not (fp32 and fp64 on "
+       "GPUs, bf16 on CPUs, on AMD GPUs and where cuDNN does not load)"},
   };
   return records;
 }
@@ -50,9 +52,10 @@ const AttentionKernelRecord& attention_kernel_record(AttentionKernel kernel) {
   throw std::logic_error(std::string("attention_kernel_record: no record for kernels.attention ") + to_string(kernel));
 }
 
-AttentionKernel auto_attention_kernel(Precision precision, Backend backend) {
+AttentionKernel auto_attention_kernel(Precision precision, Backend backend,
+                                      const std::function<bool(AttentionKernel)>& usable) {
   for (const AttentionKernelRecord& r : attention_kernel_records())
-    if (r.auto_takes(precision, backend)) return r.kernel;
+    if (r.auto_takes(precision, backend) && (!usable || usable(r.kernel))) return r.kernel;
   throw std::logic_error(std::string("auto_attention_kernel: no kernel auto may take for ") + to_string(precision) +
                          " on " + to_string(backend));
 }

@@ -5,6 +5,7 @@
 // (attention_blocking.cpp), the dispatch (dispatch.cpp) and the report
 // (driver/) read this table (plain C++: the deck check includes it); nothing else restates it. A new kernel is its
 // folder under attention/, its deck word (core/deck_words.hpp) and its record here.
+#include <functional>
 #include <string>
 #include <type_traits>
 
@@ -50,8 +51,11 @@ const AttentionKernelRecord (&attention_kernel_records())[3];
 // The record of a named kernel (not of auto).
 const AttentionKernelRecord& attention_kernel_record(AttentionKernel kernel);
 
-// The kernel auto picks for a precision on a backend.
-AttentionKernel auto_attention_kernel(Precision precision, Backend backend);
+// The kernel auto picks for a precision on a backend: the first record that
+// takes them and that `usable` (when given) accepts; cudnn is usable only
+// where libcudnn loads, which only a run can tell.
+AttentionKernel auto_attention_kernel(Precision precision, Backend backend,
+                                      const std::function<bool(AttentionKernel)>& usable = nullptr);
 
 // Why `kernel` cannot compute `precision` ("" when it can), naming those that can.
 std::string attention_kernel_precision_refusal(AttentionKernel kernel, Precision precision);
