@@ -22,6 +22,7 @@
 #       reference  fp64 snapshots checked against the PyTorch float64 reference
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
 #       profile    Nsight Compute on cuDNN's attention kernels (cudnn kernel; not part of all)
+#       kernels    Kokkos Tools' kernel timer on the bf16 cudnn step (not part of all)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
 #                                       building only what cudnn and bench run, with the bench
 #                                       narrowed to N = 32768 and the gemm kernel
@@ -157,7 +158,7 @@ fetch() {
     mkdir -p "$deps/third_party"
     cp -u "$third_party/SHA256SUMS" "$third_party"/kokkos-4.6.01.tar.gz \
           "$third_party"/kokkos-kernels-4.6.02.tar.gz "$third_party"/cudnn-frontend-1.23.0.tar.gz \
-          "$deps/third_party/"
+          "$third_party"/kokkos-tools-*.tar.gz "$deps/third_party/"
   else
     say "WARNING: no $third_party/SHA256SUMS: the GPU machine must find the Kokkos tarballs itself"
   fi
@@ -599,14 +600,36 @@ step_bench() {
              --set run.result="$results/bench_miniattn_bf16_${kernel}_n32768_causal.json" ||
       say "WARNING: miniattn bench $kernel exit $?"
   done
-  # The wider heads of the cuDNN target (H = 16, Dh = 128), beside PyTorch SDPA on the same shape.
+  # What the deterministic backward costs, and the wider heads of the cuDNN
+  # target (H = 16, Dh = 128) beside PyTorch SDPA on the same shape.
   if [[ " ${bf16_kernels[*]} " == *" cudnn "* ]]; then
+    "$build/tests/attention/bench_attention" 32768 64 4 --precision=bf16 --reps=5 --gemm=8192 --kernel=cudnn \
+      --cudnn-nondeterministic | tee "$results/nondeterministic_bench_attention_bf16_cudnn_n32768.txt" ||
+      say "WARNING: bench_attention cudnn non-deterministic exit $?"
     "$build/tests/attention/bench_attention" 32768 128 16 --precision=bf16 --reps=3 --gemm=8192 --kernel=cudnn |
       tee "$results/wide_bench_attention_bf16_cudnn_n32768.txt" || say "WARNING: bench_attention cudnn H=16 exit $?"
     "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens 32768 --heads 16 --head-dim 128 --sdpa-bf16-only \
       > "$results/wide_reference_bench.json" || say "WARNING: PyTorch SDPA H=16 failed"
   fi
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
+}
+
+# Where the bf16 step's time goes outside attention: the bench deck's bf16
+# cudnn step (N = 32768) under Kokkos Tools' simple kernel timer, every kernel
+# and region by its label, printed by kp_reader (kernel_timer_bf16_cudnn.txt).
+# The tools build from their tarball (carried in build-deps/third_party) with
+# the unpacked MPICH. Not in `all`: run it by name.
+step_kernels() {
+  setup_env
+  local mpich="-I$debroot/usr/include/$triplet/mpich -L$debroot/usr/lib/$triplet -Wl,--no-as-needed -lmpich"
+  MINIATTN_THIRD_PARTY=$(third_party_dir) || die "no tarballs: carry build-deps/third_party"
+  MINIATTN_THIRD_PARTY=$MINIATTN_THIRD_PARTY MPICXX="${CXX:-g++} $mpich" "$root/scripts/build_kokkos.sh" tools
+  local tools=$deps/kokkos-tools dir=$results/kernel_timer
+  rm -rf "$dir" && mkdir -p "$dir"
+  (cd "$dir" && KOKKOS_TOOLS_LIBS=$tools/kp_kernel_timer.so miniattn "$root/inputs/example.yaml" "${bench_model[@]}" \
+     --set model.seq_len=32768 --set model.causal=true --set model.precision=bf16 --set kernels.attention=cudnn)
+  "$tools/kp_reader" "$dir"/*.dat > "$results/kernel_timer_bf16_cudnn.txt"
+  head -n 60 "$results/kernel_timer_bf16_cudnn.txt"
 }
 
 # Nsight Compute on cuDNN's fused-attention kernels as the cudnn kernel runs
@@ -638,7 +661,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt; do
+  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt kernel_timer_bf16_cudnn.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
@@ -678,8 +701,8 @@ case "${1:-all}" in
            run_steps check unpack kokkos build cudnn bench ;;
   *)
     for s in "$@"; do
-      [[ " ${all_steps[*]} cudnn profile " == *" $s "* ]] ||
-        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, cmake-args, env)"
+      [[ " ${all_steps[*]} cudnn profile kernels " == *" $s "* ]] ||
+        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, cmake-args, env)"
     done
     run_steps "$@" ;;
 esac

@@ -8,6 +8,9 @@
 //   --kernel=auto|fused|gemm|cudnn   the attention kernel (kernels.attention;
 //                auto: as miniattn picks). cudnn (bf16, CUDA) is first
 //                compared with gemm on the same operands; a mismatch exits 1.
+//   --cudnn-nondeterministic   with --kernel=cudnn: cuDNN's non-deterministic
+//                backward (dQ summed with atomics), to time what the
+//                deterministic one that miniattn runs costs
 //   --chunk=C    gemm chunk rows (kernels.chunk; default 0: chosen per backend)
 //   --precision=fp32|fp64|bf16|both   (both: fp32 and fp64; bf16 against the bf16 GEMM rate)
 //   --reps=R     timed repeats per measurement after one warm-up; best of R (2).
@@ -66,7 +69,7 @@ using miniattn::View4;
 struct Options {
   index_t n = 8192, dh = 64, heads = 4;
   miniattn::KernelConfig tiles;  // 0: chosen per backend, as miniattn does
-  bool fp32 = true, fp64 = true, bf16 = false, backward = true;
+  bool fp32 = true, fp64 = true, bf16 = false, backward = true, cudnn_deterministic = true;
   int reps = 2;
   index_t gemm_n = 1024;
 };
@@ -170,6 +173,10 @@ bool run_attention(const Options& o, double gemm_gflops) {
   const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, o.dh);
   const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
   const miniattn::kernels::AttentionWorkspace<T> workspace(x.shape(), blocking);
+  if (workspace.cudnn && !o.cudnn_deterministic) {
+    workspace.cudnn->runner = miniattn::kernels::make_sdpa_runner(false);
+    std::printf("cudnn backward: cuDNN's non-deterministic algorithm (miniattn runs the deterministic one)\n");
+  }
   print_blocking<T>(tiles, workspace.bytes());
   const bool checked_first = blocking.kernel == miniattn::AttentionKernel::cudnn;
   if (checked_first && !agrees_with_gemm(o, x, blocking, workspace)) return false;
@@ -212,8 +219,9 @@ Options parse(int argc, char** argv) {
   app.add_option("--reps", o.reps, "timed repeats, best of them")->check(CLI::PositiveNumber);
   app.add_option("--gemm", o.gemm_n, "reference GEMM size N (N x N x N)")->check(CLI::PositiveNumber);
   app.add_option("--clock", clock, "wall or cpu")->check(CLI::IsMember({"wall", "cpu"}));
-  bool forward_only = false;
+  bool forward_only = false, nondeterministic = false;
   app.add_flag("--no-backward", forward_only, "forward only");
+  app.add_flag("--cudnn-nondeterministic", nondeterministic, "cuDNN's non-deterministic backward (--kernel=cudnn)");
   try {
     app.parse(argc, argv);
     for (const std::string& extra : app.remaining())
@@ -222,6 +230,12 @@ Options parse(int argc, char** argv) {
     std::exit(app.exit(e) == 0 ? 0 : 2);  // --help, or bad input: exit 2 as miniattn does
   }
   o.tiles.attention = miniattn::enum_of_word<miniattn::AttentionKernel>(kernel);
+  if (nondeterministic && o.tiles.attention != miniattn::AttentionKernel::cudnn) {
+    std::fprintf(stderr, "bench_attention: --cudnn-nondeterministic needs --kernel=cudnn (got --kernel=%s)\n",
+                 kernel.c_str());
+    std::exit(2);
+  }
+  o.cudnn_deterministic = !nondeterministic;
   o.fp32 = precision == "fp32" || precision == "both";
   o.fp64 = precision == "fp64" || precision == "both";
   o.bf16 = precision == "bf16";
