@@ -13,6 +13,7 @@
 #include "kernels/attention/fused/fused_attention.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
 #include "kernels/attention/kernel_record.hpp"
+#include "kernels/base/reduction.hpp"
 #include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
@@ -20,6 +21,9 @@ namespace miniattn::kernels {
 using namespace attention_detail;
 
 namespace {
+
+// Rows of a team in the row kernels here, as the gemm kernel's (chunked_attention.cpp).
+constexpr int kGpuFinalizeRowsPerTeam = 8;
 
 // What both passes require of a key block: k and v [B, KV, n_k, Dh] with q's
 // B and Dh and KV dividing q's H, and a position for every query and key row.
@@ -91,8 +95,15 @@ void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<
               same_extents3(lse, batch, heads, n),
           "row_max, row_sum and lse must be [B, H, n] with out's B, H, n");
   const A neg_inf = -compat::infinity<A>();
+  const index_t rows = batch * heads * n;
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  // A row a GPU thread, its Dh values over the thread's vector lanes: a warp
+  // reads whole rows (one thread looping over its row read 32 rows apart).
   Kokkos::parallel_for(
-      "miniattn::attention_forward_finalize", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
+      "miniattn::attention_forward_finalize", row_team_policy(rows, kGpuFinalizeRowsPerTeam),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t row = team_row(team);
+        if (row >= rows) return;
         const index_t i = row % n;
         const index_t bh = row / n;
         const index_t b = bh / heads, h = bh % heads;
@@ -100,8 +111,9 @@ void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<
         const A l = row_sum(b, h, i);
         const bool seen = !(m == neg_inf || !(l > A(0)));
         const A inv = seen ? A(1) / l : A(0);  // a row that saw no key: 0
-        for (index_t d = 0; d < dh; ++d) out(b, h, i, d) = narrow<T>(out_acc(b, h, i, d) * inv);
-        lse(b, h, i) = seen ? m + compat::log(l) : neg_inf;
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh),
+                             [&](index_t d) { out(b, h, i, d) = narrow<T>(out_acc(b, h, i, d) * inv); });
+        Kokkos::single(Kokkos::PerThread(team), [&]() { lse(b, h, i) = seen ? m + compat::log(l) : neg_inf; });
       });
 }
 

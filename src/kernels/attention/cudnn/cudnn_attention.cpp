@@ -7,12 +7,20 @@
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "kernels/attention/gemm/chunked_attention.hpp"
+#include "kernels/base/reduction.hpp"
 
 namespace miniattn::kernels {
 
 namespace {
 
 using RowPolicy = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>;
+using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+
+// The merges walk rows of Dh contiguous values: one row per GPU thread, its
+// values over the thread's vector lanes, so that a warp reads whole rows
+// (a thread looping over its own row read 32 rows Dh apart at each step).
+// 8 rows a team, as the gemm kernel's row kernels.
+constexpr int kGpuMergeRowsPerTeam = 8;
 
 CudnnTally& tally() {
   static CudnnTally counts;
@@ -50,18 +58,24 @@ void merge_call_output(const CudnnCall& call, const View4<const bf16>& call_out,
                        const View4<float>& out_acc, const View3<float>& row_max, const View3<float>& row_sum) {
   const index_t heads = out_acc.extent(1), dh = out_acc.extent(3), rows = call.query_count;
   const index_t first = call.query_offset;
+  const index_t total = out_acc.extent(0) * heads * rows;
   const float neg_inf = -compat::infinity<float>();
   Kokkos::parallel_for(
-      "miniattn::cudnn_merge_output", RowPolicy(0, out_acc.extent(0) * heads * rows),
-      KOKKOS_LAMBDA(const index_t row) {
+      "miniattn::cudnn_merge_output", row_team_policy(total, kGpuMergeRowsPerTeam),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t row = team_row(team);
+        if (row >= total) return;
         const index_t i = first + row % rows, bh = row / rows, b = bh / heads, h = bh % heads;
         const float m = row_max(b, h, i), s = call_lse(row);
         const float m_new = m > s ? m : s;
         const float keep = m == neg_inf ? 0.0f : compat::exp(m - m_new), weight = compat::exp(s - m_new);
-        for (index_t d = 0; d < dh; ++d)
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](index_t d) {
           out_acc(b, h, i, d) = out_acc(b, h, i, d) * keep + static_cast<float>(call_out(b, h, i, d)) * weight;
-        row_sum(b, h, i) = row_sum(b, h, i) * keep + weight;
-        row_max(b, h, i) = m_new;
+        });
+        Kokkos::single(Kokkos::PerThread(team), [&]() {
+          row_sum(b, h, i) = row_sum(b, h, i) * keep + weight;
+          row_max(b, h, i) = m_new;
+        });
       });
 }
 
@@ -120,12 +134,15 @@ void single_pair_backward(const CudnnCall& call, const View4<const bf16>& q, con
 // fp32, rounded once where `to` is bf16 (the travelling dk, dv).
 template <class From, class To>
 void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index_t count) {
-  const index_t heads = to.extent(1), dh = to.extent(3);
+  const index_t heads = to.extent(1), dh = to.extent(3), total = to.extent(0) * heads * count;
   Kokkos::parallel_for(
-      "miniattn::cudnn_add_rows", RowPolicy(0, to.extent(0) * heads * count), KOKKOS_LAMBDA(const index_t row) {
+      "miniattn::cudnn_add_rows", row_team_policy(total, kGpuMergeRowsPerTeam), KOKKOS_LAMBDA(const Member& team) {
+        const index_t row = team_row(team);
+        if (row >= total) return;
         const index_t i = first + row % count, bh = row / count, b = bh / heads, h = bh % heads;
-        for (index_t d = 0; d < dh; ++d)
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](index_t d) {
           to(b, h, i, d) = narrow<To>(widen(to(b, h, i, d)) + static_cast<float>(from(b, h, i, d)));
+        });
       });
 }
 
