@@ -8,7 +8,8 @@
 # Nothing runs: use it on a machine without a GPU too. Skips, saying so, where
 # hipcc (or $HIPCC) is missing and cannot be installed (no root, no apt, no
 # package); a hipcc already there (a ROCm install) is used as it is.
-# Extra arguments go to the first CMake configure.
+# Extra arguments go to the first CMake configure. MINIATTN_BUILD_TARGETS
+# (space-separated) builds only those targets (CI: the programs, see .ci/run).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 hipcc=${HIPCC:-hipcc}
@@ -36,5 +37,6 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
         -DMINIATTN_ENABLE_CUDNN=OFF -DMINIATTN_CUDNN_GRAPH_CHECK=OFF "$@"
 fi
 start=$(date +%s)
-cmake --build "$build" --parallel "$(nproc)"
-echo "build_hip: every target compiled and linked for HIP ($arch) in $build, $(( $(date +%s) - start )) s"
+read -r -a targets <<< "${MINIATTN_BUILD_TARGETS:-}"
+cmake --build "$build" --parallel "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
+echo "build_hip: ${targets[*]:-every target} compiled and linked for HIP ($arch) in $build, $(( $(date +%s) - start )) s"

@@ -52,10 +52,10 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 
 // The oldest cuDNN the frontend runs SDPA on without a known bug.
 constexpr long kOldestCudnn = 91002;
-// cuDNN 9.14.0 (the one PyTorch 2.11's nvidia-cudnn-cu13 wheel brings) has a
-// bug with a left bound, no right bound and over 1024 keys, and the frontend
-// refuses such graphs (sdpa_support_surface.h). set_mask gives those calls a
-// right bound that keeps every key instead.
+// cuDNN 9.14.0 (in /usr/lib of the GPU image of 2026-11-28, beside the
+// wheel's 9.19) has a bug with a left bound, no right bound and over 1024
+// keys, and the frontend refuses such graphs (sdpa_support_surface.h).
+// set_mask gives those calls a right bound that keeps every key instead.
 constexpr long kCudnnWithLeftOnlyBandBug = 91400;
 
 std::string version_string(long version) {
