@@ -374,6 +374,7 @@ def summarize(results):
               "is timed only at the N and causality of its row."]
 
     summarize_bf16(results, ref, figures, lines)
+    summarize_cudnn_extras(results, figures, lines)
     with open(os.path.join(results, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
     text = "\n".join(lines) + "\n"
@@ -436,6 +437,48 @@ def summarize_bf16(results, ref, figures, lines):
         lines.append(f"| {m.group(2)} | {m.group(1)} | {fmt(step, '.4f')} | "
                      f"{gib(report.get('memory', {}).get('planned_bytes_per_rank'))} | {torch_cell(torch_step)} | "
                      f"{fmt(ratio, '.2f')} | {'met' if ratio and ratio <= max_step_ratio else 'MISSED'} |")
+
+
+def summarize_cudnn_extras(results, figures, lines):
+    """The cudnn kernel's two extra runs of the bench step: with cuDNN's non-deterministic
+    backward (what the deterministic one costs), and at H = 16, Dh = 128 beside PyTorch's
+    SDPA on that shape (wide_reference_bench.json)."""
+    def rates(path):
+        k = parse_bench_attention(path, "bf16") if os.path.exists(path) else {"rates": {}}
+        return {causal: (k["rates"].get(f"{kind} forward", {}).get("tflops"),
+                         k["rates"].get(f"{kind} forward+backward", {}).get("tflops"))
+                for causal, kind in ((False, "non-causal"), (True, "causal"))}
+    det = rates(os.path.join(results, "bench_attention_bf16_cudnn_n32768.txt"))
+    nondet_path = os.path.join(results, "nondeterministic_bench_attention_bf16_cudnn_n32768.txt")
+    if os.path.exists(nondet_path):
+        nondet = rates(nondet_path)
+        lines += ["", "## cudnn: what the deterministic backward costs (N = 32768, H = 4, Dh = 64)", "",
+                  "| causal | fwd+bwd TFLOP/s, deterministic | non-deterministic | deterministic time / non-deterministic |", "|---|---|---|---|"]
+        figures["cudnn_determinism"] = []
+        for causal in (False, True):
+            d, n = det[causal][1], nondet[causal][1]
+            ratio = n / d if d and n else None
+            figures["cudnn_determinism"].append({"causal": causal, "deterministic_tflops": d,
+                                                 "nondeterministic_tflops": n, "time_ratio": ratio})
+            lines.append(f"| {causal} | {fmt(d)} | {fmt(n)} | {fmt(ratio, '.2f')} |")
+    wide_path = os.path.join(results, "wide_bench_attention_bf16_cudnn_n32768.txt")
+    wide_ref_path = os.path.join(results, "wide_reference_bench.json")
+    if os.path.exists(wide_path) and os.path.exists(wide_ref_path):
+        wide = rates(wide_path)
+        ref = json.load(open(wide_ref_path)).get("bf16", {}).get("sdpa", [])
+        sdpa = {(e["causal"], e.get("backend")): e for e in ref}
+        lines += ["", "## cudnn at H = 16, Dh = 128 (N = 32768)", "",
+                  "| causal | fwd / fwd+bwd TFLOP/s | SDPA cuDNN fwd / fwd+bwd | fraction fwd / fwd+bwd |",
+                  "|---|---|---|---|"]
+        figures["cudnn_wide_heads"] = []
+        for causal in (False, True):
+            (fwd, both), c = wide[causal], sdpa.get((causal, "CUDNN_ATTENTION"), {})
+            cf, cb = c.get("forward_tflops"), c.get("forward_backward_tflops")
+            fractions = (fwd / cf if fwd and cf else None, both / cb if both and cb else None)
+            figures["cudnn_wide_heads"].append({"causal": causal, "forward_tflops": fwd, "forward_backward_tflops": both,
+                                                "sdpa_cudnn": c, "fractions": fractions})
+            lines.append(f"| {causal} | {fmt(fwd)} / {fmt(both)} | {fmt(cf)} / {fmt(cb)} | "
+                         f"{fmt(fractions[0], '.2f')} / {fmt(fractions[1], '.2f')} |")
 
 
 def fmt(value, spec=".1f"):
