@@ -448,11 +448,11 @@ def summarize_cudnn_extras(results, figures, lines):
         return {causal: (k["rates"].get(f"{kind} forward", {}).get("tflops"),
                          k["rates"].get(f"{kind} forward+backward", {}).get("tflops"))
                 for causal, kind in ((False, "non-causal"), (True, "causal"))}
-    det = rates(os.path.join(results, "bench_attention_bf16_cudnn_n32768.txt"))
-    nondet_path = os.path.join(results, "nondeterministic_bench_attention_bf16_cudnn_n32768.txt")
-    if os.path.exists(nondet_path):
+    for nondet_path in sorted(glob.glob(os.path.join(results, "nondeterministic_bench_attention_bf16_cudnn_n*.txt"))):
+        n = re.search(r"_n(\d+)\.txt$", nondet_path).group(1)
+        det = rates(os.path.join(results, f"bench_attention_bf16_cudnn_n{n}.txt"))
         nondet = rates(nondet_path)
-        lines += ["", "## cudnn: what the deterministic backward costs (N = 32768, H = 4, Dh = 64)", "",
+        lines += ["", f"## cudnn: what the deterministic backward costs (N = {n}, H = 4, Dh = 64)", "",
                   "| causal | fwd+bwd TFLOP/s, deterministic | non-deterministic | deterministic time / non-deterministic |", "|---|---|---|---|"]
         figures["cudnn_determinism"] = []
         for causal in (False, True):
@@ -461,13 +461,15 @@ def summarize_cudnn_extras(results, figures, lines):
             figures["cudnn_determinism"].append({"causal": causal, "deterministic_tflops": d,
                                                  "nondeterministic_tflops": n, "time_ratio": ratio})
             lines.append(f"| {causal} | {fmt(d)} | {fmt(n)} | {fmt(ratio, '.2f')} |")
-    wide_path = os.path.join(results, "wide_bench_attention_bf16_cudnn_n32768.txt")
     wide_ref_path = os.path.join(results, "wide_reference_bench.json")
-    if os.path.exists(wide_path) and os.path.exists(wide_ref_path):
+    for wide_path in sorted(glob.glob(os.path.join(results, "wide_bench_attention_bf16_cudnn_n*.txt"))):
+        if not os.path.exists(wide_ref_path):
+            break
+        n = re.search(r"_n(\d+)\.txt$", wide_path).group(1)
         wide = rates(wide_path)
         ref = json.load(open(wide_ref_path)).get("bf16", {}).get("sdpa", [])
-        sdpa = {(e["causal"], e.get("backend")): e for e in ref}
-        lines += ["", "## cudnn at H = 16, Dh = 128 (N = 32768)", "",
+        sdpa = {(e["causal"], e.get("backend")): e for e in ref if e.get("n") == int(n)}
+        lines += ["", f"## cudnn at H = 16, Dh = 128 (N = {n})", "",
                   "| causal | fwd / fwd+bwd TFLOP/s | SDPA cuDNN fwd / fwd+bwd | fraction fwd / fwd+bwd |",
                   "|---|---|---|---|"]
         figures["cudnn_wide_heads"] = []

@@ -13,6 +13,7 @@ import copy
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,6 +130,28 @@ def judged(summarizer, results, targets, margin):
     return verdicts(results), json.load(open(os.path.join(results, "figures.json")))
 
 
+def check_cudnn_extras(summarizer, results):
+    """The cudnn runs with the non-deterministic backward and with wide heads: one bf16 output
+    under all three names (so the cost of determinism reads 1 exactly) and SDPA figures of 1."""
+    source = os.path.join(results, f"bench_attention_bf16_gemm_n{N}.txt")
+    with tempfile.TemporaryDirectory() as extras:
+        for name in (f"bench_attention_bf16_cudnn_n{N}.txt", f"nondeterministic_bench_attention_bf16_cudnn_n{N}.txt",
+                     f"wide_bench_attention_bf16_cudnn_n{N}.txt"):
+            shutil.copy(source, os.path.join(extras, name))
+        sdpa = [{"n": N, "causal": c, "backend": "CUDNN_ATTENTION", "forward_tflops": 1.0,
+                 "forward_backward_tflops": 1.0} for c in (False, True)]
+        with open(os.path.join(extras, "wide_reference_bench.json"), "w") as f:
+            json.dump({"bf16": {"sdpa": sdpa}}, f)
+        figures, lines = {}, []
+        summarizer.summarize_cudnn_extras(extras, figures, lines)
+    ratios = [r["time_ratio"] for r in figures.get("cudnn_determinism", [])]
+    if len(ratios) != 2 or any(r is None or abs(r - 1.0) > 1e-12 for r in ratios):
+        fail(f"cost of determinism: {figures.get('cudnn_determinism')}")
+    fractions = [f for r in figures.get("cudnn_wide_heads", []) for f in r["fractions"]]
+    if len(fractions) != 4 or any(f is None or f <= 0 for f in fractions):
+        fail(f"wide heads against SDPA: {figures.get('cudnn_wide_heads')}")
+
+
 def main():
     script, bench_attention, miniattn, deck = sys.argv[1:5]
     summarizer = load_summarizer(script)
@@ -146,6 +169,7 @@ def main():
                     "bf16 attention": ["met"] * 2, "bf16 training step": [expected]}
             if found != want:
                 fail(f"targets {'met' if margin > 1 else 'missed'} by 1%: verdicts {found}, expected {want}")
+        check_cudnn_extras(summarizer, results)
     print("PASS: every figure read; verdicts follow TARGETS on both sides of each target")
 
 
