@@ -150,16 +150,24 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
   const index_t batch = out.extent(0), heads = out.extent(1), n = out.extent(2), dh = out.extent(3);
   require(same_extents4(dout, batch, heads, n, dh), "dout must have out's shape");
   require(same_extents3(delta, batch, heads, n), "delta must be [B, H, n]");
+  const index_t rows = batch * heads * n;
+  using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
+  using V = typename simd::Pack<A>::type;
+  // As the finalize: a row a GPU thread, summed over its vector lanes in a
+  // fixed order (team_vector_sum; SIMD packs on the host).
   Kokkos::parallel_for(
-      "miniattn::attention_backward_delta", RowPolicy(0, batch * heads * n), KOKKOS_LAMBDA(const index_t row) {
+      "miniattn::attention_backward_delta", row_team_policy(rows, kGpuFinalizeRowsPerTeam),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t row = team_row(team);
+        if (row >= rows) return;
         const index_t i = row % n;
         const index_t bh = row / n;
         const index_t b = bh / heads, h = bh % heads;
         const T* const o_row = &out(b, h, i, 0);
         const T* const g_row = &dout(b, h, i, 0);
-        A sum = A(0);
-        for (index_t d = 0; d < dh; ++d) sum += widen(o_row[d]) * widen(g_row[d]);
-        delta(b, h, i) = sum;
+        const A sum = team_vector_sum<A>(
+            team, dh, [&](index_t c0, int w) { return V(simd::load_n(o_row + c0, w) * simd::load_n(g_row + c0, w)); });
+        Kokkos::single(Kokkos::PerThread(team), [&]() { delta(b, h, i) = sum; });
       });
 }
 
