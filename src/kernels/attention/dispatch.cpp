@@ -22,9 +22,6 @@ using namespace attention_detail;
 
 namespace {
 
-// Rows of a team in the row kernels here, as the gemm kernel's (chunked_attention.cpp).
-constexpr int kGpuFinalizeRowsPerTeam = 8;
-
 // What both passes require of a key block: k and v [B, KV, n_k, Dh] with q's
 // B and Dh and KV dividing q's H, and a position for every query and key row.
 template <class T>
@@ -100,7 +97,7 @@ void attention_forward_finalize(const View4<const Acc<T>>& out_acc, const View3<
   // A row a GPU thread, its Dh values over the thread's vector lanes: a warp
   // reads whole rows (one thread looping over its row read 32 rows apart).
   Kokkos::parallel_for(
-      "miniattn::attention_forward_finalize", row_team_policy(rows, kGpuFinalizeRowsPerTeam),
+      "miniattn::attention_forward_finalize", row_team_policy(rows, kGpuMemoryRowsPerTeam),
       KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= rows) return;
@@ -156,7 +153,7 @@ void attention_backward_delta(const View4<const T>& out, const View4<const T>& d
   // As the finalize: a row a GPU thread, summed over its vector lanes in a
   // fixed order (team_vector_sum; SIMD packs on the host).
   Kokkos::parallel_for(
-      "miniattn::attention_backward_delta", row_team_policy(rows, kGpuFinalizeRowsPerTeam),
+      "miniattn::attention_backward_delta", row_team_policy(rows, kGpuMemoryRowsPerTeam),
       KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= rows) return;

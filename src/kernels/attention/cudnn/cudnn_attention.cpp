@@ -19,8 +19,6 @@ using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
 // The merges walk rows of Dh contiguous values: one row per GPU thread, its
 // values over the thread's vector lanes, so that a warp reads whole rows
 // (a thread looping over its own row read 32 rows Dh apart at each step).
-// 8 rows a team, as the gemm kernel's row kernels.
-constexpr int kGpuMergeRowsPerTeam = 8;
 
 CudnnTally& tally() {
   static CudnnTally counts;
@@ -61,7 +59,7 @@ void merge_call_output(const CudnnCall& call, const View4<const bf16>& call_out,
   const index_t total = out_acc.extent(0) * heads * rows;
   const float neg_inf = -compat::infinity<float>();
   Kokkos::parallel_for(
-      "miniattn::cudnn_merge_output", row_team_policy(total, kGpuMergeRowsPerTeam),
+      "miniattn::cudnn_merge_output", row_team_policy(total, kGpuMemoryRowsPerTeam),
       KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= total) return;
@@ -136,7 +134,7 @@ template <class From, class To>
 void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index_t count) {
   const index_t heads = to.extent(1), dh = to.extent(3), total = to.extent(0) * heads * count;
   Kokkos::parallel_for(
-      "miniattn::cudnn_add_rows", row_team_policy(total, kGpuMergeRowsPerTeam), KOKKOS_LAMBDA(const Member& team) {
+      "miniattn::cudnn_add_rows", row_team_policy(total, kGpuMemoryRowsPerTeam), KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= total) return;
         const index_t i = first + row % count, bh = row / count, b = bh / heads, h = bh % heads;

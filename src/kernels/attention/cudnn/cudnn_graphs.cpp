@@ -188,7 +188,7 @@ void set_mask(Attributes& attributes, const CudnnCall& call) {
   const bool left_only_bug = cudnn_library().version == kCudnnWithLeftOnlyBandBug && call.has_left_bound &&
                              !call.has_right_bound && call.key_count > 1024;
   if (call.has_right_bound) attributes.set_diagonal_band_right_bound(static_cast<int>(call.right_bound));
-  if (left_only_bug) attributes.set_diagonal_band_right_bound(static_cast<int>(call.key_count - 1));
+  else if (left_only_bug) attributes.set_diagonal_band_right_bound(static_cast<int>(call.key_count - 1));
   if (call.has_left_bound) attributes.set_diagonal_band_left_bound(static_cast<int>(call.left_bound));
 }
 

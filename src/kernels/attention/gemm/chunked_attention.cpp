@@ -131,9 +131,7 @@ class ChunkPairs {
 // the host, a warp or a wavefront of vector lanes on a GPU), in Acc<T>: scores and probabilities are
 // stored as T (bf16 for bf16 runs), the statistics and the output as Acc<T>.
 // Hidden keys of a partly masked pair are tested one by one. On a GPU a team
-// takes kGpuRowsPerTeam rows (measured on an H200, N = 32768, 2048-row chunks:
-// a row a team kept the row kernels at 60-70% of the bf16 kernel's time).
-constexpr int kGpuRowsPerTeam = 8;
+// takes kGpuMemoryRowsPerTeam rows (reduction.hpp).
 template <class T>
 using Pack = typename simd::Pack<Acc<T>>::type;
 
@@ -287,7 +285,7 @@ void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<
     batched_gemm<T>('N', 'T', s.scale, at.queries(q.data(), g), at.keys(k.data()), Acc<T>(0),
                     at.blocks(rows.at.logits, g), E);
   Kokkos::parallel_for("miniattn::chunked_attention_forward_rows",
-                       row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuRowsPerTeam), rows);
+                       row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuMemoryRowsPerTeam), rows);
   for (index_t g = 0; g < s.group; ++g)
     batched_gemm<T>('N', 'N', Acc<T>(1), read_only(at.blocks(rows.at.probs, g)), at.keys(v.data()), Acc<T>(1),
                     at.queries(rows.out_acc.data(), g), E);
@@ -371,7 +369,7 @@ void backward_chunk_pair(const Shape<T>& s, const BackwardOperands<T>& x, Backwa
   const auto run_rows = [&](RowPass pass) {
     rows.pass = pass;
     Kokkos::parallel_for("miniattn::chunked_attention_backward_rows",
-                         row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuRowsPerTeam), rows);
+                         row_team_policy(s.batch * s.heads * rows.qc.rows, kGpuMemoryRowsPerTeam), rows);
   };
   const auto score_gradients = [&]() {  // dP = dO V^T
     for (index_t g = 0; g < s.group; ++g)
