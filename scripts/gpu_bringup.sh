@@ -639,17 +639,34 @@ step_kernels() {
 # `sdpa` (cuDNN's cudnn_generated_fort_native_sdpa_sm90_flash_fprop_... and
 # _bprop_... kernels and their helpers; Kokkos's and cuBLAS's kernels do not
 # match), as text (ncu_cudnn.txt) and as a report for the Nsight Compute GUI.
-# Needs a build with cuDNN. Not in `all`: run it by name.
+# Beside it, the same sections of PyTorch SDPA's cuDNN backend on the same
+# shape (ncu_sdpa.txt): a kernel that differs (tile, grid, duration) says the
+# gap lies in the graph cuDNN picks, the same kernel says it lies around it.
+# Clocks are left as the card has them (--clock-control none). Needs a build
+# with cuDNN. Not in `all`: run it by name.
 step_profile() {
   setup_env
+  local py
   command -v ncu > /dev/null || die "no ncu (Nsight Compute) on PATH"
   grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" ||
     die "profile needs a build with cuDNN (MINIATTN_ENABLE_CUDNN=ON in $build)"
-  ncu --kernel-name regex:'sdpa' --launch-count 6 \
+  ncu --clock-control none --kernel-name regex:'sdpa' --launch-count 6 \
       --set full --export "$results/ncu_cudnn" --force-overwrite \
       "$build/tests/attention/bench_attention" 8192 64 4 --precision=bf16 --reps=1 --kernel=cudnn
   ncu --import "$results/ncu_cudnn.ncu-rep" --print-details all > "$results/ncu_cudnn.txt"
-  say "profile: $results/ncu_cudnn.txt"
+  py=$(find_python) || die "no Python with torch"
+  ncu --clock-control none --kernel-name regex:'sdpa|fmha|flash' --launch-count 4 \
+      --section SpeedOfLight --section LaunchStats --section Occupancy \
+      "$py" -c '
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn(1, 4, 8192, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for causal in (False, True):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        o.backward(torch.randn_like(o))
+torch.cuda.synchronize()' > "$results/ncu_sdpa.txt"
+  say "profile: $results/ncu_cudnn.txt and $results/ncu_sdpa.txt"
 }
 
 # ------------------------------------------------------------------ driver
@@ -661,7 +678,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt kernel_timer_bf16_cudnn.txt; do
+  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt ncu_sdpa.txt kernel_timer_bf16_cudnn.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
