@@ -3,6 +3,7 @@
 // NVIDIA warp, 32; an AMD wavefront, 64): every column of a row is visited once,
 // a lane's terms are used in column order, and each group's terms are all asked
 // for before the first is used (what keeps kGpuLoadsInFlight loads in flight).
+// And the device's map of row_packs (simd::RowSweep), walked thread by thread.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,6 +61,35 @@ TEST(GpuLaneWalk, EveryColumnOnceInOrderGroupsAskedFirst) {
   expect_every_column_once_in_order<kernels::kNvidiaWarpLanes>();
   expect_every_column_once_in_order<kernels::kAmdWavefrontLanes>();
   EXPECT_TRUE(kernels::kGpuRowLanes == kernels::kNvidiaWarpLanes || kernels::kGpuRowLanes == kernels::kAmdWavefrontLanes);
+}
+
+// Every (row, column) once; thread t keeps column t % cols, so consecutive
+// threads touch consecutive columns of one row (coalesced); the threads never
+// exceed the device's once it holds a whole row, nor the elements.
+TEST(RowSweep, EveryElementOnceConsecutiveThreadsOnConsecutiveColumns) {
+  for (const index_t rows : {1, 2, 7, 64, 1000}) {
+    for (const index_t cols : {1, 3, 64, 256, 1000}) {
+      for (const index_t device_threads : {1, 100, 256, 4096, 270336}) {
+        SCOPED_TRACE(std::to_string(rows) + " x " + std::to_string(cols) + ", " + std::to_string(device_threads) +
+                     " device threads");
+        const kernels::simd::RowSweep sweep = kernels::simd::row_sweep(rows, cols, device_threads);
+        EXPECT_LE(sweep.threads(), std::max(device_threads, cols));
+        EXPECT_LE(sweep.threads(), rows * cols);
+        std::vector<int> visits(static_cast<std::size_t>(rows * cols), 0);
+        for (index_t t = 0; t < sweep.threads(); ++t) {
+          index_t last_row = -1;
+          sweep.visit(t, [&](const index_t r, const index_t c) {
+            ASSERT_TRUE(r >= 0 && r < rows && c >= 0 && c < cols);
+            EXPECT_EQ(c, t % cols);
+            EXPECT_GT(r, last_row);
+            last_row = r;
+            ++visits[static_cast<std::size_t>(r * cols + c)];
+          });
+        }
+        for (std::size_t e = 0; e < visits.size(); ++e) ASSERT_EQ(visits[e], 1) << "element " << e;
+      }
+    }
+  }
 }
 
 }  // namespace
