@@ -1,8 +1,9 @@
 #pragma once
 // Sums of long arrays (the loss over rows, the squared gradient norm) that give
 // the same bits for any number of threads: consecutive chunks of
-// kOrderedSumChunk values are summed in double, in order, in parallel; then
-// the chunk sums are added in order on the host.
+// kOrderedSumChunk values are summed in double in parallel, each in a fixed
+// order (in order on the host; over a GPU thread's vector lanes as
+// team_vector_sum sums a row); then the chunk sums are added in order on the host.
 #include "core/types.hpp"
 
 namespace miniattn::kernels {

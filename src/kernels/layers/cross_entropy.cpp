@@ -45,16 +45,17 @@ void cross_entropy_forward(const View2<const T>& logits, const View1<const index
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   index_t bad_targets = 0;
   Kokkos::parallel_reduce(
-      "miniattn::cross_entropy_forward", row_team_policy(rows),
+      "miniattn::cross_entropy_forward", row_team_policy(rows, kGpuMemoryRowsPerTeam),
       KOKKOS_LAMBDA(const Member& team, index_t& bad) {
-        const index_t r = team.league_rank();
+        const index_t r = team_row(team);
+        if (r >= rows) return;
         const T* const row = &logits(r, 0);
         const A m = team_vector_max<A>(team, vocab, [&](index_t c0, int w) { return load_n(row + c0, w); });
         const V vm = pack_splat<V>(m);
         const A sum = team_vector_sum<A>(team, vocab, [&](index_t c0, int w) {
           return kernel_exp<A>(V(load_n(row + c0, w) - vm));
         });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        Kokkos::single(Kokkos::PerThread(team), [&]() {
           const A row_lse = m + compat::log(sum);
           const index_t t = targets(r);
           const bool valid = t >= 0 && t < vocab;

@@ -32,8 +32,10 @@ void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, co
   const A eps = static_cast<A>(kLayerNormEps);
   const A inv_d = A(1) / static_cast<A>(d);
   Kokkos::parallel_for(
-      "miniattn::layer_norm_forward", row_team_policy(rows), KOKKOS_LAMBDA(const Member& team) {
-        const index_t r = team.league_rank();
+      "miniattn::layer_norm_forward", row_team_policy(rows, kGpuMemoryRowsPerTeam),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t r = team_row(team);
+        if (r >= rows) return;
         const T* const xr = &x(r, 0);
         const A mu = inv_d * team_vector_sum<A>(team, d, [&](index_t c0, int w) { return load_n(xr + c0, w); });
         const V vmu = pack_splat<V>(mu);
@@ -47,7 +49,7 @@ void layer_norm_forward(const View2<const T>& x, const View1<const T>& gamma, co
           const V xhat = (load_n(xr + c0, w) - vmu) * vrs;
           store_n(&y(r, c0), V(xhat * load_n(&gamma(c0), w) + load_n(&beta(c0), w)), w);
         });
-        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+        Kokkos::single(Kokkos::PerThread(team), [&]() {
           mean(r) = mu;
           rstd(r) = rs;
         });
@@ -80,8 +82,10 @@ void layer_norm_backward(const View2<const T>& dy, const View2<const T>& x, cons
   using Member = Kokkos::TeamPolicy<ExecSpace>::member_type;
   const A inv_d = A(1) / static_cast<A>(d);
   Kokkos::parallel_for(
-      "miniattn::layer_norm_backward_dx", row_team_policy(rows), KOKKOS_LAMBDA(const Member& team) {
-        const index_t r = team.league_rank();
+      "miniattn::layer_norm_backward_dx", row_team_policy(rows, kGpuMemoryRowsPerTeam),
+      KOKKOS_LAMBDA(const Member& team) {
+        const index_t r = team_row(team);
+        if (r >= rows) return;
         const T* const xr = &x(r, 0);
         const T* const dyr = &dy(r, 0);
         const V vmu = pack_splat<V>(mean(r)), vrs = pack_splat<V>(rstd(r));
