@@ -130,10 +130,11 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
   EXPECT_EQ(whole.bytes(), 2u * 6 * 100 * 50 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 50 * 16) * 4);
   // cudnn: a call's output (then dq) and LSE, its dk and dv, a block's fp32
   // dk and dv sums, beside the fp32 output accumulator; the plan adds its
-  // estimate of cuDNN's own workspace (an fp32 dq and two statistics a row),
-  // and with the gemm fallback (packed documents) the gemm kernel's scratch.
+  // estimate of cuDNN's own workspace (the deterministic backward's bf16 dS
+  // of every query-key pair, an fp32 a query row and 256 bytes), and with the
+  // gemm fallback (packed documents) the gemm kernel's scratch.
   const AttentionShape shape{2, 6, 3, 16, 100, 37};
-  const std::size_t cudnn_estimate = 2u * 6 * 100 * (16 + 2) * 4;
+  const std::size_t cudnn_estimate = 2u * 6 * 100 * 37 * 2 + 2u * 6 * 100 * 4 + 256;
   for (const bool fallback : {false, true}) {
     AttentionBlocking cudnn{0, 0, miniattn::AttentionKernel::cudnn, 64};
     cudnn.gemm_fallback = fallback;

@@ -169,9 +169,12 @@ std::size_t cudnn_blocks_bytes(const AttentionShape& s) {
   const std::size_t own = (query_rows * count(s.head_dim) + 2 * key_values) * sizeof(bf16) +
                           (query_rows + 2 * key_values) * sizeof(float);
   // cuDNN's workspace is known only once its graphs are built on a GPU: an
-  // estimate, what a deterministic backward without atomics keeps (an fp32
-  // dq accumulator and two row statistics for every query row).
-  const std::size_t cudnn_estimate = query_rows * (count(s.head_dim) + 2) * sizeof(float);
+  // estimate, from what cuDNN 9.19's deterministic backward asked for on an
+  // H200 (2026-11-28, N = 32768, H = 4: 8590459136 bytes = 2 H N^2 + 4 H N + 256).
+  // It keeps dS of every (query, key) pair of the call in bf16 and forms dQ = dS K
+  // after the kernel (cuDNN's matmul_dq), so it grows with the block's area.
+  const std::size_t pairs = query_rows * count(s.keys);
+  const std::size_t cudnn_estimate = pairs * sizeof(bf16) + query_rows * sizeof(float) + 256;
   return own + cudnn_estimate;
 }
 
