@@ -23,10 +23,14 @@
 #       bench      miniattn bench + bench_attention + PyTorch (cuBLAS, SDPA, training step)
 #       profile    Nsight Compute on cuDNN's attention kernels (cudnn kernel; not part of all)
 #       kernels    Kokkos Tools' kernel timer on the bf16 cudnn step (not part of all)
+#       stepkernels  Nsight Compute's time of every kernel of the bf16 cudnn step, summed by
+#                  kernel beside PyTorch's step (not part of all)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
 #                                       building only what cudnn and bench run, with the bench
 #                                       narrowed to N = 32768 and the gemm kernel
 #                                       (MINIATTN_BUILD_TARGETS and MINIATTN_BENCH_* as set override)
+#   scripts/gpu_bringup.sh session-targets   print the targets `session` builds (CI's CUDA check
+#                                       builds the same)
 #   scripts/gpu_bringup.sh cmake-args   print the CMake arguments that point at the unpacked
 #                                       packages (one a line), for a configure by hand
 #   scripts/gpu_bringup.sh env          print the PATH / LD_LIBRARY_PATH exports
@@ -632,6 +636,25 @@ step_kernels() {
   head -n 60 "$results/kernel_timer_bf16_cudnn.txt"
 }
 
+# The bf16 cudnn step kernel by kernel: Nsight Compute times every launch of
+# the bench deck's bf16 cudnn run (one metric, its duration: exact, no fences,
+# cuBLAS's and cuDNN's kernels too), scripts/step_kernels.py sums the second
+# step by kernel, and puts PyTorch's step (torch.profiler) beside it
+# (step_kernels.txt). Not in `all`: run it by name.
+step_stepkernels() {
+  setup_env
+  local py
+  py=$(find_python) || die "no Python with torch"
+  command -v ncu > /dev/null || die "no ncu (Nsight Compute) on PATH"
+  ncu --clock-control none --target-processes all --metrics gpu__time_duration.sum --csv --print-units base \
+      "$(command -v mpiexec.hydra)" -n 1 "$build/src/miniattn" "$root/inputs/example.yaml" "${bench_model[@]}" \
+      --set model.seq_len=32768 --set model.causal=true --set model.precision=bf16 --set kernels.attention=cudnn \
+      --set train.steps=3 > "$results/ncu_step.csv"
+  "$py" "$root/scripts/step_kernels.py" table --csv "$results/ncu_step.csv" > "$results/step_kernels.txt"
+  "$py" "$root/scripts/step_kernels.py" pytorch >> "$results/step_kernels.txt"
+  cat "$results/step_kernels.txt"
+}
+
 # Nsight Compute on cuDNN's fused-attention kernels as the cudnn kernel runs
 # them (bench_attention, bf16, N = 8192 so that each replay is short; its
 # first calls are the comparison with gemm, full then causal): occupancy, warp
@@ -678,7 +701,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt ncu_sdpa.txt kernel_timer_bf16_cudnn.txt; do
+  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt ncu_sdpa.txt step_kernels.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
@@ -706,6 +729,7 @@ run_steps() {
 case "${1:-all}" in
   fetch) fetch ;;
   cmake-args) cmake_args ;;
+  session-targets) echo "$session_targets" ;;
   env) printf 'export PATH="%s:%s/bin:$PATH"\nexport LD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\n' \
               "$debroot/usr/bin" "$cuda_home" "$runtime_lib"
        [ ! -f "$debroot/mpi.env" ] || sed -n 's/^\(..*\)$/export \1/p' "$debroot/mpi.env" ;;
@@ -718,8 +742,8 @@ case "${1:-all}" in
            run_steps check unpack kokkos build cudnn bench ;;
   *)
     for s in "$@"; do
-      [[ " ${all_steps[*]} cudnn profile kernels " == *" $s "* ]] ||
-        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, cmake-args, env)"
+      [[ " ${all_steps[*]} cudnn profile kernels stepkernels " == *" $s "* ]] ||
+        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, stepkernels, cmake-args, env)"
     done
     run_steps "$@" ;;
 esac
