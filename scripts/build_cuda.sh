@@ -7,7 +7,7 @@
 # build-cuda/ (or $MINIATTN_BUILD_DIR). Nothing runs: use
 # it on a machine without a GPU too. Skips, saying so, without a CUDA toolkit.
 # Extra arguments go to the first CMake configure. MINIATTN_BUILD_TARGETS
-# (space-separated) builds only those targets, for a short GPU lease.
+# (space-separated) builds only those targets (a short GPU lease; CI).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
