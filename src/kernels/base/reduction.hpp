@@ -178,19 +178,15 @@ void add_column_sums(const char* label, index_t rows, index_t cols, const View2<
       partials(k, c) = sum;
     });
   }
-  // The chunks in order, kGpuLoadsInFlight loaded before they are added: on a
-  // GPU this pass has only `cols` threads, and one load at a time kept it at
-  // an L2 round trip a chunk (H200, 2026-11-28: 59 us for 512 chunks).
+  // The chunks in order, walked as one lane walks a row (gpu_lane_walk with a
+  // single lane): kGpuLoadsInFlight chunk sums asked for before they are
+  // added. On a GPU this pass has only `cols` threads, and one load at a time
+  // kept it at an L2 round trip a chunk (H200, 2026-11-28: 59 us for 512 chunks).
   simd::row_packs<T>(label, 1, cols, KOKKOS_LAMBDA(const index_t, const index_t c0, const int width) {
-    constexpr index_t group = kGpuLoadsInFlight;
     V sum = simd::pack_load_n<V>(&partials(0, c0), width);
-    index_t k = 1;
-    for (; k + group <= chunks; k += group) {
-      V terms[group];
-      for (index_t u = 0; u < group; ++u) terms[u] = simd::pack_load_n<V>(&partials(k + u, c0), width);
-      for (index_t u = 0; u < group; ++u) sum += terms[u];
-    }
-    for (; k < chunks; ++k) sum += simd::pack_load_n<V>(&partials(k, c0), width);
+    gpu_lane_walk<V, 1>(
+        1, chunks, [&](const index_t k, int) { return simd::pack_load_n<V>(&partials(k, c0), width); },
+        [&](const V term) { sum += term; });
     simd::pack_store_n(&out(c0), V(simd::pack_load_n<V>(&out(c0), width) + sum), width);
   });
 }
