@@ -168,43 +168,57 @@ def sdpa_attention_forward(self, x, document_ids=None, rope=None):
     return self.proj(o.transpose(1, 2).reshape(B, N, D))
 
 
-def measure_train_step(seq_len, steps, variant):
-    import torch
+def bench_model_config(seq_len):
+    """The model of the miniattn bench run (gpu_bringup.sh's bench deck)."""
     sys.path.insert(0, os.path.join(ROOT, "validation"))
     import reference_model as rm
+    return rm.Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1, causal=True,
+                     precision="fp32")
 
-    cfg = rm.Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1, causal=True,
-                    precision="fp32")
+
+def make_train_step(cfg, variant):
+    """One training step of reference_model's model on cfg (zero grads, forward, loss, backward, clip 1.0,
+    AdamW): "eager", "eager_sdpa" (attention through SDPA) or "eager_sdpa_bf16" (that under bf16 autocast)."""
+    import torch
+    import reference_model as rm
+    model = rm.ReferenceGPT(cfg)
+    init = rm.random_params(cfg, seed=1234, perturb_norms=False)
+    model.load_state_dict({name: value.float() for name, value in init.items()})
+    model = model.cuda()
+    if variant in ("eager_sdpa", "eager_sdpa_bf16"):
+        for block in model.blocks:
+            block.attn.forward = types.MethodType(sdpa_attention_forward, block.attn)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
+    tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1),
+                           generator=torch.Generator().manual_seed(1234)).cuda()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.endswith("_bf16")):
+            loss, extras = model(tokens)
+        del extras
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return step
+
+
+def measure_train_step(seq_len, steps, variant):
+    import torch
+    cfg = bench_model_config(seq_len)
     entry = {"variant": variant, "config": {k: getattr(cfg, k) for k in
                                             ("vocab", "d_model", "heads", "ffn", "layers", "seq_len", "batch",
                                              "causal", "precision")},
              "optimizer": "adamw lr 1e-3 wd 0.01 (matrices and embeddings), grad_clip 1.0"}
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    step = None
     try:
-        model = rm.ReferenceGPT(cfg)
-        init = rm.random_params(cfg, seed=1234, perturb_norms=False)
-        model.load_state_dict({name: value.float() for name, value in init.items()})
-        model = model.cuda()
-        if variant in ("eager_sdpa", "eager_sdpa_bf16"):
-            for block in model.blocks:
-                block.attn.forward = types.MethodType(sdpa_attention_forward, block.attn)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=1e-3)
-        tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1),
-                               generator=torch.Generator().manual_seed(1234)).cuda()
-
-        def step():
-            optimizer.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.endswith("_bf16")):
-                loss, extras = model(tokens)
-            del extras
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-
+        step = make_train_step(cfg, variant)
         seconds = []
         for _ in range(steps):
             torch.cuda.synchronize()
@@ -218,7 +232,7 @@ def measure_train_step(seq_len, steps, variant):
         entry.update(ok=False, oom=True, peak_bytes=torch.cuda.max_memory_allocated(),
                      error="out of memory: " + str(err).splitlines()[0][:200])
     finally:
-        model = optimizer = tokens = None
+        step = None
         torch.cuda.empty_cache()
     log(f"train step N={seq_len} {variant}: " + (f"{entry['step_seconds_median']:.4f} s" if entry["ok"]
                                                   else entry["error"]))

@@ -4,8 +4,8 @@
     python3 scripts/step_kernels.py pytorch > pytorch_step_kernels.txt
     python3 scripts/step_kernels.py table --csv ncu_step.csv [--step 2] > miniattn_step_kernels.txt
 
-`pytorch`: one step of the bench model (scripts/gpu_reference_bench.py's eager +
-SDPA under bf16 autocast, N = 32768) after three warm-ups, under torch.profiler:
+`pytorch`: one step of the bench model (scripts/gpu_reference_bench.py's
+make_train_step, eager + SDPA under bf16 autocast, N = 32768) after three warm-ups, under torch.profiler:
 CUDA time per kernel name, largest first.
 
 `table`: Nsight Compute's CSV of a miniattn bench run (`ncu --metrics
@@ -22,42 +22,18 @@ import io
 import os
 import re
 import sys
-import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 STEP_START = "SyntheticTask::fill"
 
 
 def pytorch_step(seq_len):
     import torch
     from torch.profiler import ProfilerActivity, profile
-    sys.path.insert(0, os.path.join(ROOT, "validation"))
     sys.path.insert(0, HERE)
     import gpu_reference_bench as grb
-    import reference_model as rm
 
-    cfg = rm.Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1, causal=True,
-                    precision="fp32")
-    model = rm.ReferenceGPT(cfg)
-    model.load_state_dict({n: v.float() for n, v in rm.random_params(cfg, seed=1234, perturb_norms=False).items()})
-    model = model.cuda()
-    for block in model.blocks:
-        block.attn.forward = types.MethodType(grb.sdpa_attention_forward, block.attn)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3)
-    tokens = torch.randint(0, cfg.vocab, (1, seq_len + 1), generator=torch.Generator().manual_seed(1234)).cuda()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss, _ = model(tokens)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
+    step = grb.make_train_step(grb.bench_model_config(seq_len), "eager_sdpa_bf16")
     for _ in range(3):
         step()
     torch.cuda.synchronize()
