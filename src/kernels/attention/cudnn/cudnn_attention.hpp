@@ -1,3 +1,4 @@
+#pragma once
 // The `cudnn` kernel of attention.hpp (kernels.attention: cudnn, bf16); the
 // dispatch (kernels/attention/dispatch.cpp) calls it, the report reads its
 // tally. A block (one strategy's queries against one
