@@ -100,8 +100,9 @@ def attention_flops(n, dh, heads, causal):
     return forward / 2 if causal else forward
 
 
-def measure_sdpa(seq_lens, heads, dh, dtype=None, backend_groups=None):
-    """One entry per (N, causal[, backend group]): the first backend of a group that runs."""
+def measure_sdpa(seq_lens, heads, dh, dtype=None, backend_groups=None, deterministic=False):
+    """One entry per (N, causal[, backend group]): the first backend of a group that runs;
+    deterministic: under torch.use_deterministic_algorithms(True)."""
     import torch
     from torch.nn.attention import SDPBackend
 
@@ -112,18 +113,21 @@ def measure_sdpa(seq_lens, heads, dh, dtype=None, backend_groups=None):
     for n in seq_lens:
         for causal in (False, True):
             for group in backend_groups:
-                out.append(measure_sdpa_case(n, heads, dh, causal, dtype, group))
+                out.append(measure_sdpa_case(n, heads, dh, causal, dtype, group, deterministic))
     return out
 
 
-def measure_sdpa_case(n, heads, dh, causal, dtype, backends):
+def measure_sdpa_case(n, heads, dh, causal, dtype, backends, deterministic=False):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel
 
     q, k, v = (torch.randn(1, heads, n, dh, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
     dout = torch.randn(1, heads, n, dh, device="cuda", dtype=dtype)
-    entry = {"n": n, "heads": heads, "head_dim": dh, "causal": causal, "dtype": str(dtype).split(".")[-1]}
+    entry = {"n": n, "heads": heads, "head_dim": dh, "causal": causal, "dtype": str(dtype).split(".")[-1],
+             "deterministic": deterministic}
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
     for backend in backends:
         try:
             with sdpa_kernel([backend]):
@@ -144,7 +148,9 @@ def measure_sdpa_case(n, heads, dh, causal, dtype, backends):
         except (RuntimeError, torch.cuda.OutOfMemoryError) as err:
             entry.setdefault("errors", []).append(f"{backend.name}: {str(err).splitlines()[0][:200]}")
             torch.cuda.empty_cache()
-    log(f"sdpa {entry['dtype']} N={n} {'causal' if causal else 'non-causal'}: "
+    torch.use_deterministic_algorithms(was_deterministic)
+    mode = " deterministic" if deterministic else ""
+    log(f"sdpa {entry['dtype']}{mode} N={n} {'causal' if causal else 'non-causal'}: "
         + (f"{entry['forward_tflops']:.1f} TFLOP/s forward, {entry['forward_backward_tflops']:.1f} "
            f"forward+backward ({entry['backend']})" if "backend" in entry else f"failed {entry['errors']}"))
     del q, k, v, dout
@@ -270,6 +276,10 @@ def measure(args):
             "gemm": measure_sgemm(args.gemm_sizes, torch.bfloat16),
             "sdpa": measure_sdpa(args.seq_lens, args.heads, args.head_dim, torch.bfloat16,
                                  [(SDPBackend.FLASH_ATTENTION,), (SDPBackend.CUDNN_ATTENTION,)]),
+            # PyTorch's cuDNN backward has no deterministic mode; its memory-efficient one does
+            # (one key split under torch.use_deterministic_algorithms): miniattn's like for like.
+            "sdpa_deterministic": measure_sdpa(args.seq_lens, args.heads, args.head_dim, torch.bfloat16,
+                                               [(SDPBackend.EFFICIENT_ATTENTION,)], deterministic=True),
             "train_step": [measure_train_step(args.train_seq_len, args.train_steps, "eager_sdpa_bf16")]}
     print(json.dumps(result), flush=True)
     return 0
@@ -436,6 +446,14 @@ def summarize_bf16(results, ref, figures, lines):
                          f"{'no' if k['mismatch'] else 'yes'} | {fmt(flash.get('forward_tflops'))} / "
                          f"{fmt(flash.get('forward_backward_tflops'))} | {fmt(cudnn.get('forward_tflops'))} / "
                          f"{fmt(cudnn.get('forward_backward_tflops'))} | {'met' if met else 'MISSED'} |")
+    deterministic = [e for e in bf16.get("sdpa_deterministic", []) if "backend" in e]
+    if deterministic:
+        lines += ["", "PyTorch's deterministic SDPA (its memory-efficient backend under "
+                  "torch.use_deterministic_algorithms; its cuDNN backward has no deterministic mode), "
+                  "TFLOP/s forward / forward+backward: " + ", ".join(
+                      f"N = {e['n']} {'causal' if e['causal'] else 'full'} {fmt(e['forward_tflops'])} / "
+                      f"{fmt(e['forward_backward_tflops'])}" for e in deterministic)]
+    figures["bf16_sdpa_deterministic"] = bf16.get("sdpa_deterministic", [])
     torch_step = (bf16.get("train_step") or [{}])[0]
     lines += ["", "## bf16 training step (as above, model.precision bf16)", "",
               "| N | kernel | miniattn step s | planned GiB | eager+SDPA bf16 autocast s (peak GiB) | ratio "

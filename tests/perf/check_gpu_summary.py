@@ -59,6 +59,12 @@ def run_benchmarks(bench_attention, miniattn, deck, results):
         run([miniattn, deck] + [a for s in sets for a in ("--set", s)])
 
 
+# PyTorch's deterministic SDPA, as gpu_reference_bench.py measures it, and its line in figures.md.
+DETERMINISTIC_SDPA = {"n": N, "causal": True, "backend": "EFFICIENT_ATTENTION", "deterministic": True,
+                      "forward_tflops": 2.5, "forward_backward_tflops": 1.5}
+DETERMINISTIC_SDPA_TEXT = f"N = {N} causal 2.5 / 1.5"
+
+
 def pytorch_figures(kernels, step, bf16_step, targets, margin):
     """A reference_bench.json that puts miniattn's figures `margin` times their targets: SDPA
     rates from the kernels' slower rate when margin > 1 (both kernels meet the target), their
@@ -80,7 +86,7 @@ def pytorch_figures(kernels, step, bf16_step, targets, margin):
             "sgemm": [{"n": 64, "seconds": 1.0, "tflops": 1.0}], "sdpa": sdpa,
             "train_step": [dict(torch_step, variant="eager", step_seconds_median=step),
                            dict(torch_step, variant="eager_sdpa", step_seconds_median=step / step_ratio)],
-            "bf16": {"gemm": [], "sdpa": [],
+            "bf16": {"gemm": [], "sdpa": [], "sdpa_deterministic": [DETERMINISTIC_SDPA],
                      "train_step": [dict(torch_step, variant="eager_sdpa_bf16",
                                          step_seconds_median=bf16_step / bf16_step_ratio)]}}
 
@@ -127,6 +133,8 @@ def judged(summarizer, results, targets, margin):
             summarizer.summarize(results)
         finally:
             sys.stdout = stdout
+    if DETERMINISTIC_SDPA_TEXT not in open(os.path.join(results, "figures.md")).read():
+        fail(f"figures.md does not give PyTorch's deterministic SDPA as '{DETERMINISTIC_SDPA_TEXT}'")
     return verdicts(results), json.load(open(os.path.join(results, "figures.json")))
 
 
