@@ -174,19 +174,24 @@ def sdpa_attention_forward(self, x, document_ids=None, rope=None):
     return self.proj(o.transpose(1, 2).reshape(B, N, D))
 
 
-def bench_model_config(seq_len):
-    """The model of the miniattn bench run (gpu_bringup.sh's bench deck)."""
+def reference_model():
+    """validation/reference_model.py, the model PyTorch's steps run."""
     sys.path.insert(0, os.path.join(ROOT, "validation"))
     import reference_model as rm
-    return rm.Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1, causal=True,
-                     precision="fp32")
+    return rm
+
+
+def bench_model_config(seq_len):
+    """The model of the miniattn bench run (gpu_bringup.sh's bench deck)."""
+    return reference_model().Config(vocab=256, d_model=256, heads=4, ffn=1024, layers=2, seq_len=seq_len, batch=1,
+                                    causal=True, precision="fp32")
 
 
 def make_train_step(cfg, variant):
     """One training step of reference_model's model on cfg (zero grads, forward, loss, backward, clip 1.0,
     AdamW): "eager", "eager_sdpa" (attention through SDPA) or "eager_sdpa_bf16" (that under bf16 autocast)."""
     import torch
-    import reference_model as rm
+    rm = reference_model()
     model = rm.ReferenceGPT(cfg)
     init = rm.random_params(cfg, seed=1234, perturb_norms=False)
     model.load_state_dict({name: value.float() for name, value in init.items()})

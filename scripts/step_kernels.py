@@ -5,8 +5,8 @@
     python3 scripts/step_kernels.py table --csv ncu_step.csv [--step 2] > miniattn_step_kernels.txt
 
 `pytorch`: one step of the bench model (scripts/gpu_reference_bench.py's
-make_train_step, eager + SDPA under bf16 autocast, N = 32768) after three warm-ups, under torch.profiler:
-CUDA time per kernel name, largest first.
+make_train_step, eager + SDPA under bf16 autocast, N = 32768) after three
+warm-ups, under torch.profiler: CUDA time per kernel name, largest first.
 
 `table`: Nsight Compute's CSV of a miniattn bench run (`ncu --metrics
 gpu__time_duration.sum --csv`, one row a kernel launch): the launches of one
