@@ -41,6 +41,7 @@ struct AttentionBuild {
   const ProcessGrid& grid;
   View2<const index_t> positions;  // ring_positions(): each ring rank's global positions
   AttentionSizes sizes;
+  Layout layout = Layout::contiguous;  // parallel.layout (where a Ulysses all-to-all puts its rows)
 };
 
 }  // namespace miniattn

@@ -2,8 +2,10 @@
 
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "attention/ring_attention.hpp"
+#include "comm/process_grid.hpp"
 #include "core/config.hpp"
 
 namespace miniattn {
@@ -26,11 +28,23 @@ kernels::View5<U> buffer(const Memory& memory, index_t heads, index_t columns) {
                            memory.extent(3), columns);
 }
 
+// Where the all-to-all puts each row it gathers (gathered_rows), one table all layers share.
+View1<const index_t> gathered_rows_table(const AttentionBuild& build, std::size_t& shared_bytes) {
+  const AttentionSizes& z = build.sizes;
+  const std::vector<index_t> rows = gathered_rows(z.rows * z.sp, z.sp, z.ulysses, build.grid.ring_rank, build.layout);
+  View1<index_t> table("ulysses.gathered_rows", rows.size());
+  Kokkos::deep_copy(table, Kokkos::View<const index_t*, HostSpace, Kokkos::MemoryUnmanaged>(rows.data(), rows.size()));
+  shared_bytes += table.span() * sizeof(index_t);
+  return table;
+}
+
 template <class T>
 LayerMaker<T> make_ulysses_layers(const AttentionBuild& build, std::size_t& shared_bytes) {
   const LayerMaker<T> inner = ring_attention_record().make_layers<T>()(build, shared_bytes);
-  return [build, inner](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
-    return std::make_unique<UlyssesAttention<T>>(build.comm, build.grid.ulysses_comm, inner(mask), build.sizes);
+  const View1<const index_t> rows = gathered_rows_table(build, shared_bytes);
+  return [build, inner, rows](const kernels::AttentionMask& mask) -> std::unique_ptr<AttentionStrategy<T>> {
+    return std::make_unique<UlyssesAttention<T>>(build.comm, build.grid.ulysses_comm, inner(mask), build.sizes,
+                                                 rows);
   };
 }
 
@@ -42,6 +56,7 @@ AttentionMemory ulysses_attention_memory(const AttentionSizes& z) {
   const std::size_t Da = H * static_cast<std::size_t>(z.head_dim);
   const std::size_t Du = U * static_cast<std::size_t>(kv_heads_after_all_to_all(z.kv_heads, z.ulysses) * z.head_dim);
   AttentionMemory memory = ring_attention_memory(z);
+  memory.shared += U * static_cast<std::size_t>(z.rows) * sizeof(index_t);  // gathered_rows_table
   memory.per_layer = (2 * R * Da + 4 * R * Da + 4 * R * Du) * s + R * H * a + (s != a ? 2 * R * H * a : 0);
   return memory;
 }
@@ -101,8 +116,8 @@ const StrategyRecord& hybrid_attention_record() {
 
 template <class T>
 UlyssesAttention<T>::UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
-                                      const AttentionSizes& sizes)
-    : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)) {
+                                      const AttentionSizes& sizes, const View1<const index_t>& gathered_rows)
+    : comm_(comm), ulysses_(ulysses), inner_(std::move(inner)), gathered_rows_(gathered_rows) {
   const index_t U = sizes.ulysses, Hl = sizes.heads / U, local_rows = sizes.rows, rows = U * local_rows;
   const index_t KVl = kv_heads_after_all_to_all(sizes.kv_heads, U), batch = sizes.batch, head_dim = sizes.head_dim;
   send_ = kernels::View5<T>("ulysses.send", U, batch, Hl, local_rows, head_dim);
@@ -132,7 +147,7 @@ void UlyssesAttention<T>::to_heads(const View4<const T>& sequence_split, const V
   const kernels::View5<T> receive = buffer<T>(receive_, head_split.extent(1), head_split.extent(3));
   kernels::pack_heads<T>(sequence_split, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
-  kernels::unpack_rows<T>(receive, head_split);
+  kernels::unpack_rows<T>(receive, gathered_rows_, head_split);
 }
 
 template <class T>
@@ -142,7 +157,7 @@ void UlyssesAttention<T>::to_sequence(const View4<const U>& head_split, const Vi
                                       Exchange label) {
   const kernels::View5<U> send = buffer<U>(send_memory, head_split.extent(1), head_split.extent(3));
   const kernels::View5<U> receive = buffer<U>(receive_memory, head_split.extent(1), head_split.extent(3));
-  kernels::pack_rows<U>(head_split, send);
+  kernels::pack_rows<U>(head_split, gathered_rows_, send);
   comm_.alltoall(send.data(), receive.data(), send.span() / send.extent(0), ulysses_, label);
   kernels::unpack_heads<U>(receive, sequence_split);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // DeepSpeed-Ulysses attention: an all-to-all among U ranks turns
-// sequence-split q, k, v [B, H, n, Dh] into head-split [B, H/U, U*n, Dh], an
+// sequence-split q, k, v [B, H, n, Dh] into head-split [B, H/U, U*n, Dh] (rows
+// in position order: group_positions, comm/process_grid.hpp), an
 // inner strategy attends over the gathered rows (local attention for
 // 'ulysses'; ring attention across Ulysses groups for 'hybrid'), and a second
 // all-to-all returns the output to sequence-split layout. Needs H % U == 0.
@@ -27,9 +28,10 @@ const StrategyRecord& hybrid_attention_record();
 template <class T>
 class UlyssesAttention final : public AttentionStrategy<T> {
  public:
-  // sizes: this rank's sequence-split share (sizes.ulysses: the ranks of `ulysses`).
+  // sizes: this rank's sequence-split share (sizes.ulysses: the ranks of `ulysses`);
+  // gathered_rows: where each gathered row goes (gathered_rows(), comm/process_grid.hpp).
   UlyssesAttention(Comm& comm, MPI_Comm ulysses, std::unique_ptr<AttentionStrategy<T>> inner,
-                   const AttentionSizes& sizes);
+                   const AttentionSizes& sizes, const View1<const index_t>& gathered_rows);
 
   void forward(const View4<const T>& q, const View4<const T>& k, const View4<const T>& v, const DocumentIds& documents,
                const View4<T>& out, const View3<Acc<T>>& lse) override;
@@ -48,6 +50,7 @@ class UlyssesAttention final : public AttentionStrategy<T> {
   Comm& comm_;
   MPI_Comm ulysses_;
   std::unique_ptr<AttentionStrategy<T>> inner_;
+  View1<const index_t> gathered_rows_;                 // [U * n], shared by the layers
   kernels::View5<T> send_, receive_;                   // [U, B, H/U, n, Dh]
   kernels::View5<Acc<T>> lse_send_, lse_receive_;     // [U, B, H/U, n, 1]: send_'s and receive_'s memory
                                                       // when T is Acc<T>, else fp32 buffers of their own

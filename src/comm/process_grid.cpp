@@ -1,5 +1,7 @@
 #include "comm/process_grid.hpp"
 
+#include <algorithm>
+
 #include "comm/mpi_ranks.hpp"
 #include "core/config.hpp"
 
@@ -64,13 +66,41 @@ std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, 
   return positions;
 }
 
-std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
+namespace {
+
+// The group's positions one rank's after another (the order the all-to-all receives them in).
+std::vector<index_t> positions_by_rank(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
   std::vector<index_t> positions;
   for (int u = 0; u < ulysses; ++u) {
     const std::vector<index_t> owned = owned_positions(seq_len, sp_size, group * ulysses + u, layout);
     positions.insert(positions.end(), owned.begin(), owned.end());
   }
   return positions;
+}
+
+bool gathered_in_position_order(int sp_size, int ulysses, Layout layout) {
+  return layout != Layout::striped || ulysses == 1 || ulysses == sp_size;
+}
+
+}  // namespace
+
+std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
+  std::vector<index_t> positions = positions_by_rank(seq_len, sp_size, ulysses, group, layout);
+  if (gathered_in_position_order(sp_size, ulysses, layout)) std::sort(positions.begin(), positions.end());
+  return positions;
+}
+
+std::vector<index_t> gathered_rows(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
+  const std::vector<index_t> by_rank = positions_by_rank(seq_len, sp_size, ulysses, group, layout);
+  const std::vector<index_t> gathered = group_positions(seq_len, sp_size, ulysses, group, layout);
+  std::vector<index_t> rows(by_rank.size());
+  if (!gathered_in_position_order(sp_size, ulysses, layout)) {
+    for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<index_t>(r);
+    return rows;
+  }
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    rows[r] = std::lower_bound(gathered.begin(), gathered.end(), by_rank[r]) - gathered.begin();
+  return rows;
 }
 
 Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {

@@ -61,7 +61,15 @@ Decomposition decomposition_of(const Config& c, const ProcessGrid& grid);
 std::vector<index_t> owned_positions(index_t seq_len, int sp_size, int sp_rank, Layout layout);
 
 // The rows of ring group `group` after a Ulysses all-to-all of degree `ulysses`: the positions of SP ranks
-// group * ulysses .. group * ulysses + ulysses - 1, one rank's after another.
+// group * ulysses .. group * ulysses + ulysses - 1 in position order (Transformer Engine's all-to-all), so
+// that cuDNN computes a causal or windowed block in one band (a contiguous or zigzag group is one or two
+// runs of consecutive positions). Hybrid with striped positions keeps one rank's rows after another's: in
+// position order its rows would be runs of U consecutive positions, a cuDNN call for every pair of runs,
+// where rank order makes U runs of stride P (U^2 calls a block; kernels/attention/cudnn/block_plan.hpp).
 std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout);
+
+// Where the all-to-all puts each row it gathers: entry u * n + i is the index,
+// among group_positions, of row i of the group's rank u (n = seq_len / sp_size).
+std::vector<index_t> gathered_rows(index_t seq_len, int sp_size, int ulysses, int group, Layout layout);
 
 }  // namespace miniattn

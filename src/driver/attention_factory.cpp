@@ -27,7 +27,7 @@ AttentionLayers<T> make_attention_layers(const Config& c, const ProcessGrid& gri
   const AttentionSizes sizes = attention_sizes(m, decomposition_of(c, grid), micro_batch, blocking);
   AttentionLayers<T> result;
   const LayerMaker<T> make_layer = strategy_record(c.parallel.strategy)
-                                       .make_layers<T>()({comm, grid, positions, sizes}, result.shared_workspace_bytes);
+                                       .make_layers<T>()({comm, grid, positions, sizes, c.parallel.layout}, result.shared_workspace_bytes);
   const kernels::AttentionMask mask = attention_mask(m);
   for (index_t l = 0; l < slots * layers_per_slot; ++l) result.layers.push_back(make_layer(mask));
   return result;

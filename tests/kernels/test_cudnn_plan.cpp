@@ -1,14 +1,17 @@
 // plan_block (kernels/attention/cudnn/block_plan.hpp) against the project's
 // own mask predicate, AttentionMask::hides_position, pair by pair: every block
 // every strategy computes (ring and allgather, Ulysses, hybrid) for every
-// layout, sequence length and position mask of the sweep must be planned
-// exactly, with legal cuDNN calls and without the gemm fallback; and a few
-// blocks whose plans are known by hand.
+// layout, rank count, shape and position mask of the sweep must be planned
+// exactly, with legal cuDNN calls and without the gemm fallback, sharing rows
+// between calls only where the header says, cut along query rows exactly; and
+// a few blocks whose plans are known by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/process_grid.hpp"
@@ -80,8 +83,10 @@ std::string plan_error(const BlockPlan& plan, const std::vector<index_t>& q_pos,
 // two-sided windows from one position to the whole sequence.
 std::vector<PositionRules> masks_of(index_t n) {
   std::vector<PositionRules> masks = {{false, 0}, {true, 0}};
-  for (const index_t w : {index_t{1}, index_t{2}, index_t{3}, index_t{5}, n / 2, n - 1, n}) masks.push_back({true, w});
-  for (const index_t w : {index_t{1}, index_t{2}, index_t{4}, n / 2}) masks.push_back({false, w});
+  for (const index_t w : {index_t{1}, index_t{2}, index_t{3}, index_t{5}, n / 2, n - 1, n})
+    if (w > 0) masks.push_back({true, w});
+  for (const index_t w : {index_t{1}, index_t{2}, index_t{4}, n / 2})
+    if (w > 0) masks.push_back({false, w});
   return masks;
 }
 
@@ -90,66 +95,192 @@ const char* strategy_of(int sp, int ulysses) {
   return ulysses == sp ? "ulysses" : "hybrid";
 }
 
-struct SweepCount {
-  long blocks = 0, calls = 0, banded_calls = 0, fallbacks = 0;
-};
-
-// Where a plan may put a block on the gemm kernel without documents: where
-// the rows of a Ulysses group interleave (zigzag, striped: each row's keys
-// lie in several runs, a call each) or a window needs a tall call cut in
-// pieces or splits rows over runs (block_plan.cpp, rows_shared). Ring and
-// all-gather blocks without a window, and contiguous blocks without a
-// window, always run on cuDNN.
-bool may_fall_back(int ulysses, Layout layout, const PositionRules& rules) {
-  return rules.window > 0 || (ulysses > 1 && layout != Layout::contiguous);
+// The maximal runs of positions in arithmetic progression, as [first, end)
+// rows: the test's own count, independent of the planner's.
+std::vector<std::pair<index_t, index_t>> position_runs(const std::vector<index_t>& pos) {
+  std::vector<std::pair<index_t, index_t>> runs;
+  const index_t n = static_cast<index_t>(pos.size());
+  for (index_t first = 0; first < n;) {
+    index_t end = first + 1;
+    const auto at = [&](index_t i) { return pos[static_cast<std::size_t>(i)]; };
+    if (end < n && at(end) > at(first)) {
+      const index_t stride = at(end) - at(first);
+      while (end < n && at(end) - at(end - 1) == stride) ++end;
+    }
+    runs.emplace_back(first, end);
+    first = end;
+  }
+  return runs;
 }
+
+// What is wrong with how a plan shares rows between calls (empty: nothing),
+// the rule block_plan.hpp promises, checked from the block's positions alone:
+// - a query row whose visible keys are consecutive key rows of one position
+//   run is in exactly one call, and without a window, a key row whose
+//   visible queries are consecutive query rows of one run likewise (a window
+//   over more queries than keys goes to cuDNN in pieces that share keys);
+// - a query row is in no more calls than the key runs it sees, and without
+//   a window a key row in no more than the query runs that see it;
+// - without a window, a block is at most one call, but under hybrid with
+//   striped positions (rank order: one call per pair of its U runs), at most
+//   most_calls (0: no such bound).
+std::string sharing_error(const BlockPlan& plan, const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
+                          const AttentionMask& mask, std::size_t most_calls) {
+  if (most_calls > 0 && plan.calls.size() > most_calls)
+    return std::to_string(plan.calls.size()) + " calls, more than " + std::to_string(most_calls);
+  const auto side_error = [&](bool queries) -> std::string {
+    const std::vector<index_t>& own = queries ? q_pos : k_pos;
+    const std::vector<index_t>& other = queries ? k_pos : q_pos;
+    const auto runs = position_runs(other);
+    std::vector<int> run_of(other.size());
+    for (std::size_t r = 0; r < runs.size(); ++r)
+      for (index_t i = runs[r].first; i < runs[r].second; ++i) run_of[static_cast<std::size_t>(i)] = static_cast<int>(r);
+    for (std::size_t i = 0; i < own.size(); ++i) {
+      std::vector<std::size_t> seen;
+      for (std::size_t j = 0; j < other.size(); ++j)
+        if (!(queries ? mask.hides_position(own[i], other[j]) : mask.hides_position(other[j], own[i]))) seen.push_back(j);
+      if (seen.empty()) continue;
+      std::vector<int> seen_runs;
+      for (const std::size_t j : seen) seen_runs.push_back(run_of[j]);
+      seen_runs.erase(std::unique(seen_runs.begin(), seen_runs.end()), seen_runs.end());
+      const bool one_interval = seen.back() - seen.front() + 1 == seen.size() && seen_runs.size() == 1;
+      long calls = 0;
+      for (const CudnnCall& c : plan.calls) {
+        const index_t first = queries ? c.query_offset : c.key_offset, count = queries ? c.query_count : c.key_count;
+        calls += static_cast<index_t>(i) >= first && static_cast<index_t>(i) < first + count;
+      }
+      const std::string row = std::string(queries ? "query" : "key") + " row " + std::to_string(i);
+      if (one_interval && calls != 1) return row + " sees one run of rows but is in " + std::to_string(calls) + " calls";
+      if (calls > static_cast<long>(seen_runs.size()))
+        return row + " is in " + std::to_string(calls) + " calls for " + std::to_string(seen_runs.size()) + " runs";
+    }
+    return "";
+  };
+  const std::string queries = side_error(true);
+  if (!queries.empty() || mask.window > 0) return queries;
+  return side_error(false);
+}
+
+// What is wrong with a plan cut to rows_per_call query rows against the same
+// block's uncut plan (both exact, checked apart): no call of more rows than
+// the limit, as many calls as the uncut plan's plus those counted as cut, and
+// no query row in more calls than before (a cut shares key rows only).
+std::string cut_error(const BlockPlan& cut, const BlockPlan& whole, index_t rows_per_call, index_t query_rows) {
+  if (static_cast<index_t>(cut.calls.size()) != static_cast<index_t>(whole.calls.size()) + cut.cut_calls)
+    return std::to_string(cut.calls.size()) + " calls, " + std::to_string(whole.calls.size()) + " uncut and " +
+           std::to_string(cut.cut_calls) + " counted as cut";
+  for (const CudnnCall& piece : cut.calls)
+    if (piece.query_count > rows_per_call) return describe(piece) + ": more rows than " + std::to_string(rows_per_call);
+  const auto calls_of_row = [](const BlockPlan& plan, index_t i) {
+    return std::count_if(plan.calls.begin(), plan.calls.end(), [&](const CudnnCall& c) {
+      return i >= c.query_offset && i < c.query_offset + c.query_count;
+    });
+  };
+  for (index_t i = 0; i < query_rows; ++i)
+    if (calls_of_row(cut, i) > calls_of_row(whole, i))
+      return "query row " + std::to_string(i) + " in more calls once cut";
+  return "";
+}
+
+struct SweepCount {
+  long blocks = 0, calls = 0, banded_calls = 0, fallbacks = 0, cut_calls = 0;
+};
 
 // Every (group, source) block of one grid, layout and sequence length, under every mask.
 void check_grid(int sp, int ulysses, Layout layout, index_t seq_len, SweepCount& count) {
   const int groups = sp / ulysses;
+  const bool hybrid_striped = layout == Layout::striped && ulysses > 1 && ulysses < sp;
   for (int g = 0; g < groups; ++g)
     for (int s = 0; s < groups; ++s) {
       const std::vector<index_t> q_pos = group_positions(seq_len, sp, ulysses, g, layout);
       const std::vector<index_t> k_pos = group_positions(seq_len, sp, ulysses, s, layout);
       for (const PositionRules& rules : masks_of(seq_len)) {
+        const std::string where = std::string(strategy_of(sp, ulysses)) + " P " + std::to_string(sp) + " U " +
+                                  std::to_string(ulysses) + " " + to_string(layout) + " N " +
+                                  std::to_string(seq_len) + " group " + std::to_string(g) + " source " +
+                                  std::to_string(s) + " causal " + std::to_string(rules.causal) + " window " +
+                                  std::to_string(rules.window);
+        const AttentionMask mask(rules.causal, rules.window);
         const BlockPlan plan = plan_block(q_pos, k_pos, rules, false);
-        if (plan.whole_block_fallback && may_fall_back(ulysses, layout, rules)) {
-          EXPECT_TRUE(plan.calls.empty());
-          ++count.fallbacks;
-          ++count.blocks;
-          continue;
-        }
-        EXPECT_EQ(plan_error(plan, q_pos, k_pos, AttentionMask(rules.causal, rules.window)), "")
-            << strategy_of(sp, ulysses) << " P " << sp << " U " << ulysses << " " << to_string(layout) << " N "
-            << seq_len << " group " << g << " source " << s << " causal " << rules.causal << " window "
-            << rules.window;
-        // cuDNN cannot mask by document: such blocks always go to the gemm kernel.
-        const BlockPlan with_documents = plan_block(q_pos, k_pos, rules, true);
-        EXPECT_TRUE(with_documents.whole_block_fallback && with_documents.calls.empty());
         ++count.blocks;
+        count.fallbacks += plan.whole_block_fallback;
+        EXPECT_EQ(plan_error(plan, q_pos, k_pos, mask), "") << where;
+        EXPECT_EQ(plan.cut_calls, 0) << where;
+        const std::size_t most_calls = rules.window > 0 ? 0 : hybrid_striped ? ulysses * ulysses : 1;
+        EXPECT_EQ(sharing_error(plan, q_pos, k_pos, mask, most_calls), "") << where;
+        for (const index_t rows_per_call : {index_t{1}, index_t{2}, index_t{3}}) {
+          const BlockPlan cut = plan_block(q_pos, k_pos, rules, false, rows_per_call);
+          EXPECT_EQ(plan_error(cut, q_pos, k_pos, mask), "") << where << " rows per call " << rows_per_call;
+          EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "") << where << " rows per call " << rows_per_call;
+          count.cut_calls += cut.cut_calls;
+        }
         count.calls += static_cast<long>(plan.calls.size());
         for (const CudnnCall& c : plan.calls) count.banded_calls += c.has_right_bound || c.has_left_bound;
       }
     }
 }
 
-// Every block is planned exactly; none falls back but where may_fall_back
-// allows it (every pair of position runs of these layouts has equal strides,
-// or at most two rows, which is one band).
+// Every block of every strategy, layout and rank count 1-8, at 1, 2 and 3
+// rows per rank (contiguous and striped), 2, 4 and 6 (zigzag), is planned
+// exactly, without the gemm fallback, sharing rows only as block_plan.hpp
+// says, and cut along query rows exactly.
 TEST(CudnnPlan, EveryStrategyBlockIsPlannedExactly) {
   SweepCount count;
   for (int sp = 1; sp <= 8; ++sp)
     for (int ulysses = 1; ulysses <= sp; ++ulysses) {
       if (sp % ulysses != 0) continue;
       for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
-        for (index_t c = 1; c <= 4; ++c) check_grid(sp, ulysses, layout, 2 * sp * c, count);
+        for (index_t rows : {index_t{1}, index_t{2}, index_t{3}}) {
+          const index_t seq_len = sp * (layout == Layout::zigzag ? 2 * rows : rows);
+          check_grid(sp, ulysses, layout, seq_len, count);
+        }
     }
   std::cout << "checked " << count.blocks << " blocks, " << count.calls << " calls (" << count.banded_calls
-            << " with a bound), " << count.fallbacks << " blocks on the gemm fallback\n";
-  // The sweep is what it claims: 3 layouts x 4 lengths x 13 masks x (the sum over P of G^2 for every G dividing
-  // P: 248) blocks.
-  EXPECT_EQ(count.blocks, 3L * 4 * 13 * 248);
-  EXPECT_GT(count.banded_calls, 1000);
+            << " with a bound), " << count.fallbacks << " blocks on the gemm fallback; cuts of 1-3 rows added "
+            << count.cut_calls << " calls\n";
+  EXPECT_EQ(count.fallbacks, 0);
+  EXPECT_GT(count.banded_calls, 0);
+  EXPECT_GT(count.cut_calls, 0);
+}
+
+// Packed documents: cuDNN is not given a document mask yet, so such blocks
+// go to the gemm kernel whole (the report counts them).
+TEST(CudnnPlan, PackedDocumentsFallBackWhole) {
+  const std::vector<index_t> own = owned_positions(16, 2, 1, Layout::zigzag);
+  const BlockPlan plan = plan_block(own, own, {true, 0}, true);
+  EXPECT_TRUE(plan.whole_block_fallback);
+  EXPECT_TRUE(plan.calls.empty());
+}
+
+// Where the all-to-all puts each row: row i of the group's rank u lands where
+// group_positions holds that rank's position i; a permutation, the identity
+// where position order is rank order (contiguous), not under zigzag.
+TEST(CudnnPlan, GatheredRowsPutEachRowAtItsPosition) {
+  for (int sp = 1; sp <= 8; ++sp)
+    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
+      if (sp % ulysses != 0) continue;
+      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+        for (int g = 0; g < sp / ulysses; ++g) {
+          const index_t n = 4, seq_len = sp * n;
+          const std::vector<index_t> gathered = group_positions(seq_len, sp, ulysses, g, layout);
+          const std::vector<index_t> rows = gathered_rows(seq_len, sp, ulysses, g, layout);
+          std::vector<int> hits(rows.size(), 0);
+          for (int u = 0; u < ulysses; ++u) {
+            const std::vector<index_t> own = owned_positions(seq_len, sp, g * ulysses + u, layout);
+            for (index_t i = 0; i < n; ++i) {
+              const index_t row = rows[static_cast<std::size_t>(u * n + i)];
+              ASSERT_EQ(gathered[static_cast<std::size_t>(row)], own[static_cast<std::size_t>(i)]);
+              ++hits[static_cast<std::size_t>(row)];
+            }
+          }
+          EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](int h) { return h == 1; }));
+          const bool rank_order = layout == Layout::striped && ulysses > 1 && ulysses < sp;
+          EXPECT_EQ(std::is_sorted(gathered.begin(), gathered.end()), !rank_order || ulysses == 1)
+              << "P " << sp << " U " << ulysses << " " << to_string(layout);
+        }
+    }
+  // Zigzag over P = 2 (chunks 0, 3 on rank 0; 1, 2 on rank 1): rank 1's rows land between rank 0's.
+  EXPECT_EQ(gathered_rows(8, 2, 2, 0, Layout::zigzag), (std::vector<index_t>{0, 1, 6, 7, 2, 3, 4, 5}));
 }
 
 CudnnCall call_of(index_t query_offset, index_t query_count, index_t key_offset, index_t key_count) {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernel_test_util.hpp"
 #include "kernels/attention/dense/dense_attention.hpp"
@@ -90,25 +91,32 @@ TYPED_TEST(UlyssesLayoutTest, ReplicatedHeadsPackAndSum) {
   EXPECT_EQ(to_host(summed), want_sum);
 }
 
-// buffer[s, b, h, i, d] = y[b, h, s*n + i, d]; unpack_rows inverts it.
+// buffer[s, b, h, i, d] = y[b, h, rows(s*n + i), d] for a permutation rows
+// (gathered_rows'), and one that is not the identity; unpack_rows inverts it.
 TYPED_TEST(UlyssesLayoutTest, PackRowsMatchesIndexFormula) {
   using T = TypeParam;
   const index_t rows = kU * kN;
+  std::vector<index_t> gathered(static_cast<std::size_t>(rows));
+  for (index_t r = 0; r < rows; ++r) gathered[static_cast<std::size_t>(r)] = (3 * r + 1) % rows;  // 3 and 10 coprime
+  View1<index_t> gathered_rows("gathered_rows", rows);
+  Kokkos::deep_copy(gathered_rows, Kokkos::View<const index_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                                       gathered.data(), gathered.size()));
   const HostVec y = quantize<T>(Random(611).uniform(kB * kHl * rows * kDh, -1, 1));
   kernels::View5<T> buffer("buffer", kU, kB, kHl, kN, kDh);
   fill_nan(buffer);
-  kernels::pack_rows<T>(to_view4<T>("y", y, kB, kHl, rows, kDh), buffer);
+  kernels::pack_rows<T>(to_view4<T>("y", y, kB, kHl, rows, kDh), gathered_rows, buffer);
   HostVec want(y.size());
   for (index_t s = 0; s < kU; ++s)
     for (index_t b = 0; b < kB; ++b)
       for (index_t h = 0; h < kHl; ++h)
         for (index_t i = 0; i < kN; ++i)
           for (index_t d = 0; d < kDh; ++d)
-            want[buffer_index(s, b, h, i, d)] = y[((b * kHl + h) * rows + s * kN + i) * kDh + d];
+            want[buffer_index(s, b, h, i, d)] =
+                y[((b * kHl + h) * rows + gathered[static_cast<std::size_t>(s * kN + i)]) * kDh + d];
   EXPECT_EQ(to_host(buffer), want);
   View4<T> back("back", kB, kHl, rows, kDh);
   fill_nan(back);
-  kernels::unpack_rows<T>(buffer, back);
+  kernels::unpack_rows<T>(buffer, gathered_rows, back);
   EXPECT_EQ(to_host(back), y);
 }
 

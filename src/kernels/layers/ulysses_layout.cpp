@@ -59,28 +59,28 @@ void unpack_heads(const View5<const T>& buffer, const View4<T>& x) {
 }
 
 template <class T>
-void pack_rows(const View4<const T>& y, const View5<T>& buffer) {
+void pack_rows(const View4<const T>& y, const View1<const index_t>& rows, const View5<T>& buffer) {
   const index_t n = buffer.extent(3);
   for_each_block_row_pack<T>("miniattn::pack_rows", buffer,
                              KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
-                               simd::copy_n(&buffer(s, b, h, i, d), &y(b, h, s * n + i, d), width);
+                               simd::copy_n(&buffer(s, b, h, i, d), &y(b, h, rows(s * n + i), d), width);
                              });
 }
 
 template <class T>
-void unpack_rows(const View5<const T>& buffer, const View4<T>& y) {
+void unpack_rows(const View5<const T>& buffer, const View1<const index_t>& rows, const View4<T>& y) {
   const index_t n = buffer.extent(3);
   for_each_block_row_pack<T>("miniattn::unpack_rows", buffer,
-                                   KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
-                                     simd::copy_n(&y(b, h, s * n + i, d), &buffer(s, b, h, i, d), width);
-                                   });
+                             KOKKOS_LAMBDA(index_t s, index_t b, index_t h, index_t i, index_t d, int width) {
+                               simd::copy_n(&y(b, h, rows(s * n + i), d), &buffer(s, b, h, i, d), width);
+                             });
 }
 
 #define MINIATTN_INSTANTIATE(T)                                                  \
   template void pack_heads<T>(const View4<const T>&, const View5<T>&);           \
   template void unpack_heads<T>(const View5<const T>&, const View4<T>&);         \
-  template void pack_rows<T>(const View4<const T>&, const View5<T>&);            \
-  template void unpack_rows<T>(const View5<const T>&, const View4<T>&);
+  template void pack_rows<T>(const View4<const T>&, const View1<const index_t>&, const View5<T>&);   \
+  template void unpack_rows<T>(const View5<const T>&, const View1<const index_t>&, const View4<T>&);
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 MINIATTN_INSTANTIATE(bf16)

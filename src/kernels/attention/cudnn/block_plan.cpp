@@ -135,17 +135,16 @@ std::vector<Rows> increasing_runs(const Rows& rows) {
   return runs;
 }
 
-// Each query run against all keys (when they increase), else against each key run.
+// Each query run against each key run. (Each query run against all keys
+// first gave no fewer calls for any block of miniattn's layouts: where runs
+// meet, the band breaks at the gap between them.)
 bool plan_by_runs(const Rows& queries, const Rows& keys, const PositionRules& rules,
                   std::vector<CudnnCall>& calls) {
   const std::vector<Rows> query_runs = increasing_runs(queries), key_runs = increasing_runs(keys);
   if (query_runs.size() * key_runs.size() > kMaxRunPairs) return false;
-  const bool keys_increase = key_runs.size() == 1 || strictly_increasing(keys);
-  for (const Rows& query_run : query_runs) {
-    if (keys_increase && plan_as_one_call(query_run, keys, rules, calls)) continue;
+  for (const Rows& query_run : query_runs)
     for (const Rows& key_run : key_runs)
       if (!plan_as_one_call(query_run, key_run, rules, calls)) return false;
-  }
   return true;
 }
 
@@ -169,37 +168,24 @@ CudnnCall call_rows(const CudnnCall& call, index_t first, index_t count) {
   return part;
 }
 
-// cuDNN refuses a sliding window (a left bound) over more queries than keys:
-// such a call goes as pieces of at most key_count rows, each of which sees at
-// least as many keys as it has rows (a band of left bound >= 1 and right
-// bound >= 0 widens as it goes down, and a piece no longer than the keys holds
-// no more rows than the keys it sees).
-void append_windows_cuDNN_takes(const CudnnCall& call, std::vector<CudnnCall>& calls) {
-  if (!call.has_left_bound || call.query_count <= call.key_count) {
-    calls.push_back(call);
+// The call as pieces of call_rows of at most rows_per_call query rows (0: no
+// limit), counted in plan.cut_calls. Besides, cuDNN refuses a sliding window
+// (a left bound) over more queries than keys, so such a call goes as pieces
+// of at most key_count rows, each of which sees at least as many keys as it
+// has rows (a band of left bound >= 1 and right bound >= 0 widens as it goes
+// down, and a piece no longer than the keys holds no more rows than the keys
+// it sees).
+void append_pieces(const CudnnCall& call, index_t rows_per_call, BlockPlan& plan) {
+  const index_t cuDNN_takes = call.has_left_bound ? std::min(call.key_count, call.query_count) : call.query_count;
+  const index_t rows = rows_per_call > 0 ? std::min(rows_per_call, cuDNN_takes) : cuDNN_takes;
+  const auto pieces = [&](index_t r) { return (call.query_count + r - 1) / r; };
+  plan.cut_calls += pieces(rows) - pieces(cuDNN_takes);
+  if (rows == call.query_count) {
+    plan.calls.push_back(call);
     return;
   }
-  for (index_t first = 0; first < call.query_count; first += call.key_count)
-    calls.push_back(call_rows(call, first, std::min(call.key_count, call.query_count - first)));
-}
-
-// Whether two calls share a query row or a key row. cuDNN writes each call's
-// output and gradients in bf16, so a row split over calls is rounded once
-// per part before the parts are summed; where parts cancel (dq's partial sums
-// over key subsets do: a row's dS sums to zero) that costs up to several
-// times plain bf16's error (measured with the host emulation: 4.7x on dk and
-// dq for striped rows under Ulysses). Transformer Engine avoids it by putting
-// Ulysses' rows in position order first; until miniattn does, such blocks go
-// to the gemm kernel.
-bool rows_shared(std::vector<CudnnCall> calls) {
-  const auto overlap = [&](auto first, auto count) {
-    std::sort(calls.begin(), calls.end(), [&](const CudnnCall& a, const CudnnCall& b) { return a.*first < b.*first; });
-    for (std::size_t c = 1; c < calls.size(); ++c)
-      if (calls[c - 1].*first + calls[c - 1].*count > calls[c].*first) return true;
-    return false;
-  };
-  return overlap(&CudnnCall::query_offset, &CudnnCall::query_count) ||
-         overlap(&CudnnCall::key_offset, &CudnnCall::key_count);
+  for (index_t first = 0; first < call.query_count; first += rows)
+    plan.calls.push_back(call_rows(call, first, std::min(rows, call.query_count - first)));
 }
 
 }  // namespace
@@ -211,7 +197,7 @@ bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row) {
 }
 
 BlockPlan plan_block(const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
-                     const PositionRules& rules, bool documents) {
+                     const PositionRules& rules, bool documents, index_t rows_per_call) {
   BlockPlan plan;
   if (documents) {
     plan.whole_block_fallback = true;
@@ -225,11 +211,7 @@ BlockPlan plan_block(const std::vector<index_t>& q_pos, const std::vector<index_
     plan.whole_block_fallback = true;
     return plan;
   }
-  for (const CudnnCall& call : calls) append_windows_cuDNN_takes(call, plan.calls);
-  if (rows_shared(plan.calls)) {
-    plan.calls.clear();
-    plan.whole_block_fallback = true;
-  }
+  for (const CudnnCall& call : calls) append_pieces(call, rows_per_call, plan);
   return plan;
 }
 

@@ -37,18 +37,34 @@ bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row);
 // call, no hidden pair by any; rectangles are disjoint and every query row of
 // a call sees at least one of its keys (cuDNN's output for a row without keys
 // is not to be relied on). No calls and no fallback: the block shows nothing.
+//
+// Which rows several calls share (cuDNN rounds each call's output and
+// gradients to bf16 before they are summed in fp32, and where the parts
+// cancel, as a row's dq over key subsets does, that costs accuracy): a block
+// that is one band is one call; otherwise each maximal arithmetic
+// progression of query positions (a run) is one call against all keys where
+// that is a band, else one call per key run it sees, so a row is shared only
+// between the key runs it sees. With the rows ordered as group_positions
+// orders them (comm/process_grid.hpp), that happens only in hybrid blocks of
+// striped positions between two groups (U key runs a row) and in windows
+// that span the gap between a zigzag rank's two chunks. Besides, a call of
+// more than rows_per_call query rows is cut along its query rows (the
+// deterministic backward keeps dS for every pair of a call): the pieces share
+// the call's key rows and nothing else.
 struct BlockPlan {
   std::vector<CudnnCall> calls;
   // true: the whole block goes to the gemm kernel (which applies the project's own mask) and calls
-  // is empty: cuDNN cannot express it exactly, or only with a query row or a key row split over
-  // several calls (each part rounded to bf16: block_plan.cpp, rows_shared).
+  // is empty: packed documents, which cuDNN cannot mask here.
   bool whole_block_fallback = false;
+  // Calls that rows_per_call added: calls.size() less the calls of the same plan without the limit.
+  index_t cut_calls = 0;
 };
 
 // documents: the mask also hides keys of other packed documents (per sample): whole-block fallback.
-// Work O(rows x runs x log rows), where runs are the maximal arithmetic progressions of the
-// positions (a few per rank of a layout), never O(n_q x n_k).
+// rows_per_call: the most query rows of a call (0: no limit).
+// Work O(rows x runs x log rows), where runs are the maximal arithmetic progressions of the positions
+// (a few per rank of a layout), never O(n_q x n_k).
 BlockPlan plan_block(const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
-                     const PositionRules& rules, bool documents);
+                     const PositionRules& rules, bool documents, index_t rows_per_call = 0);
 
 }  // namespace miniattn::kernels
