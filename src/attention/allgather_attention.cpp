@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "attention/block_reach.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 
 namespace miniattn {
 
@@ -31,6 +32,7 @@ AttentionMemory allgather_memory(const AttentionSizes& z) {
   AttentionMemory memory;
   memory.shared = 2 * R * H * a + kernels::attention_workspace_bytes(own_block(z), z.blocking, s, a) +
                   (G > 1 ? 4 * G * R * Dk * s : 0);
+  memory.cudnn_workspace = kernels::cudnn_workspace_bytes(own_block(z), z.blocking);
   return memory;
 }
 

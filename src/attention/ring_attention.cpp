@@ -5,6 +5,7 @@
 
 #include "attention/block_reach.hpp"
 #include "attention/ring_backward_pass.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 
 namespace miniattn {
 
@@ -41,6 +42,7 @@ AttentionMemory ring_attention_memory(const AttentionSizes& z) {
   AttentionMemory memory;
   memory.shared = 2 * rows * a + kernels::attention_workspace_bytes(block, z.blocking, s, a) +
                   (z.ring_size() > 1 ? 8 * kv * s : 0);
+  memory.cudnn_workspace = kernels::cudnn_workspace_bytes(block, z.blocking);
   return memory;
 }
 

@@ -31,6 +31,7 @@ struct AttentionMask;
 struct AttentionMemory {
   std::size_t shared = 0;     // one workspace all layers share
   std::size_t per_layer = 0;  // each layer instance's own Views
+  std::size_t cudnn_workspace = 0;  // of shared: cuDNN's own (kernels::cudnn_workspace_bytes)
 };
 
 // A strategy's MakeLayers allocates its shared workspace (adding its bytes to

@@ -73,6 +73,8 @@ const std::vector<Field>& fields() {
       {"kernels", "chunk", MINIATTN_CONFIG_REF(kernels, chunk)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
+      {"kernels", "deterministic", MINIATTN_CONFIG_REF(kernels, deterministic)},
+      {"kernels", "cudnn_workspace_mib", MINIATTN_CONFIG_REF(kernels, cudnn_workspace_mib)},
       {"data", "task", MINIATTN_CONFIG_ENUM(data, task)},
       {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
   };

@@ -204,12 +204,13 @@ void check_training(const Config& c) {
   if (t.beta1 < 0.0 || t.beta1 >= 1.0) reject("train.beta1", "must be in [0, 1), got " + number_text(t.beta1));
   if (t.beta2 < 0.0 || t.beta2 >= 1.0) reject("train.beta2", "must be in [0, 1), got " + number_text(t.beta2));
   if (!(t.eps > 0.0)) reject("train.eps", "must be > 0, got " + number_text(t.eps));
+  if (c.kernels.cudnn_workspace_mib < 0.0)
+    reject("kernels.cudnn_workspace_mib", "must be >= 0 (0 leaves cuDNN what the memory plan does not need), got " +
+                                              number_text(c.kernels.cudnn_workspace_mib));
   if (c.run.memory_per_rank_gib < 0.0)
     reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
                                           number_text(c.run.memory_per_rank_gib));
 
-  if (c.run.mode == RunMode::calibrate && c.model.precision == Precision::bf16)
-    reject("model.precision", "run.mode calibrate measures fp32 or fp64 kernels; bf16 runs are predicted from them");
   check_attention_kernel(c);
   require_at_least("run.predict_max_ranks", c.run.predict_max_ranks, 1);
   if (c.run.predict_max_ranks > (std::int64_t{1} << 30))

@@ -83,6 +83,11 @@ struct KernelConfig {
   std::int64_t chunk = 0;        // gemm: rows of a query and of a key chunk; 0: chosen per backend
   std::int64_t query_block = 0;  // fused: 0: chosen per backend (kernels::choose_attention_tiles)
   std::int64_t key_block = 0;
+  // cudnn: its deterministic backward (false: cuDNN's default, dQ summed with
+  // atomics); the host kernels are deterministic either way.
+  bool deterministic = true;
+  // cudnn, deterministic: the most MiB of cuDNN's workspace (0: what the memory plan leaves).
+  double cudnn_workspace_mib = 0.0;
 };
 
 }  // namespace miniattn

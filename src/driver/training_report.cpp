@@ -140,19 +140,35 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
   return b;
 }
 
+// Which backward ran: only cudnn's may be non-deterministic.
+const char* backward_words(const kernels::AttentionBlocking& blocking) {
+  if (blocking.kernel != AttentionKernel::cudnn) return "deterministic";
+  return blocking.deterministic ? "deterministic (cuDNN's deterministic algorithm)"
+                                : "non-deterministic (cuDNN's default: dQ summed with atomics)";
+}
+
 // Rank 0's plan and allocation (pipeline stages differ), the most any rank
-// allocated, and whether every rank allocated what it planned.
+// allocated, and whether every rank allocated what it planned; on a GPU also
+// what the device's own count of free memory lost since the plan (cuDNN's and
+// cuBLAS's handles, NCCL's buffers and the allocator's rounding beside the Views).
 nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, std::size_t baseline_resident,
                               MPI_Comm world) {
   nlohmann::json parts = nlohmann::json::object();
   for (const auto& [name, bytes] : memory.plan.parts) parts[to_string(name)] = bytes;
-  return {{"planned_bytes_per_rank", memory.plan.total()},
-          {"planned_parts", parts},
-          {"allocated_bytes_per_rank", allocated},
-          {"allocated_bytes_most_of_any_rank", spread_over_ranks(static_cast<double>(allocated), world)["max"]},
-          {"plan_holds_on_every_rank", all_ranks(memory.plan.total() == allocated, world)},
-          {"baseline_resident_bytes", baseline_resident},
-          {"available_bytes_per_rank", memory.available.bytes}};
+  nlohmann::json section = {
+      {"planned_bytes_per_rank", memory.plan.total()},
+      {"planned_parts", parts},
+      {"allocated_bytes_per_rank", allocated},
+      {"allocated_bytes_most_of_any_rank", spread_over_ranks(static_cast<double>(allocated), world)["max"]},
+      {"plan_holds_on_every_rank", all_ranks(memory.plan.total() == allocated, world)},
+      {"baseline_resident_bytes", baseline_resident},
+      {"available_bytes_per_rank", memory.available.bytes}};
+  if (memory.device_free_bytes > 0) {
+    const double used = static_cast<double>(memory.device_free_bytes) - static_cast<double>(device_free_bytes());
+    section["device_bytes_used_since_plan"] = used;
+    section["device_used_over_plan"] = used / static_cast<double>(memory.plan.total());
+  }
+  return section;
 }
 
 // The pipeline: stages, their layers, micro-batches in flight, and the
@@ -226,12 +242,18 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   if (tiles.blocking.kernel == AttentionKernel::cudnn) {
     const kernels::CudnnTally tally = kernels::cudnn_tally();
     r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},
+                                     {"backward", backward_words(tiles.blocking)},
+                                     {"query_rows_per_call", tiles.blocking.cudnn_rows_per_call},
                                      {"graphs_built", tally.graphs},
+                                     {"workspace_planned_bytes", tally.workspace_planned_bytes},
+                                     {"workspace_needed_bytes", tally.workspace_needed_bytes},
                                      {"workspace_bytes", tally.workspace_bytes},
                                      {"blocks", tally.blocks},
                                      {"calls", tally.calls},
+                                     {"cut_calls", tally.cut_calls},
                                      {"blocks_on_gemm_fallback", tally.fallback_blocks}};
   }
+  r["attention_tiles"]["backward"] = backward_words(tiles.blocking);
   r["precision"] = to_string(m.precision);
   r["steps"] = c.train.steps;
   r["first_step"] = record.first_step;

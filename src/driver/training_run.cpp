@@ -247,12 +247,13 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const RankShare share = rank_share(c, grid);
   const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);
   const InjectedFault fault = injected_fault(grid.world_rank);
-  const kernels::AttentionTiles tiles = agreed_attention_tiles<T>(c, grid);
+  kernels::AttentionTiles tiles = agreed_attention_tiles<T>(c, grid);
   const ElementSizes sizes = element_sizes(c.model.precision);
   if (sizes.value != sizeof(T) || sizes.acc != sizeof(Acc<T>) || sizes.param != sizeof(Param<T>))
     throw RuntimeFailure("run_training: model.precision " + std::string(to_string(c.model.precision)) +
                          " does not match the types it was dispatched to");
   const MemoryCheck memory = check_memory(c, grid, layout, tiles.blocking, fault);
+  tiles.blocking = memory.blocking;
 
   TrainingState<T> state(c, grid, share, layout, tiles);
   record.first_step = load_or_initialize(state);

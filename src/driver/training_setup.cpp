@@ -177,6 +177,7 @@ kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGri
                                                cudnn_everywhere);
   });
   tiles.blocking.gemm_fallback = tiles.blocking.kernel == AttentionKernel::cudnn && c.data.documents;
+  tiles.blocking.deterministic = c.kernels.deterministic;
   return tiles;
 }
 
@@ -215,6 +216,26 @@ InjectedFault injected_fault(int world_rank) {
   return fault;
 }
 
+namespace {
+
+std::size_t cudnn_workspace_limit(const Config& c) {
+  return static_cast<std::size_t>(c.kernels.cudnn_workspace_mib * 1024.0 * 1024.0);
+}
+
+// A limit below what the smallest cut needs (the same plan on every rank of a stage: refused by all ranks of a
+// stage alike; the stages hold the same attention blocks).
+void refuse_small_cudnn_workspace(const Config& c, const MemoryPlan& plan) {
+  const auto workspace = plan.parts.find(MemoryPart::cudnn_workspace);
+  const std::size_t limit = cudnn_workspace_limit(c);
+  if (limit == 0 || workspace == plan.parts.end() || workspace->second <= limit) return;
+  throw InputError("kernels.cudnn_workspace_mib: " + format_bytes(static_cast<double>(limit)) +
+                   " is less than cuDNN's deterministic backward needs for calls of 64 query rows (" +
+                   format_bytes(static_cast<double>(workspace->second)) +
+                   "); allow more, or set kernels.deterministic: false");
+}
+
+}  // namespace
+
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,
                          const kernels::AttentionBlocking& blocking,
                          const InjectedFault& fault) {
@@ -227,11 +248,21 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   in.documents = c.data.documents;
   in.blocking = blocking;
   MemoryCheck memory;
-  memory.plan = plan_memory(in);
+  memory.device_free_bytes = device_free_bytes();
   const int sharing = ranks_sharing_memory(grid.world);
   const bool faulty = fault.rank == grid.world_rank && fault.memory_gib >= 0;
   const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
   memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, sharing), grid.world);
+  memory.plan = plan_memory_within(in, memory.available.bytes, cudnn_workspace_limit(c));
+  // Pipeline stages plan different amounts: every rank takes the smallest cut.
+  const double cut = static_cast<double>(in.blocking.cudnn_rows_per_call);
+  const double agreed_cut = least_over_ranks(cut > 0 ? cut : std::numeric_limits<double>::infinity(), grid.world).value;
+  if (!std::isinf(agreed_cut) && agreed_cut != cut) {
+    in.blocking.cudnn_rows_per_call = static_cast<index_t>(agreed_cut);
+    memory.plan = plan_memory(in);
+  }
+  memory.blocking = in.blocking;
+  refuse_small_cudnn_workspace(c, memory.plan);
   if (grid.world_rank == 0) print_run_header(c, grid, layout, memory);
   refuse_if_too_large(c, memory, sharing, grid.world);
   return memory;

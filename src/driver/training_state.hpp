@@ -65,9 +65,12 @@ struct AgreedMemory {
 struct MemoryCheck {
   MemoryPlan plan;
   AgreedMemory available;
+  kernels::AttentionBlocking blocking;  // the run's, with the cudnn kernel's cut chosen (the same on every rank)
+  std::size_t device_free_bytes = 0;    // this rank's GPU's free memory when planned (0: host memory)
 };
 
-// Plans this rank's memory, agrees on what is available, prints the run's
+// Agrees on what is available, plans this rank's memory within it (the
+// cudnn kernel's calls cut to fit: plan_memory_within), prints the run's
 // header on world rank 0 and refuses (InputError, the same on every rank) a
 // run that does not fit, before any large allocation.
 MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const ParameterLayout& layout,

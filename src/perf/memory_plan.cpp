@@ -28,6 +28,7 @@ const char* to_string(MemoryPart part) {
   switch (part) {
     case MemoryPart::activations: return "activations";
     case MemoryPart::attention: return "attention";
+    case MemoryPart::cudnn_workspace: return "cudnn workspace";
     case MemoryPart::optimizer: return "optimizer";
     case MemoryPart::parameters_gradients: return "parameters+gradients";
     case MemoryPart::pipeline_send_buffer: return "pipeline send buffer";
@@ -46,6 +47,9 @@ std::size_t MemoryPlan::total() const {
 }
 
 namespace {
+
+// cuDNN rounds a call's query and key rows up to 64 (cudnn_call_workspace_bytes).
+constexpr index_t kCudnnRowsQuantum = 64;
 
 // This rank's sizes, in elements unless named bytes. Bytes of an activation
 // (s), of a statistic or accumulator (a) and of a parameter, gradient or
@@ -84,11 +88,13 @@ RankSizes rank_sizes(const MemoryPlanInput& in) {
   return z;
 }
 
-// The attention strategies, one per layer and slot, plus the workspace they share.
-std::size_t attention_bytes(const MemoryPlanInput& in, const RankSizes& z) {
+// The attention strategies, one per layer and slot, plus the workspace they
+// share, and of that workspace, cuDNN's own.
+void add_attention_parts(const MemoryPlanInput& in, const RankSizes& z, MemoryPlan& plan) {
   const AttentionSizes sizes = attention_sizes(in.model, in, static_cast<index_t>(z.b), in.blocking);
   const AttentionMemory memory = strategy_record(in.strategy).memory(sizes);
-  return memory.shared + z.slots * z.L * memory.per_layer;
+  plan.parts[MemoryPart::attention] = memory.shared - memory.cudnn_workspace + z.slots * z.L * memory.per_layer;
+  if (in.blocking.kernel == AttentionKernel::cudnn) plan.parts[MemoryPart::cudnn_workspace] = memory.cudnn_workspace;
 }
 
 }  // namespace
@@ -136,13 +142,30 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t chunks = static_cast<std::size_t>(kernels::column_sum_chunks(static_cast<index_t>(R)));
   plan.parts[MemoryPart::reduction_workspaces] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
-  plan.parts[MemoryPart::attention] = attention_bytes(in, z);
+  add_attention_parts(in, z, plan);
   return plan;
 }
 
-namespace {
+MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit) {
+  kernels::AttentionBlocking& blocking = in.blocking;
+  blocking.cudnn_rows_per_call = 0;
+  MemoryPlan plan = plan_memory(in);
+  if (blocking.kernel != AttentionKernel::cudnn || !blocking.deterministic) return plan;
+  const auto fits = [&](const MemoryPlan& p) {
+    return (available == 0 || p.total() <= available) &&
+           (cudnn_workspace_limit == 0 || p.parts.at(MemoryPart::cudnn_workspace) <= cudnn_workspace_limit);
+  };
+  // From the block's rows (no cut) down to 64, halving.
+  const index_t block_rows = static_cast<index_t>(in.model.seq_len / in.sp * in.ulysses);
+  index_t rows = kCudnnRowsQuantum;
+  while (rows * 2 < block_rows) rows *= 2;
+  for (; !fits(plan) && rows >= kCudnnRowsQuantum; rows /= 2) {
+    blocking.cudnn_rows_per_call = rows;
+    plan = plan_memory(in);
+  }
+  return plan;
+}
 
-// Free memory of this rank's GPU now; 0 when the Views live in host memory.
 std::size_t device_free_bytes() {
   std::size_t free = 0, total = 0;
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -153,8 +176,6 @@ std::size_t device_free_bytes() {
   (void)total;
   return free;
 }
-
-}  // namespace
 
 int memory_device_id() {
 #if defined(KOKKOS_ENABLE_CUDA)

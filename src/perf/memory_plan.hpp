@@ -30,6 +30,7 @@ namespace miniattn {
 enum class MemoryPart {
   activations,           // saved per block and micro-batch in flight, the residual stream, the head
   attention,             // the strategy's buffers and the kernels' scratch
+  cudnn_workspace,       // cuDNN's own workspace (kernels.attention: cudnn)
   optimizer,             // AdamW's moments
   parameters_gradients,  // master parameters and gradients ((bf16) and the rounded weights)
   pipeline_send_buffer,  // the input gradient sent to the previous stage
@@ -59,6 +60,15 @@ struct MemoryPlanInput : Decomposition {
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
 
+// plan_memory, with the cudnn kernel's deterministic calls cut along their
+// query rows (in.blocking.cudnn_rows_per_call, set here) so that the plan fits
+// `available` bytes (0: unknown, no cut) and cuDNN's workspace fits
+// `cudnn_workspace_limit` (0: no limit of its own): the most rows, a power of
+// two times 64 (cuDNN pads a call's rows and keys to 64) or the whole block,
+// so that a little more or less free memory seldom changes the cut, and with
+// it the bits. The smallest cut when nothing fits (the caller refuses the run).
+MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit);
+
 // Memory one rank may use: run.memory_per_rank_gib if set, else the free
 // memory of where the Views live divided by the ranks that share it: this
 // node's MemAvailable by the ranks on the node, a GPU's free memory (CUDA,
@@ -67,6 +77,9 @@ std::size_t memory_available_per_rank(double memory_per_rank_gib, int ranks_shar
 
 // The GPU this rank's Views live on; -1 for host memory.
 int memory_device_id();
+
+// Free memory of this rank's GPU now (the device's own count); 0 when the Views live in host memory.
+std::size_t device_free_bytes();
 
 std::string format_bytes(double bytes);
 

@@ -171,12 +171,11 @@ bool run_attention(const Options& o, double gemm_gflops) {
   const int warmups = o.n >= 4096 ? 0 : 1;
   const double flops = 4.0 * double(o.n) * double(o.n) * double(o.dh) * double(o.heads);
   const miniattn::kernels::AttentionTiles tiles = miniattn::kernels::choose_attention_tiles<T>(o.tiles, o.dh);
-  const miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
+  miniattn::kernels::AttentionBlocking blocking = tiles.blocking;
+  blocking.deterministic = o.cudnn_deterministic;
   const miniattn::kernels::AttentionWorkspace<T> workspace(x.shape(), blocking);
-  if (workspace.cudnn && !o.cudnn_deterministic) {
-    workspace.cudnn->runner = miniattn::kernels::make_sdpa_runner(false);
-    std::printf("cudnn backward: cuDNN's non-deterministic algorithm (miniattn runs the deterministic one)\n");
-  }
+  if (workspace.cudnn && !o.cudnn_deterministic)
+    std::printf("cudnn backward: cuDNN's non-deterministic algorithm (kernels.deterministic: false)\n");
   print_blocking<T>(tiles, workspace.bytes());
   const bool checked_first = blocking.kernel == miniattn::AttentionKernel::cudnn;
   if (checked_first && !agrees_with_gemm(o, x, blocking, workspace)) return false;

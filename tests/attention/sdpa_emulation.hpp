@@ -21,8 +21,26 @@ namespace miniattn::testing {
 
 class EmulatedSdpa final : public kernels::SdpaRunner {
  public:
+  // What cudnn-frontend 1.23 sizes a backward graph's workspace to
+  // (scaled_dot_product_flash_attention.h; 256 bytes more, as an H200
+  // measured): the deterministic dP-workspace path keeps a bf16 dS of every
+  // pair, rows and keys rounded up to 64; the other an fp32 dQ accumulator;
+  // both an fp32 softmax sum a row. extra_bytes: a need beyond that (a test of
+  // what the kernel does when cuDNN asks for more than the plan counted).
+  explicit EmulatedSdpa(bool deterministic = true, std::size_t extra_bytes = 0)
+      : deterministic_(deterministic), extra_bytes_(extra_bytes) {}
+  std::size_t workspace_needed(const kernels::SdpaCallShape& s, bool backward) override {
+    if (!backward) return 0;
+    const auto up64 = [](index_t x) { return static_cast<std::size_t>((x + 63) / 64 * 64); };
+    const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads), q = static_cast<std::size_t>(s.call.query_count);
+    const std::size_t main = deterministic_ ? rows * up64(s.call.query_count) * up64(s.call.key_count) * 2
+                                            : rows * q * static_cast<std::size_t>(s.head_dim) * 4;
+    return main + rows * q * 4 + 256 + extra_bytes_;
+  }
+  bool deterministic_backward() const override { return deterministic_; }
+
   void forward(const kernels::SdpaCallShape& s, const void* q, const void* k, const void* v, void* out,
-               float* stats) override {
+               float* stats, void*) override {
     require_host();
     const Tensors t{s, q, k, v};
     for (index_t b = 0; b < s.batch; ++b)
@@ -31,10 +49,11 @@ class EmulatedSdpa final : public kernels::SdpaRunner {
   }
 
   void backward(const kernels::SdpaCallShape& s, const void* q, const void* k, const void* v, const void* out,
-                const void* dout, const float* lse, void* dq, void* dk, void* dv) override {
+                const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) override {
     require_host();
     if (s.call.query_count == 1 && s.call.key_count == 1)  // cuDNN 9.19 on Hopper: "s_q = s_kv = 1" unsupported
       throw std::logic_error("cuDNN's backward refuses a call of one query and one key");
+    if (workspace == nullptr) throw std::logic_error("cuDNN's backward needs its workspace");
     const Tensors t{s, q, k, v};
     std::vector<double> dk_sum(key_values(s), 0.0), dv_sum(key_values(s), 0.0);
     for (index_t b = 0; b < s.batch; ++b)
@@ -81,6 +100,9 @@ class EmulatedSdpa final : public kernels::SdpaRunner {
     const float* lse;
     std::uint16_t* dq;
   };
+
+  bool deterministic_;
+  std::size_t extra_bytes_;
 
   static void require_host() {
     if (!kHostExecution) throw std::logic_error("EmulatedSdpa reads host memory: host backends only");

@@ -340,7 +340,7 @@ AttentionWorkspace<T> workspace_for(const AttentionBlocking& blocking, index_t b
                                     index_t dh, index_t nq, index_t nk) {
   AttentionWorkspace<T> workspace({batch, heads, kv_heads, dh, nq, nk}, blocking);
   if (workspace.cudnn && !workspace.cudnn->runner)  // a build without cuDNN: its host emulation
-    workspace.cudnn->runner = std::make_shared<miniattn::testing::EmulatedSdpa>();
+    workspace.cudnn->runner = std::make_shared<miniattn::testing::EmulatedSdpa>(blocking.deterministic);
   return workspace;
 }
 
@@ -1162,13 +1162,18 @@ void run_group(const Problem& p, const std::vector<double>& g, const GroupPositi
 
 }  // namespace cudnn_strategies
 
-TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
-  using namespace cudnn_strategies;
+namespace cudnn_strategies {
+
+// Every strategy, layout and mask through the kernel, calls cut to
+// rows_per_call query rows (0: no cut); prints the worst ratio to plain bf16.
+void check_every_strategy_block(index_t rows_per_call) {
   using miniattn::bf16;
   AttentionBlocking blocking;
   blocking.kernel = AttentionKernel::cudnn;
-  blocking.chunk = 7;            // the fallback's gemm chunks
+  blocking.chunk = 7;             // the fallback's gemm chunks
   blocking.gemm_fallback = true;  // packed documents
+  blocking.cudnn_rows_per_call = rows_per_call;
+  const miniattn::kernels::CudnnTally before = miniattn::kernels::cudnn_tally();
   PlainBf16Rule rule;
   int cases = 0;
   std::uint64_t seed = 3001;
@@ -1195,9 +1200,58 @@ TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
           ++cases;
         }
     }
-  EXPECT_EQ(cases, 8 * 3 * 6);  // (sp, ulysses) pairs x layouts x masks
-  std::printf("cudnn in %d strategy cases: worst error / (plain bf16 error + 1e-4) = %.2f\n", cases,
-              rule.worst_ratio);
+  const miniattn::kernels::CudnnTally after = miniattn::kernels::cudnn_tally();
+  EXPECT_EQ(after.cut_calls > before.cut_calls, rows_per_call > 0);
+  std::printf("cudnn in %d strategy cases, %ld rows a call (0: no cut): worst error / (plain bf16 error + 1e-4) = "
+              "%.2f; %lld calls, %lld of them cut\n",
+              cases, static_cast<long>(rows_per_call), rule.worst_ratio,
+              static_cast<long long>(after.calls - before.calls),
+              static_cast<long long>(after.cut_calls - before.cut_calls));
+}
+
+}  // namespace cudnn_strategies
+
+// Also with every deterministic call cut to 5 query rows (a small cuDNN
+// workspace: kernels.cudnn_workspace_mib), which splits every block here.
+TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
+  for (const index_t rows_per_call : {index_t{0}, index_t{5}}) cudnn_strategies::check_every_strategy_block(rows_per_call);
+}
+
+// cuDNN's workspace is allocated from the memory plan's count
+// (cudnn_workspace_bytes): the largest call of a block, deterministic or
+// not, cut or not, needs no more than the plan counted, as the frontend's
+// sizes say (the emulation's); where a graph needs more, the kernel
+// allocates what it needs and the tally says so (the report's
+// plan_holds_on_every_rank then fails).
+TEST(AttentionCudnn, WorkspaceIsThePlansUnlessAGraphNeedsMore) {
+  namespace k = miniattn::kernels;
+  const k::AttentionShape shape{2, 4, 2, 16, 300, 200};
+  for (const bool deterministic : {true, false})
+    for (const index_t rows_per_call : {index_t{0}, index_t{64}}) {
+      SCOPED_TRACE(std::string(deterministic ? "deterministic" : "atomic") + ", rows per call " +
+                   std::to_string(rows_per_call));
+      AttentionBlocking blocking;
+      blocking.kernel = AttentionKernel::cudnn;
+      blocking.deterministic = deterministic;
+      blocking.cudnn_rows_per_call = rows_per_call;
+      k::CudnnBlocks blocks(shape, blocking);
+      blocks.runner = std::make_shared<miniattn::testing::EmulatedSdpa>(deterministic);
+      const std::size_t planned = k::cudnn_workspace_bytes(shape, blocking), before = blocks.bytes();
+      EXPECT_EQ(k::cudnn_tally().workspace_planned_bytes, planned);
+      k::SdpaCallShape largest{shape.batch, shape.heads, shape.kv_heads, shape.head_dim, shape.queries, shape.keys, {}};
+      const bool cut = deterministic && rows_per_call > 0;
+      largest.call.query_count = cut ? rows_per_call : shape.queries;
+      largest.call.key_count = shape.keys;
+      EXPECT_EQ(blocks.runner->workspace_needed(largest, true), planned);
+      EXPECT_NE(blocks.workspace_for(largest, true), nullptr);
+      EXPECT_EQ(k::cudnn_tally().workspace_bytes, planned);
+      EXPECT_EQ(blocks.bytes(), before);
+      blocks.runner = std::make_shared<miniattn::testing::EmulatedSdpa>(deterministic, 4096);
+      blocks.workspace_for(largest, true);
+      EXPECT_EQ(k::cudnn_tally().workspace_needed_bytes, planned + 4096);
+      EXPECT_EQ(k::cudnn_tally().workspace_bytes, planned + 4096);
+      EXPECT_EQ(blocks.bytes(), before + 4096);
+    }
 }
 
 // cuDNN's backward refuses a call of one query and one key; a window of 2

@@ -7,9 +7,11 @@
 #include <iterator>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "kernels/attention/attention.hpp"
+#include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/kernel_record.hpp"
 
 namespace {
@@ -129,21 +131,32 @@ TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
                                                  {0, 0, miniattn::AttentionKernel::gemm, 1000});
   EXPECT_EQ(whole.bytes(), 2u * 6 * 100 * 50 * (2 + 4) + (2u * 6 * 100 * 16 + 2 * 2 * 3 * 50 * 16) * 4);
   // cudnn: a call's output (then dq) and LSE, its dk and dv, a block's fp32
-  // dk and dv sums, beside the fp32 output accumulator; the plan adds its
-  // estimate of cuDNN's own workspace (the deterministic backward's bf16 dS
-  // of every query-key pair, an fp32 a query row and 256 bytes), and with the
-  // gemm fallback (packed documents) the gemm kernel's scratch.
+  // dk and dv sums, beside the fp32 output accumulator, and cuDNN's own
+  // workspace, allocated from the plan's estimate: the deterministic
+  // backward's bf16 dS of every query-key pair (both rounded up to 64), an
+  // fp32 a query row and 256 bytes; with calls cut to 64 query rows, 64 rows'
+  // worth; the non-deterministic backward's fp32 dQ instead of dS. With the
+  // gemm fallback (packed documents), the gemm kernel's scratch too.
   const AttentionShape shape{2, 6, 3, 16, 100, 37};
-  const std::size_t cudnn_estimate = 2u * 6 * 100 * 37 * 2 + 2u * 6 * 100 * 4 + 256;
-  for (const bool fallback : {false, true}) {
-    AttentionBlocking cudnn{0, 0, miniattn::AttentionKernel::cudnn, 64};
-    cudnn.gemm_fallback = fallback;
-    const AttentionWorkspace<miniattn::bf16> w(shape, cudnn);
-    const std::size_t own = 2u * 6 * 100 * 16 * (2 + 4) + 2u * 6 * 100 * 4 + 2u * 2 * 3 * 37 * 16 * (2 + 4);
-    const std::size_t gemm_scratch = 2u * 6 * 64 * 32 * (2 + 4) + 2u * 2 * 3 * 32 * 16 * 4;  // keys: 64 / 2
-    EXPECT_EQ(w.bytes(), own + (fallback ? gemm_scratch : 0)) << "gemm fallback " << fallback;
-    EXPECT_EQ(attention_workspace_bytes(shape, cudnn, 2, 4), w.bytes() + cudnn_estimate);
-  }
+  const std::size_t deterministic = 2u * 6 * 128 * 64 * 2 + 2u * 6 * 100 * 4 + 256;
+  const std::size_t cut_to_64 = 2u * 6 * 64 * 64 * 2 + 2u * 6 * 64 * 4 + 256;
+  const std::size_t atomic = 2u * 6 * 100 * 16 * 4 + 2u * 6 * 100 * 4 + 256;
+  for (const bool fallback : {false, true})
+    for (const auto& [algorithm, rows_per_call, cudnn_workspace] :
+         {std::tuple{true, 0, deterministic}, std::tuple{true, 64, cut_to_64}, std::tuple{false, 64, atomic}}) {
+      AttentionBlocking cudnn{0, 0, miniattn::AttentionKernel::cudnn, 64};
+      cudnn.gemm_fallback = fallback;
+      cudnn.deterministic = algorithm;
+      cudnn.cudnn_rows_per_call = rows_per_call;
+      const AttentionWorkspace<miniattn::bf16> w(shape, cudnn);
+      const std::size_t own = 2u * 6 * 100 * 16 * (2 + 4) + 2u * 6 * 100 * 4 + 2u * 2 * 3 * 37 * 16 * (2 + 4);
+      const std::size_t gemm_scratch = 2u * 6 * 64 * 32 * (2 + 4) + 2u * 2 * 3 * 32 * 16 * 4;  // keys: 64 / 2
+      SCOPED_TRACE(std::string("gemm fallback ") + (fallback ? "on" : "off") + ", deterministic " +
+                   (algorithm ? "on" : "off") + ", rows per call " + std::to_string(rows_per_call));
+      EXPECT_EQ(cudnn_workspace_bytes(shape, cudnn), cudnn_workspace);
+      EXPECT_EQ(w.bytes(), own + (fallback ? gemm_scratch : 0) + cudnn_workspace);
+      EXPECT_EQ(attention_workspace_bytes(shape, cudnn, 2, 4), w.bytes());
+    }
 }
 
 TEST(AttentionTiles, ScratchGrowsWithTheTiles) {

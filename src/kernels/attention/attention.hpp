@@ -139,6 +139,13 @@ struct AttentionBlocking {
   // cudnn: blocks cuDNN cannot express (packed documents) run the gemm
   // kernel, whose chunk-pair scratch the workspace then holds.
   bool gemm_fallback = false;
+  // cudnn: cuDNN's deterministic backward (kernels.deterministic), and the
+  // most query rows of one of its calls (0: no limit), which bounds the dS
+  // that backward keeps for every pair of a call (the memory plan chooses it:
+  // perf/memory_plan.hpp, plan_memory_within). The host kernels are
+  // deterministic whatever this says.
+  bool deterministic = true;
+  index_t cudnn_rows_per_call = 0;
   // Whether the gemm kernel's scratch is needed.
   bool runs_gemm() const {
     return kernel == AttentionKernel::gemm || (kernel == AttentionKernel::cudnn && gemm_fallback);

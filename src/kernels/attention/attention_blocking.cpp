@@ -154,7 +154,7 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
     else logits = View1<Acc<T>>("attention.chunk_logits", e.chunk_pair);
   }
   if constexpr (std::is_same<T, bf16>::value)
-    if (blocking.kernel == AttentionKernel::cudnn) cudnn = std::make_shared<CudnnBlocks>(shape);
+    if (blocking.kernel == AttentionKernel::cudnn) cudnn = std::make_shared<CudnnBlocks>(shape, blocking);
 }
 
 template <class T>
@@ -170,7 +170,8 @@ std::size_t attention_workspace_bytes(const AttentionShape& shape, const Attenti
   return static_cast<std::size_t>(2 * e.transposed + e.chunk_pair) * value_bytes +
          static_cast<std::size_t>(e.chunk_pair) * acc_bytes +
          static_cast<std::size_t>(e.accumulator + 2 * e.key_accumulator) * acc_bytes +
-         (blocking.kernel == AttentionKernel::cudnn ? cudnn_blocks_bytes(shape) : 0);
+         (blocking.kernel == AttentionKernel::cudnn ? cudnn_blocks_bytes(shape) + cudnn_workspace_bytes(shape, blocking)
+                                                    : 0);
 }
 
 template <class T>

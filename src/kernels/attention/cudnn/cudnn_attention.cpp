@@ -1,6 +1,7 @@
 // The cudnn kernel (cudnn_attention.hpp): plans, calls and the merges.
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -144,38 +145,73 @@ void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index
       });
 }
 
+void count_calls(const BlockPlan& plan, const SdpaRunner& runner) {
+  tally().calls += static_cast<std::int64_t>(plan.calls.size());
+  tally().cut_calls += plan.cut_calls;
+  tally().graphs = runner.graphs_built();
+}
+
 }  // namespace
 
 CudnnTally cudnn_tally() { return tally(); }
 
-CudnnBlocks::CudnnBlocks(const AttentionShape& s)
-    : runner(default_sdpa_runner()),
+CudnnBlocks::CudnnBlocks(const AttentionShape& s, const AttentionBlocking& blocking)
+    : runner(default_sdpa_runner(blocking.deterministic)),
       rows("cudnn.call_rows", s.batch, s.heads, s.queries, s.head_dim),
       stats("cudnn.call_lse", s.batch * s.heads * s.queries),
       dk("cudnn.call_dk", s.batch, s.kv_heads, s.keys, s.head_dim),
       dv("cudnn.call_dv", s.batch, s.kv_heads, s.keys, s.head_dim),
       dk_sum("cudnn.block_dk", s.batch, s.kv_heads, s.keys, s.head_dim),
-      dv_sum("cudnn.block_dv", s.batch, s.kv_heads, s.keys, s.head_dim) {}
+      dv_sum("cudnn.block_dv", s.batch, s.kv_heads, s.keys, s.head_dim),
+      rows_per_call_(blocking.deterministic ? blocking.cudnn_rows_per_call : 0),
+      workspace_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cudnn.workspace"),
+                 cudnn_workspace_bytes(s, blocking)) {
+  tally().workspace_planned_bytes = workspace_.extent(0);
+  tally().workspace_needed_bytes = 0;
+  tally().workspace_bytes = workspace_.extent(0);
+  tally().deterministic_backward = blocking.deterministic;
+}
 
 std::size_t CudnnBlocks::bytes() const {
   return (rows.span() + dk.span() + dv.span()) * sizeof(bf16) +
-         (stats.span() + dk_sum.span() + dv_sum.span()) * sizeof(float);
+         (stats.span() + dk_sum.span() + dv_sum.span()) * sizeof(float) + workspace_.span();
+}
+
+void* CudnnBlocks::workspace_for(const SdpaCallShape& call, bool backward) {
+  const std::size_t needed = runner->workspace_needed(call, backward);
+  tally().workspace_needed_bytes = std::max(tally().workspace_needed_bytes, needed);
+  if (needed > workspace_.extent(0)) {
+    workspace_ = View1<unsigned char>();
+    workspace_ = View1<unsigned char>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cudnn.workspace"), needed);
+    tally().workspace_bytes = needed;
+  }
+  return workspace_.data();
 }
 
 std::size_t cudnn_blocks_bytes(const AttentionShape& s) {
   const auto count = [](index_t x) { return static_cast<std::size_t>(x); };
   const std::size_t query_rows = count(s.batch) * count(s.heads) * count(s.queries);
   const std::size_t key_values = count(s.batch) * count(s.kv_heads) * count(s.keys) * count(s.head_dim);
-  const std::size_t own = (query_rows * count(s.head_dim) + 2 * key_values) * sizeof(bf16) +
-                          (query_rows + 2 * key_values) * sizeof(float);
-  // cuDNN's workspace is known only once its graphs are built on a GPU: an
-  // estimate, from what cuDNN 9.19's deterministic backward asked for on an
-  // H200 (2026-11-28, N = 32768, H = 4: 8590459136 bytes = 2 H N^2 + 4 H N + 256).
-  // It keeps dS of every (query, key) pair of the call in bf16 and forms dQ = dS K
-  // after the kernel (cuDNN's matmul_dq), so it grows with the block's area.
-  const std::size_t pairs = query_rows * count(s.keys);
-  const std::size_t cudnn_estimate = pairs * sizeof(bf16) + query_rows * sizeof(float) + 256;
-  return own + cudnn_estimate;
+  return (query_rows * count(s.head_dim) + 2 * key_values) * sizeof(bf16) +
+         (query_rows + 2 * key_values) * sizeof(float);
+}
+
+std::size_t cudnn_call_workspace_bytes(const AttentionShape& s, index_t query_rows, index_t key_rows,
+                                       bool deterministic) {
+  const auto count = [](index_t x) { return static_cast<std::size_t>(x); };
+  const auto ceil64 = [&](index_t x) { return (count(x) + 63) / 64 * 64; };
+  const std::size_t row_sets = count(s.batch) * count(s.heads);
+  const std::size_t softmax_sums = row_sets * count(query_rows) * sizeof(float);
+  const std::size_t dq_or_ds = deterministic ? row_sets * ceil64(query_rows) * ceil64(key_rows) * sizeof(bf16)
+                                             : row_sets * count(query_rows) * count(s.head_dim) * sizeof(float);
+  return dq_or_ds + softmax_sums + 256;
+}
+
+std::size_t cudnn_workspace_bytes(const AttentionShape& s, const AttentionBlocking& blocking) {
+  if (blocking.kernel != AttentionKernel::cudnn) return 0;
+  const index_t limit = blocking.deterministic ? blocking.cudnn_rows_per_call : 0;
+  const index_t rows = limit > 0 ? std::min(limit, s.queries) : s.queries;
+  return cudnn_call_workspace_bytes(s, rows, s.keys, blocking.deterministic);
 }
 
 const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope) {
@@ -185,8 +221,9 @@ const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return found->second.plan;
   const PositionRules rules{scope.mask.causal, scope.mask.window};
-  Planned made{plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents), scope.q_pos,
-               scope.k_pos};
+  Planned made{
+      plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents, rows_per_call_),
+      scope.q_pos, scope.k_pos};
   return plans_.emplace(key, std::move(made)).first->second.plan;
 }
 
@@ -203,12 +240,12 @@ void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16
   }
   SdpaRunner& runner = runner_of(blocks);
   for (const CudnnCall& call : plan.calls) {
-    runner.forward(call_shape(q, k, call), q.data(), k.data(), v.data(), blocks.rows.data(), blocks.stats.data());
+    const SdpaCallShape shape = call_shape(q, k, call);
+    void* workspace = blocks.workspace_for(shape, false);
+    runner.forward(shape, q.data(), k.data(), v.data(), blocks.rows.data(), blocks.stats.data(), workspace);
     merge_call_output(call, blocks.rows, blocks.stats, out_acc, row_max, row_sum);
-    ++tally().calls;
   }
-  tally().graphs = runner.graphs_built();
-  tally().workspace_bytes = runner.workspace_bytes();
+  count_calls(plan, runner);
 }
 
 void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
@@ -235,8 +272,10 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
       single_pair_backward(call, q, k, v, dout, lse, delta, blocks);
     } else {
       copy_call_lse(call, lse, blocks.stats);
-      runner.backward(call_shape(q, k, call), q.data(), k.data(), v.data(), out.data(), dout.data(),
-                      blocks.stats.data(), blocks.rows.data(), blocks.dk.data(), blocks.dv.data());
+      const SdpaCallShape shape = call_shape(q, k, call);
+      void* workspace = blocks.workspace_for(shape, true);
+      runner.backward(shape, q.data(), k.data(), v.data(), out.data(), dout.data(), blocks.stats.data(),
+                      blocks.rows.data(), blocks.dk.data(), blocks.dv.data(), workspace);
     }
     add_rows(blocks.rows, dq, call.query_offset, call.query_count);
     if (summed) {
@@ -246,14 +285,12 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
       add_rows(blocks.dk, dk, call.key_offset, call.key_count);
       add_rows(blocks.dv, dv, call.key_offset, call.key_count);
     }
-    ++tally().calls;
   }
   if (summed) {
     add_rows(blocks.dk_sum, dk, 0, dk.extent(2));
     add_rows(blocks.dv_sum, dv, 0, dv.extent(2));
   }
-  tally().graphs = runner.graphs_built();
-  tally().workspace_bytes = runner.workspace_bytes();
+  count_calls(plan, runner);
 }
 
 }  // namespace miniattn::kernels

@@ -15,7 +15,7 @@
 //             and added to the travelling bf16 dk, dv with one rounding per
 //             block (the gemm kernel rounds once per key chunk).
 // A block the planner cannot express (packed documents) runs the gemm kernel
-// whole. A backward call of one query and one key, which cuDNN refuses, is
+// whole. cuDNN's workspace is allocated once, from the memory plan. A backward call of one query and one key, which cuDNN refuses, is
 // computed by a small kernel of its own. Calls run in plan order: the same
 // bits on every run.
 #include <cstdint>
@@ -33,8 +33,13 @@ namespace miniattn::kernels {
 // What a process gave to cuDNN and to the gemm fallback so far (the report).
 struct CudnnTally {
   std::int64_t blocks = 0, calls = 0, fallback_blocks = 0;
+  std::int64_t cut_calls = 0;  // calls that cudnn_rows_per_call added (block_plan.hpp)
   int graphs = 0;
-  std::size_t workspace_bytes = 0;  // cuDNN's own, beside the memory plan (its estimate: cudnn_blocks_bytes)
+  // Of the last CudnnBlocks made (a run makes one):
+  std::size_t workspace_planned_bytes = 0;  // cudnn_workspace_bytes: what the memory plan counted
+  std::size_t workspace_needed_bytes = 0;   // the most any call's graph asked for
+  std::size_t workspace_bytes = 0;          // what is allocated: the plan's, or more where a graph needed more
+  bool deterministic_backward = true;
 };
 CudnnTally cudnn_tally();
 
@@ -48,25 +53,44 @@ std::string cudnn_unavailable_reason_for(index_t head_dim);
 // cudnnGetVersion() of the library loaded (91900 for 9.19.0), 0 without one.
 long cudnn_version();
 
-// The runner of this build: cuDNN on the default execution space's stream
-// where miniattn was built with it (MINIATTN_HAVE_CUDNN), else null.
-std::shared_ptr<SdpaRunner> default_sdpa_runner();
-// A runner of its own, its backward deterministic or not (bench_attention
-// times the difference; miniattn runs only the deterministic one). Null as above.
+// The runner of this build, one a process for each backward algorithm:
+// cuDNN on the default execution space's stream where miniattn was built
+// with it (MINIATTN_HAVE_CUDNN), else null. Its backward is cuDNN's
+// deterministic algorithm (dQ reduced without atomics through a bf16 dS of
+// every pair of a call) or, deterministic_backward false, its default one
+// (dQ summed with fp32 atomics: repeats may differ in the last bits).
+std::shared_ptr<SdpaRunner> default_sdpa_runner(bool deterministic_backward);
+// A runner of its own (bench_attention). Null as above.
 std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward);
+
+// cuDNN's workspace for one call of query_rows x key_rows rows of a block of
+// `shape` (per sample and head), as cudnn-frontend 1.23 sizes its graphs
+// (scaled_dot_product_flash_attention.h): deterministic, the dP-workspace
+// backward's bf16 dS of every pair, b h ceil64(s_q) ceil64(s_kv) 2 bytes, and
+// its fp32 softmax sums; otherwise its fp32 dQ accumulator, b h s_q Dh 4
+// bytes, and the sums; 256 bytes more (measured on an H200, 2026-11-28,
+// deterministic at N = 32768, H = 4: 8590459136 bytes, the formula's to the byte).
+std::size_t cudnn_call_workspace_bytes(const AttentionShape& shape, index_t query_rows, index_t key_rows,
+                                       bool deterministic);
+// The workspace the cudnn kernel allocates for blocks of `shape`: the largest
+// call's, with calls cut to blocking.cudnn_rows_per_call query rows.
+std::size_t cudnn_workspace_bytes(const AttentionShape& shape, const AttentionBlocking& blocking);
 
 // The cudnn kernel's state for one block shape (AttentionWorkspace<bf16>::cudnn):
 // where a call's outputs land before they are merged, the plans of the blocks
 // met so far (positions are never written after the run's setup) and the runner.
 class CudnnBlocks {
  public:
-  explicit CudnnBlocks(const AttentionShape& shape);
+  CudnnBlocks(const AttentionShape& shape, const AttentionBlocking& blocking);
   std::shared_ptr<SdpaRunner> runner;  // default_sdpa_runner(); tests put an emulation here
   View4<bf16> rows;                    // a call's out (forward), then its dq (backward): [B, H, queries, Dh]
   View1<float> stats;                  // a call's LSE, or its rows' global LSE: [B, H, its rows]
   View4<bf16> dk, dv;                  // a call's dk, dv [B, KV, keys, Dh]
   View4<float> dk_sum, dv_sum;         // a block's calls' dk, dv summed before the one rounding
   const BlockPlan& plan(const AttentionScope& scope);
+  // cuDNN's workspace for the call (allocated from the plan; grown, and the
+  // tally told, when a graph needs more than the plan counted).
+  void* workspace_for(const SdpaCallShape& call, bool backward);
   std::size_t bytes() const;
 
  private:
@@ -78,8 +102,10 @@ class CudnnBlocks {
     View1<const index_t> q_pos, k_pos;
   };
   std::map<PlanKey, Planned> plans_;
+  index_t rows_per_call_ = 0;
+  View1<unsigned char> workspace_;
 };
-// What CudnnBlocks allocates, and an estimate of cuDNN's own workspace (the memory plan).
+// What CudnnBlocks allocates beside cuDNN's workspace (cudnn_workspace_bytes).
 std::size_t cudnn_blocks_bytes(const AttentionShape& shape);
 
 void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,

@@ -235,8 +235,9 @@ std::shared_ptr<Graph> forward_graph(const SdpaCallShape& s, int sm_version) {
 // dQ, dK, dV from the GLOBAL O and Stats (cuDNN recomputes D = rowsum(dO * O)
 // from the O it is given, so the global output yields this call's exact
 // share). Deterministic: on Hopper dQ is reduced without atomics, so a run
-// repeats bit for bit (the project's determinism checks need it). The
-// non-deterministic algorithm is only there to time what determinism costs.
+// repeats bit for bit (the project's determinism checks need it), through a
+// bf16 dS of every pair of the call; otherwise (kernels.deterministic: false)
+// dQ is summed in an fp32 workspace with atomics.
 std::shared_ptr<Graph> backward_graph(const SdpaCallShape& s, int sm_version, bool deterministic) {
   auto graph = new_graph(sm_version);
   auto [q, k, v] = query_key_value(*graph, s);
@@ -310,11 +311,11 @@ std::string cudnn_unavailable_reason() { return cudnn_library().unavailable; }
 
 long cudnn_library_version() { return cudnn_library().version; }
 
-std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version) {
+std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version, bool deterministic) {
   if (const std::string why = cudnn_unavailable_reason(); !why.empty()) return why;
   if (const std::string why = shape_error(shape); !why.empty()) return describe(shape, backward) + ": " + why;
   try {
-    auto graph = make_graph(shape, backward, sm_version);
+    auto graph = make_graph(shape, backward, sm_version, deterministic);
     auto status = graph->validate();
     return status.is_good() ? "" : status.get_message();
   } catch (const std::exception& e) {

@@ -27,10 +27,11 @@ std::string cudnn_unavailable_reason();
 long cudnn_library_version();
 
 // Builds the forward (out + stats) or backward (dq, dk, dv; deterministic
-// algorithm) SDPA graph of a call for sm_<sm_version> and runs validate()
-// only: no GPU needed, only a loadable libcudnn. "" when valid, else the
-// frontend's message (or cudnn_unavailable_reason()).
-std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version);
+// algorithm unless `deterministic` is false) SDPA graph of a call for
+// sm_<sm_version> and runs validate() only: no GPU needed, only a loadable
+// libcudnn. "" when valid, else the frontend's message (or cudnn_unavailable_reason()).
+std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version,
+                                bool deterministic = true);
 
 // Runs calls on one CUDA stream. Graphs are built per (shape minus the row
 // offsets, direction) and cached: the offsets only move the pointers.
@@ -39,8 +40,8 @@ class CudnnSdpa {
  public:
   // cudnnCreate + cudnnSetStream (needs a GPU). cuda_stream is a cudaStream_t.
   // Throws std::runtime_error with the reason when cuDNN cannot run.
-  // deterministic_backward false (bench_attention only) times cuDNN's faster
-  // backward that sums dQ with atomics: repeats then differ in the last bits.
+  // deterministic_backward false (kernels.deterministic: false) runs cuDNN's
+  // faster backward that sums dQ with atomics: repeats may differ in the last bits.
   explicit CudnnSdpa(void* cuda_stream, bool deterministic_backward = true);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;

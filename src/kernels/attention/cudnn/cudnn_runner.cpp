@@ -17,31 +17,25 @@ namespace {
 
 class CudnnRunner final : public SdpaRunner {
  public:
-  explicit CudnnRunner(bool deterministic_backward) : sdpa_(ExecSpace().cuda_stream(), deterministic_backward) {}
-  void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
-               float* stats) override {
-    sdpa_.forward(shape, q, k, v, out, stats, workspace_for(shape, false));
+  explicit CudnnRunner(bool deterministic_backward)
+      : sdpa_(ExecSpace().cuda_stream(), deterministic_backward), deterministic_(deterministic_backward) {}
+  std::size_t workspace_needed(const SdpaCallShape& shape, bool backward) override {
+    return sdpa_.prepare(shape, backward);
+  }
+  void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out, float* stats,
+               void* workspace) override {
+    sdpa_.forward(shape, q, k, v, out, stats, workspace);
   }
   void backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
-                const void* dout, const float* lse, void* dq, void* dk, void* dv) override {
-    sdpa_.backward(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace_for(shape, true));
+                const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) override {
+    sdpa_.backward(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace);
   }
   int graphs_built() const override { return sdpa_.graphs_built(); }
-  std::size_t workspace_bytes() const override { return workspace_.extent(0); }
+  bool deterministic_backward() const override { return deterministic_; }
 
  private:
-  // cuDNN's workspace grows to the largest graph's; graphs are built once per
-  // shape, so this allocates only while new shapes are met.
-  void* workspace_for(const SdpaCallShape& shape, bool backward) {
-    const std::size_t bytes = sdpa_.prepare(shape, backward);
-    if (bytes > workspace_.extent(0)) {
-      workspace_ = View1<unsigned char>();
-      workspace_ = View1<unsigned char>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cudnn.workspace"), bytes);
-    }
-    return workspace_.data();
-  }
   CudnnSdpa sdpa_;
-  View1<unsigned char> workspace_;
+  bool deterministic_;
 };
 
 }  // namespace
@@ -75,17 +69,19 @@ std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward) {
 #endif
 }
 
-// One runner a process: its graphs serve every layer and strategy. It holds
-// a View, so it goes before Kokkos finalizes.
-std::shared_ptr<SdpaRunner> default_sdpa_runner() {
+// One runner a process and backward algorithm: its graphs serve every layer
+// and strategy. Its cuDNN handle goes before Kokkos finalizes.
+std::shared_ptr<SdpaRunner> default_sdpa_runner(bool deterministic_backward) {
 #ifdef MINIATTN_CUDNN_RUNNER
-  static std::shared_ptr<SdpaRunner> runner;
+  static std::shared_ptr<SdpaRunner> runners[2];
+  std::shared_ptr<SdpaRunner>& runner = runners[deterministic_backward ? 1 : 0];
   if (!runner) {
-    runner = make_sdpa_runner(true);
-    Kokkos::push_finalize_hook([] { runner.reset(); });
+    runner = make_sdpa_runner(deterministic_backward);
+    Kokkos::push_finalize_hook([&runner] { runner.reset(); });
   }
   return runner;
 #else
+  (void)deterministic_backward;
   return nullptr;
 #endif
 }

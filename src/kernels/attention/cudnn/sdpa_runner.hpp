@@ -15,19 +15,23 @@ namespace miniattn::kernels {
 class SdpaRunner {
  public:
   virtual ~SdpaRunner() = default;
+  // Device bytes of workspace the call needs (cuDNN: its graph's, built here
+  // on first use; 0 for a runner without one). forward and backward take a
+  // workspace of at least that many bytes.
+  virtual std::size_t workspace_needed(const SdpaCallShape& shape, bool backward) = 0;
   // out (the call's rows, normalised) and stats (their natural-log LSE of the
   // scaled scores), both overwritten.
   virtual void forward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, void* out,
-                       float* stats) = 0;
+                       float* stats, void* workspace) = 0;
   // One call's share of the gradients given the GLOBAL output and LSE of its
   // queries (lse: its rows' global LSE): dq of its query rows, dk and dv of
   // its key rows, overwritten.
   virtual void backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
-                        const void* dout, const float* lse, void* dq, void* dk, void* dv) = 0;
+                        const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) = 0;
   // Graphs built so far (a runner without graphs: 0).
   virtual int graphs_built() const { return 0; }
-  // Device bytes of cuDNN's own workspace so far: the largest graph's need.
-  virtual std::size_t workspace_bytes() const { return 0; }
+  // Whether the backward is deterministic (cuDNN's deterministic algorithm, or an emulation's fixed order).
+  virtual bool deterministic_backward() const { return true; }
 };
 
 }  // namespace miniattn::kernels
