@@ -81,6 +81,9 @@ std::string hex(std::uint64_t value) {
   return text;
 }
 
+// The float type of the stored datasets (restart_review.hpp reads it too).
+constexpr const char* kParameterType = kParameterTypeAttribute;
+
 template <class T>
 const char* precision_name() {
   return std::is_same_v<T, float> ? "fp32" : "fp64";
@@ -327,13 +330,18 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
 
   Hdf5File file = Hdf5File::create(path, grid.world);
   write_config_attributes(file, config, grid.world_size);
-  file.set_attribute("/", "precision", std::string(precision_name<T>()));  // the stored type, whatever the deck
+  file.set_attribute("/", kParameterType, std::string(precision_name<T>()));  // fp32 master parameters under bf16
   file.set_attribute("/", "step", state.step);
   file.set_attribute("/", "optimizer_steps", state.optimizer_steps);
   file.set_attribute("/", "seed", static_cast<std::int64_t>(state.seed));
   const OptimizerKind optimizer = adam_m != nullptr ? OptimizerKind::adamw : config.train.optimizer;
   file.set_attribute("/", "optimizer", std::string(to_string(optimizer)));
-  file.set_attribute("/", "task", std::string(to_string(config.data.task)));  // restart_keys compares it
+  // restart_keys compares these.
+  file.set_attribute("/", "task", std::string(to_string(config.data.task)));
+  file.set_attribute("/", "beta1", config.train.beta1);
+  file.set_attribute("/", "beta2", config.train.beta2);
+  file.set_attribute("/", "eps", config.train.eps);
+  file.set_attribute("/", "deterministic", static_cast<std::int64_t>(config.kernels.deterministic ? 1 : 0));
   file.set_attribute("/", "checksum_algorithm", std::string(kChecksumAlgorithm));
   for (std::size_t g = 0; g < groups.size(); ++g) {
     write_parameter_group(file, groups[g], layout, grid, positions, config.parallel.layout, *buffers[g]);
@@ -357,13 +365,14 @@ CheckpointState read_checkpoint_header(const Hdf5File& file, const std::string& 
     throw InputError(path + ": checkpoint holds step " + std::to_string(state.step) + " and optimizer_steps " +
                      std::to_string(state.optimizer_steps) + ", expected non-negative values");
   }
+  const char* attribute = file.has_attribute("/", kParameterType) ? kParameterType : "precision";  // older files
   try {
-    precision = file.get_string_attribute("/", "precision");
+    precision = file.get_string_attribute("/", attribute);
   } catch (const InputError& e) {
     throw InputError(path + ": not a miniattn checkpoint (" + without_path(path, e.what()) + ")");
   }
   if (precision != "fp32" && precision != "fp64") {
-    throw InputError(path + ": attribute precision on / is \"" + precision + "\", expected fp32 or fp64");
+    throw InputError(path + ": attribute " + attribute + " on / is \"" + precision + "\", expected fp32 or fp64");
   }
   return state;
 }

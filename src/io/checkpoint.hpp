@@ -7,9 +7,13 @@
 //   /optim/m/<name>     AdamW first moment  (absent for sgd)
 //   /optim/v/<name>     AdamW second moment (absent for sgd)
 //   attributes on "/":  step (the next step to run), optimizer_steps, seed,
-//                       optimizer, task, checksum_algorithm, and the config
-//                       (io::write_config_attributes; "precision" is the stored
-//                       float type of every dataset above)
+//                       optimizer, task, beta1, beta2, eps, deterministic,
+//                       checksum_algorithm, parameter_type (fp32 or fp64: the
+//                       stored float type of every dataset above), and the
+//                       config (io::write_config_attributes; "precision" is
+//                       model.precision, bf16 included). Files written before
+//                       parameter_type existed hold the stored type in "precision".
+
 //   attribute "checksum" on every dataset: CRC-32 (zlib) of the dataset's
 //                       stored little-endian bytes in global row-major order,
 //                       as an int64. It does not depend on the rank layout.

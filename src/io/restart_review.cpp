@@ -86,12 +86,25 @@ std::string documents_why(const std::string&, const std::string& deck) {
 std::string task_why(const std::string&, const std::string& deck) {
   return "the samples come from the " + deck + " task from this step on";
 }
+std::string precision_why(const std::string&, const std::string& deck) {
+  return "continuing in " + deck + ": the stored parameters and moments are read as they are, and the step rounds "
+         "as " + deck + " does from this step on";
+}
+std::string deterministic_why(const std::string&, const std::string& deck) {
+  return deck == "true" ? "cuDNN's deterministic backward from this step on: repeats are bitwise equal again"
+                        : "cuDNN's non-deterministic backward from this step on: repeats may differ in the last bits";
+}
+std::string moments_why(const std::string& held, const std::string& deck) {
+  return "continuing with " + deck + ": the checkpoint's AdamW moments were accumulated with " + held;
+}
 
 bool uses_rope(const Config& c) { return c.model.positions == PositionEncoding::rope; }
+bool uses_adamw(const Config& c) { return c.train.optimizer == OptimizerKind::adamw; }
 
 // The one home of what a restart compares (docs/design.md 4.8 lists it). A key
 // that is in no row is a free choice (lr, steps, ...) or does not change what
-// is computed (precision, strategy and rank layout: the same run within rounding).
+// is computed (strategy and rank layout: the same run within rounding).
+// Precision and cuDNN's backward change only rounding too, but repeats: said.
 const std::vector<RestartKey>& restart_keys() {
   using C = const Config&;
   static const std::vector<RestartKey> keys = {
@@ -127,6 +140,15 @@ const std::vector<RestartKey>& restart_keys() {
        documents_why, nullptr},
       {"data.task", "task", Stored::text, [](C c) { return std::string(to_string(c.data.task)); }, warned, task_why,
        nullptr},
+      {"model.precision", "precision", Stored::text, [](C c) { return std::string(to_string(c.model.precision)); },
+       warned, precision_why, nullptr},
+      {"kernels.deterministic", "deterministic", Stored::flag, [](C c) { return flag_text(c.kernels.deterministic); },
+       warned, deterministic_why, nullptr},
+      {"train.beta1", "beta1", Stored::real, [](C c) { return real_text(c.train.beta1); }, warned, moments_why,
+       uses_adamw},
+      {"train.beta2", "beta2", Stored::real, [](C c) { return real_text(c.train.beta2); }, warned, moments_why,
+       uses_adamw},
+      {"train.eps", "eps", Stored::real, [](C c) { return real_text(c.train.eps); }, warned, moments_why, uses_adamw},
   };
   return keys;
 }
@@ -151,6 +173,8 @@ HeldConfig read_held_config(const Hdf5File& file) {
   HeldConfig held;
   for (const RestartKey& k : restart_keys())
     if (file.has_attribute("/", k.attribute)) held[k.key] = held_text(file, k);
+  // Before parameter_type, "precision" held the stored type (fp32 for a bf16 run): not model.precision.
+  if (!file.has_attribute("/", kParameterTypeAttribute)) held.erase("model.precision");
   return held;
 }
 

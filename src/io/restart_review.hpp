@@ -15,6 +15,10 @@ namespace miniattn::io {
 
 class Hdf5File;
 
+// The checkpoint attribute that holds the stored float type of its datasets;
+// a file without it holds that type in "precision" (and no model.precision).
+constexpr const char* kParameterTypeAttribute = "parameter_type";
+
 // A restart continues a run, so the deck must describe the run the checkpoint
 // holds. The keys compared, and whether a change is refused or taken with a
 // warning, are one table in restart_review.cpp (restart_keys; docs/design.md 4.8).

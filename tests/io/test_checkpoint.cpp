@@ -224,6 +224,8 @@ void expect_input_error(const std::function<void()>& body, const std::vector<std
 // Writes a checkpoint of salts 1 (params), 2 (m), 3 (v) as W from `writer`,
 // reads it back as T with each of `readers` and checks every element bitwise
 // and the state.
+bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
+
 template <class W, class T>
 void round_trip(const Config& writer_config, const std::vector<Config>& readers, bool moments) {
   TempDir dir;
@@ -259,7 +261,13 @@ void round_trip(const Config& writer_config, const std::vector<Config>& readers,
     EXPECT_EQ(got.step, state.step);
     EXPECT_EQ(got.optimizer_steps, state.optimizer_steps);
     EXPECT_EQ(got.seed, state.seed);
-    EXPECT_TRUE(got.warnings.empty()) << got.warnings.front();  // another layout or precision is the same run
+    // Another layout is the same run; another precision too, but said (its rounding changes).
+    if (reader_config.model.precision == writer_config.model.precision) {
+      EXPECT_TRUE(got.warnings.empty()) << got.warnings.front();
+    } else {
+      ASSERT_EQ(got.warnings.size(), 1u);
+      EXPECT_TRUE(starts_with(got.warnings[0], "model.precision: checkpoint " + path + " holds ")) << got.warnings[0];
+    }
     EXPECT_EQ((global_mismatches<W, T>(r, params, 1)), 0);
     if (moments) {
       EXPECT_EQ((global_mismatches<W, T>(r, m, 2)), 0);
@@ -372,7 +380,6 @@ TEST(Checkpoint, CorruptedByteIsAChecksumMismatchNamingTheDataset) {
 // ---------------------------------------------------------------------------
 // A restart's deck against the checkpoint (review_restart): the function alone.
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
 
 // The review of a restart under `deck` from a checkpoint written under `held`.
 RestartReview review(const Config& held, const Config& deck) {
@@ -386,13 +393,14 @@ std::string definition_refusal(const std::string& key, const std::string& held, 
 
 TEST(RestartReview, TheSameRunIsTakenSilently) {
   const Config c = make_config(Layout::contiguous, 1);
-  Config other = c;  // what a restart may change freely: procedure, precision, decomposition
+  Config other = c;  // what a restart may change freely: procedure, decomposition
   other.train.lr = 3e-4;
   other.train.steps = 99;
   other.train.weight_decay = 0.5;
   other.train.grad_clip = 0;
   other.train.micro_batches = 2;
-  other.model.precision = Precision::bf16;
+  other.kernels.attention = miniattn::AttentionKernel::gemm;
+  other.kernels.cudnn_workspace_mib = 64;
   other.parallel.layout = Layout::zigzag;
   other.parallel.dp = 3;
   other.parallel.strategy = miniattn::Strategy::ring;
@@ -460,6 +468,33 @@ TEST(RestartReview, DeliberateChangesWarnOncePerKey) {
                            "on)");
   EXPECT_EQ(r.warnings[3], "data.documents: checkpoint ck.h5 holds false, the deck says true (from this step on a "
                            "sample packs several documents and attention stays within each)");
+}
+
+// Changes that keep the run but not its rounding or its repeats, and AdamW's
+// constants, which the saved moments were accumulated with (sgd keeps none).
+TEST(RestartReview, PrecisionDeterminismAndAdamwConstantsWarn) {
+  const Config c = make_config(Layout::contiguous, 1);
+  Config other = c;
+  other.model.precision = Precision::bf16;
+  other.kernels.deterministic = false;
+  other.train.beta1 = 0.8;
+  other.train.beta2 = 0.95;
+  other.train.eps = 1e-6;
+  const RestartReview r = review(c, other);
+  EXPECT_EQ(r.refusal, "");
+  ASSERT_EQ(r.warnings.size(), 5u);
+  EXPECT_EQ(r.warnings[0], "model.precision: checkpoint ck.h5 holds fp64, the deck says bf16 (continuing in bf16: "
+                           "the stored parameters and moments are read as they are, and the step rounds as bf16 "
+                           "does from this step on)");
+  EXPECT_EQ(r.warnings[1], "kernels.deterministic: checkpoint ck.h5 holds true, the deck says false (cuDNN's "
+                           "non-deterministic backward from this step on: repeats may differ in the last bits)");
+  EXPECT_EQ(r.warnings[2], "train.beta1: checkpoint ck.h5 holds 0.9, the deck says 0.8 (continuing with 0.8: the "
+                           "checkpoint's AdamW moments were accumulated with 0.9)");
+  EXPECT_TRUE(starts_with(r.warnings[3], "train.beta2: checkpoint ck.h5 holds 0.999, the deck says 0.95 ("));
+  EXPECT_TRUE(starts_with(r.warnings[4], "train.eps: checkpoint ck.h5 holds 1e-08, the deck says 1e-06 ("));
+  Config sgd = make_config(Layout::contiguous, 1, OptimizerKind::sgd), sgd_other = sgd;
+  sgd_other.train.beta1 = 0.5;
+  EXPECT_TRUE(review(sgd, sgd_other).warnings.empty());
 }
 
 // AdamW continues from its moments and step count; an sgd checkpoint has none.
@@ -600,6 +635,56 @@ TEST(Checkpoint, DeliberateChangesAndOldFilesComeBackAsWarnings) {
   ASSERT_EQ(got.warnings.size(), 1u);
   EXPECT_EQ(got.warnings[0], "io.restart: " + path + " was written before checkpoints held model.kv_heads, "
                              "model.positions: a change of these keys could not be checked");
+}
+
+// A bf16 run's checkpoint says bf16 (model.precision) and stores fp32
+// (parameter_type); a file from before parameter_type held the stored type
+// in "precision", which is then not read as the run's precision.
+TEST(Checkpoint, PrecisionIsTheRunsAndParameterTypeTheStoredOnes) {
+  TempDir dir;
+  ASSERT_TRUE(dir.ok());
+  const std::string path = dir.file("ckpt.h5");
+  Config c = make_config(Layout::contiguous, 1);
+  c.model.precision = Precision::bf16;
+  {
+    RankSetup w(c);
+    auto params = make_buffers<float>(w, 1, "p");
+    auto m = make_buffers<float>(w, 2, "m");
+    auto v = make_buffers<float>(w, 3, "v");
+    write_checkpoint<float>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
+  }
+  {
+    const miniattn::io::Hdf5File file = miniattn::io::Hdf5File::open_read(path, MPI_COMM_WORLD);
+    EXPECT_EQ(file.get_string_attribute("/", "precision"), "bf16");
+    EXPECT_EQ(file.get_string_attribute("/", "parameter_type"), "fp32");
+  }
+  Config fp32 = c;
+  fp32.model.precision = Precision::fp32;
+  RankSetup r(fp32);
+  ParameterBuffers<float> params(r.layout, "p"), m(r.layout, "m"), v(r.layout, "v");
+  CheckpointRead got = read_checkpoint<float>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_TRUE(starts_with(got.warnings[0], "model.precision: checkpoint " + path + " holds bf16, the deck says fp32"));
+  // As written before parameter_type: "precision" is the stored type, the run's is unknown.
+  remove_root_attributes(path, {"parameter_type", "precision"});
+  if (world_rank() == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, 4);
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attribute = H5Acreate2(file, "precision", type, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(attribute, type, "fp32"), 0);
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(file);
+  }
+  barrier();
+  got = read_checkpoint<float>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
+  ASSERT_EQ(got.warnings.size(), 1u);
+  EXPECT_EQ(got.warnings[0], "io.restart: " + path + " was written before checkpoints held model.precision: a change "
+                             "of these keys could not be checked");
+  EXPECT_EQ((global_mismatches<float, float>(r, params, 1)), 0);
 }
 
 TEST(Checkpoint, SgdCheckpointIntoAdamwRunIsRefused) {
