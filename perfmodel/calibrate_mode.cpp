@@ -90,14 +90,16 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   double flops = 0, seconds = 0;
   for (const Shape& s : shapes) {
     View2<T> x("calibrate.x", rows, s.in), w("calibrate.w", s.out, s.in), y("calibrate.y", rows, s.out);
-    View2<T> dx("calibrate.dx", rows, s.in), dw("calibrate.dw", s.out, s.in);
+    View2<T> dx("calibrate.dx", rows, s.in);
+    View2<Param<T>> dw("calibrate.dw", s.out, s.in);  // as the model's weight gradients (fp32 under bf16)
     fill_view(x, 1.0);
     fill_view(w, 0.1);
     fill_view(y, 1.0);
+    const View2<const T> xc = x, wc = w, yc = y;
     const double t = time_median(world, 3, [&] {
-      kernels::gemm<T>('N', 'T', T(1), x, w, T(0), y);
-      kernels::gemm<T>('N', 'N', T(1), y, w, T(0), dx);
-      kernels::gemm<T>('T', 'N', T(1), y, x, T(1), dw);
+      kernels::gemm<T>('N', 'T', Acc<T>(1), xc, wc, Acc<T>(0), y);
+      kernels::gemm<T>('N', 'N', Acc<T>(1), yc, wc, Acc<T>(0), dx);
+      kernels::gemm<T, Param<T>>('T', 'N', Acc<T>(1), yc, xc, Acc<T>(1), dw);
     });
     flops += s.count * 3 * 2.0 * double(rows) * double(s.in) * double(s.out);
     seconds += s.count * t;
@@ -110,7 +112,8 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
 template <class T>
 void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
   AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
-  const auto blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  blocking.deterministic = c.kernels.deterministic;
   const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
   const double tf = time_median(world, 3, [&] { attention_forward_pass(a, false, blocking, workspace); });
   const double tb = time_median(world, 3, [&] { attention_backward_pass(a, false, blocking, workspace); });
@@ -126,16 +129,17 @@ void measure_rsa(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
   kernels::View5<T> blocks("calibrate.p", 1, 1, a.heads, n, n);  // one block of the score row
   const View4<T> probabilities = Kokkos::subview(blocks, 0, Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL(), Kokkos::ALL());
   fill_view(a.delta, 0.1);
+  const View4<Acc<T>> out("calibrate.out", 1, a.heads, n, a.dh), dq("calibrate.dq", 1, a.heads, n, a.dh);
   const double tf = time_median(world, 2, [&] {
     kernels::score_block<T>(a.q, a.k, a.positions, a.positions, false, probabilities);
     kernels::softmax_over_blocks<T>(blocks, a.lse);
-    Kokkos::deep_copy(a.out, T(0));
-    kernels::apply_probabilities<T>(probabilities, a.v, a.out);
+    Kokkos::deep_copy(out, Acc<T>(0));
+    kernels::apply_probabilities<T>(probabilities, a.v, out);
   });
   fill_view(probabilities, 0.001);  // no zero probabilities: every pair is worked on
   const View4<T> score_grads("calibrate.score_grads", 1, a.heads, kernels::dense_backward_rows(n), n);
   const double tb = time_median(world, 2, [&] {
-    kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, score_grads, a.dq, a.dk, a.dv);
+    kernels::dense_block_backward<T>(probabilities, a.q, a.k, a.v, a.dout, a.delta, score_grads, dq, a.dk, a.dv);
   });
   rates.rsa_flops_forward = a.pairs() * 4.0 * double(a.dh) / tf;
   rates.rsa_flops_backward = a.pairs() * 10.0 * double(a.dh) / tb;
@@ -152,9 +156,10 @@ double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Com
       dx("calibrate.dx", rows, D);
   View2<T> qkv("calibrate.qkv", rows, 3 * D), h("calibrate.h", rows, F), g("calibrate.g", rows, F);
   View4<T> q("calibrate.q", 1, H, rows, Dh), k("calibrate.k", 1, H, rows, Dh), v("calibrate.v", 1, H, rows, Dh);
-  View1<T> gamma("calibrate.gamma", D), beta("calibrate.beta", D), dgamma("calibrate.dgamma", D),
-      dbeta("calibrate.dbeta", D), mean("calibrate.mean", rows), rstd("calibrate.rstd", rows);
-  View2<T> partials("calibrate.partials", kernels::column_sum_chunks(rows), D);
+  View1<T> gamma("calibrate.gamma", D), beta("calibrate.beta", D);
+  View1<Param<T>> dgamma("calibrate.dgamma", D), dbeta("calibrate.dbeta", D);
+  View1<Acc<T>> mean("calibrate.mean", rows), rstd("calibrate.rstd", rows);
+  View2<Acc<T>> partials("calibrate.partials", kernels::column_sum_chunks(rows), D);
   for (const auto& view : {x, dy, qkv, h}) fill_view(view, 1.0);
   Kokkos::deep_copy(gamma, T(1));
   const double t = time_median(world, 5, [&] {
@@ -307,7 +312,10 @@ Calibration plan_calibration(const Config& c, MPI_Comm world) {
   const index_t local_rows = std::max<index_t>(1, m.batch / c.parallel.dp) *
                              std::max<index_t>(1, m.seq_len / (k.ranks / c.parallel.dp));
   k.rows = std::min<index_t>(std::max<index_t>(local_rows, 256), 8192);
-  k.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), 2048);
+  // cuDNN's kernels take milliseconds where the others take seconds, and
+  // blocks of 2048 rows leave them far from their rate on long sequences.
+  const index_t attention_cap = c.kernels.attention == AttentionKernel::cudnn ? 32768 : 2048;
+  k.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), attention_cap);
   k.rsa_n = std::min<index_t>(k.attention_n, 1024);
   return k;
 }
@@ -358,6 +366,7 @@ void measure_links(Calibration& k, MPI_Comm world) {
 template <class T>
 void measure(const Config& c, Calibration& k, MPI_Comm world) {
   MachineDescription& m = k.machine;
+  m.attention_kernel = to_string(kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim()).blocking.kernel);
   static_cast<RankRates&>(m) = measure_rates<T>(c, k, world);  // every rank at once; the median over ranks
   for (const RateField& f : kRateFields) m.*f.member = median_over_ranks(m.*f.member, world);
   if (k.ranks > 1 && m.ranks_per_node > 1) m.alone = measure_rates_alone<T>(c, k, world);
@@ -379,7 +388,7 @@ void describe(const Config& c, Calibration& k) {
   m.precision = to_string(c.model.precision);
   std::ostringstream text;
   text << "Measured by miniattn run.mode calibrate on " << k.ranks << " ranks (" << m.ranks_per_node << " per node), "
-       << m.precision << ", model D=" << c.model.d_model << " H=" << c.model.heads << " F=" << c.model.ffn_width()
+       << m.precision << ", " << m.attention_kernel << " attention, model D=" << c.model.d_model << " H=" << c.model.heads << " F=" << c.model.ffn_width()
        << " V=" << c.model.vocab << ". ";
   if (!k.intra.measured) text << "Intra-node link not measured (one rank per node or one rank): defaults. ";
   if (!k.inter.measured) text << "Inter-node link not measured (one node): set to the intra-node figures.";
@@ -409,14 +418,15 @@ std::string calibration_notes(const Calibration& k) {
 
 nlohmann::json calibration_json(const Config& c, const Calibration& k) {
   nlohmann::json machine = machine_to_json(k.machine);
-  for (const char* key : {"name", "description", "precision"}) machine.erase(key);
+  for (const char* key : {"name", "description", "precision", "attention_kernel"}) machine.erase(key);
   machine.update({{"gemm_square_1024_flops", k.square_gemm},
                   {"copy_bandwidth", k.copy_bandwidth},
                   {"intra_measured", k.intra.measured},
                   {"inter_measured", k.inter.measured}});
   return {{"program", "miniattn"},         {"mode", "calibrate"},
           {"config", config_to_json(c)},   {"ranks", k.ranks},
-          {"precision", k.machine.precision}, {"machine_file", c.run.machine},
+          {"precision", k.machine.precision}, {"attention_kernel", k.machine.attention_kernel},
+          {"machine_file", c.run.machine},
           {"machine", machine}};
 }
 
@@ -456,5 +466,6 @@ nlohmann::json run_calibrate(const Config& c, MPI_Comm world) {
 
 template nlohmann::json run_calibrate<float>(const Config&, MPI_Comm);
 template nlohmann::json run_calibrate<double>(const Config&, MPI_Comm);
+template nlohmann::json run_calibrate<bf16>(const Config&, MPI_Comm);
 
 }  // namespace miniattn

@@ -29,7 +29,10 @@ struct TextField {
 const TextField kTextFields[] = {
     {"name", &MachineDescription::name, "a short name for tables"},
     {"description", &MachineDescription::description, "what the figures are and where they come from"},
-    {"precision", &MachineDescription::precision, "the scalar type the rates are for (fp32 | fp64); predict refuses another"},
+    {"precision", &MachineDescription::precision,
+     "the scalar type the rates are for (fp32 | fp64 | bf16); predict refuses a deck of another"},
+    {"attention_kernel", &MachineDescription::attention_kernel,
+     "the attention kernel the attention rates are for (fused | gemm | cudnn); predict plans its memory"},
 };
 
 // `unset`: >= 0, where 0 means "not given" and the key is left out of the file.
@@ -172,8 +175,13 @@ MachineDescription parse_machine_text(const std::string& yaml_text, const std::s
 }
 
 void validate_machine(const MachineDescription& m, const std::string& where) {
-  if (!m.precision.empty() && m.precision != "fp32" && m.precision != "fp64")
-    throw InputError(where + ": precision: expected fp32 or fp64, got '" + m.precision + "'");
+  if (!m.precision.empty() && m.precision != "fp32" && m.precision != "fp64" && m.precision != "bf16")
+    throw InputError(where + ": precision: expected fp32, fp64 or bf16, got '" + m.precision + "'");
+  const std::vector<std::string>& kernels = enum_names<AttentionKernel>();
+  if (!m.attention_kernel.empty() &&
+      (m.attention_kernel == to_string(AttentionKernel::automatic) ||
+       std::find(kernels.begin(), kernels.end(), m.attention_kernel) == kernels.end()))
+    throw InputError(where + ": attention_kernel: expected fused, gemm or cudnn, got '" + m.attention_kernel + "'");
   for (const NumberField& f : number_fields()) check_bound(where, f.key, value_of(m, f), f.bound, text_of(m, f));
   for (const RateField& r : kRateFields)
     check_bound(where, std::string("alone.") + r.key, m.alone.*r.member, Bound::non_negative, format_number(m.alone.*r.member));

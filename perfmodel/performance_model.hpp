@@ -110,7 +110,8 @@ inline constexpr RateField kRateFields[] = {
 struct MachineDescription : RankRates {
   std::string name;
   std::string description;
-  std::string precision;                // fp32 | fp64 | "" (any)
+  std::string precision;                // fp32 | fp64 | bf16 | "" (any)
+  std::string attention_kernel;         // fused | gemm | cudnn | "" (the deck's): what the attention rates timed
   double memory_bytes_per_rank = 0;     // bytes one rank may use
   double bandwidth_intra = 0;           // bytes/s one rank sends to a partner on its node
   double bandwidth_inter = 0;           // bytes/s one rank sends to a partner on another node
@@ -143,6 +144,9 @@ struct StepConfig : Decomposition {
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool documents = false;  // data.documents (their ids are in the memory plan)
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // attention kernel and tiles
+  // What the memory plan cuts cuDNN's deterministic calls to fit (plan_memory_within): the machine's
+  // memory per rank and kernels.cudnn_workspace_mib in bytes (0: no limit).
+  std::size_t memory_available = 0, cudnn_workspace_limit = 0;
   ElementSizes sizes() const { return element_sizes(model.precision); }
 };
 

@@ -15,7 +15,24 @@ namespace miniattn {
 
 namespace {
 
-StepConfig deck_step_config(const Config& c) {
+// The attention kernel and tiles the run would use (tiles given as 0 are the
+// ones this build would choose), the kernel the machine file's attention
+// rates were measured with: a GPU machine file predicts cudnn on any host.
+template <class T>
+kernels::AttentionBlocking predicted_blocking(const Config& c, const MachineDescription& machine) {
+  KernelConfig requested = c.kernels;
+  const bool machine_kernel = !machine.attention_kernel.empty();
+  if (machine_kernel) requested.attention = enum_of_word<AttentionKernel>(machine.attention_kernel);
+  if (requested.attention == AttentionKernel::cudnn) requested.attention = AttentionKernel::gemm;  // the tiles only
+  kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(requested, c.model.head_dim()).blocking;
+  if (machine_kernel) blocking.kernel = enum_of_word<AttentionKernel>(machine.attention_kernel);
+  else if (c.kernels.attention == AttentionKernel::cudnn) blocking.kernel = AttentionKernel::cudnn;
+  blocking.gemm_fallback = blocking.kernel == AttentionKernel::cudnn && c.data.documents;
+  blocking.deterministic = c.kernels.deterministic;
+  return blocking;
+}
+
+StepConfig deck_step_config(const Config& c, const MachineDescription& machine) {
   StepConfig s;
   s.model = c.model;
   s.strategy = c.parallel.strategy;
@@ -27,10 +44,13 @@ StepConfig deck_step_config(const Config& c) {
   s.micro_batches = c.train.micro_batches;
   s.documents = c.data.documents;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);
-  // Tiles given as 0 are the ones this build would choose.
-  s.blocking = c.model.precision == Precision::fp32   ? kernels::choose_attention_tiles<float>(c.kernels, c.model.head_dim()).blocking
-               : c.model.precision == Precision::bf16 ? kernels::choose_attention_tiles<bf16>(c.kernels, c.model.head_dim()).blocking
-                                                      : kernels::choose_attention_tiles<double>(c.kernels, c.model.head_dim()).blocking;
+  switch (c.model.precision) {
+    case Precision::fp32: s.blocking = predicted_blocking<float>(c, machine); break;
+    case Precision::bf16: s.blocking = predicted_blocking<bf16>(c, machine); break;
+    default: s.blocking = predicted_blocking<double>(c, machine);
+  }
+  s.memory_available = static_cast<std::size_t>(machine.memory_bytes_per_rank);
+  s.cudnn_workspace_limit = static_cast<std::size_t>(c.kernels.cudnn_workspace_mib * 1024.0 * 1024.0);
   return s;
 }
 
@@ -44,14 +64,20 @@ StepConfig own_step_config(const Config& c, const StepConfig& deck, int world_si
 
 // run.machine, with the deck's memory per rank when it names one (any
 // machine may be asked "what if each rank had this much"); refuses rates
-// measured for another precision.
+// measured for another precision or another attention kernel than the deck names.
 MachineDescription deck_machine(const Config& c) {
   MachineDescription machine = read_machine_file(c.run.machine, "run.machine");
   if (c.run.memory_per_rank_gib > 0) machine.memory_bytes_per_rank = c.run.memory_per_rank_gib * 1024.0 * 1024.0 * 1024.0;
   const std::string precision = to_string(c.model.precision);
   if (!machine.precision.empty() && machine.precision != precision)
     throw InputError("run.machine: " + c.run.machine + ": precision: the rates are for " + machine.precision +
-                     " but model.precision is " + precision);
+                     " but model.precision is " + precision + " (calibrate with the deck's precision, or give a "
+                     "machine file measured in it)");
+  const std::string kernel = to_string(c.kernels.attention);
+  if (!machine.attention_kernel.empty() && c.kernels.attention != AttentionKernel::automatic &&
+      machine.attention_kernel != kernel)
+    throw InputError("run.machine: " + c.run.machine + ": attention_kernel: the attention rates are for " +
+                     machine.attention_kernel + " but kernels.attention is " + kernel + " (use auto)");
   return machine;
 }
 
@@ -200,7 +226,7 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   MPI_Comm_size(world, &world_size);
   const MachineDescription machine = deck_machine(c);
   const std::vector<std::int64_t> seq_lens = parse_predict_seq_lens(c.run.predict_seq_lens);
-  const StepConfig deck = deck_step_config(c), own = own_step_config(c, deck, world_size);
+  const StepConfig deck = deck_step_config(c, machine), own = own_step_config(c, deck, world_size);
 
   nlohmann::json result = {{"program", "miniattn"},
                            {"mode", "predict"},
@@ -221,8 +247,11 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
 
 nlohmann::json run_model_mode(const Config& config, MPI_Comm world) {
   if (config.run.mode == RunMode::predict) return run_predict(config, world);
-  return config.model.precision == Precision::fp32 ? run_calibrate<float>(config, world)
-                                                   : run_calibrate<double>(config, world);
+  switch (config.model.precision) {
+    case Precision::fp32: return run_calibrate<float>(config, world);
+    case Precision::bf16: return run_calibrate<bf16>(config, world);
+    default: return run_calibrate<double>(config, world);
+  }
 }
 
 }  // namespace miniattn

@@ -424,7 +424,7 @@ MemoryPlan memory_plan(const StepConfig& c, int stage) {
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   in.documents = c.documents;
   in.blocking = c.blocking;
-  return plan_memory(in);
+  return plan_memory_within(in, c.memory_available, c.cudnn_workspace_limit);
 }
 
 // Fills compute_seconds and exchange_seconds from the parts; returns compute + exchange - hidden.

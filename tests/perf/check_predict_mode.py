@@ -194,9 +194,74 @@ def main():
         expect_error([f"run.machine={machine}", "run.predict_max_ranks=0"], "run.predict_max_ranks: must be >= 1")
         expect_error(["run.mode=calibrate"], "run.machine: required for run.mode calibrate")
         expect_error([f"run.machine={machine}", "parallel.pp=2"], "parallel.pp: must divide the ranks")
+        check_bf16(exe, deck, machine, expect_error)
+        check_calibrate_bf16(exe, tmp, expect_error)
         if mpiexec:
             check_pipeline(exe, deck, machine, mpiexec)
     print("predict mode: OK")
+
+
+def check_calibrate_bf16(exe, tmp, expect_error):
+    """run.mode calibrate in bf16 (a tiny model: seconds) writes a bf16 machine
+    file naming the kernel it timed; predict takes a bf16 deck on it and refuses fp32."""
+    deck = os.path.join(tmp, "tiny_bf16.yaml")
+    with open(deck, "w") as f:
+        f.write("model: {vocab: 64, d_model: 32, heads: 4, layers: 1, seq_len: 256, batch: 1, precision: bf16}\n"
+                "parallel: {strategy: local}\nrun: {mode: calibrate}\n")
+    machine = os.path.join(tmp, "calibrated_bf16.yaml")
+    proc, _ = run(exe, deck, [f"run.machine={machine}"])
+    check(proc.returncode == 0, proc.stderr)
+    with open(machine) as f:
+        text = f.read()
+    check('precision: "bf16"' in text and 'attention_kernel: "gemm"' in text, f"a bf16 gemm machine file: {text}")
+    proc, _ = run(exe, deck, ["run.mode=predict", f"run.machine={machine}", "run.predict_max_ranks=2",
+                              "run.predict_seq_lens=1024"])
+    check(proc.returncode == 0, proc.stderr)
+    own = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][0][7:])["prediction_for_deck"]
+    check(own["valid"] and own["step_seconds"] > 0 and "cudnn workspace" not in own["memory_parts"],
+          f"bf16 predicted on its own calibration, gemm attention: {own}")
+    expect_error(["run.mode=predict", f"run.machine={machine}", "model.precision=fp32"],
+                 "precision: the rates are for bf16 but model.precision is fp32", deck_path=deck)
+
+
+def check_bf16(exe, deck, machine, expect_error):
+    """bf16 on a bf16 machine file whose attention rates are cudnn's: cuDNN's
+    workspace in the memory, cut to fit a smaller memory; refusals when the
+    precisions or the kernels differ."""
+    bf16_machine = os.path.join(os.path.dirname(machine), "gpu_cluster_4x_bf16.yaml")
+
+    def own(sets):
+        proc, _ = run(exe, deck, [f"run.machine={bf16_machine}", "model.precision=bf16", "parallel.strategy=local",
+                                  "parallel.layout=contiguous", "run.predict_max_ranks=1"] + sets)
+        check(proc.returncode == 0, proc.stderr)
+        return json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][0][7:])["prediction_for_deck"]
+
+    small = own([])
+    check(small["valid"] and small["fits"], "bf16 on the bf16 machine file")
+    # 4096 rows: 2 H N^2 bytes of dS and its sums, whole (the block fits).
+    check(small["memory_parts"]["cudnn workspace"] == 2 * 4 * 4096 * 4096 + 4 * 4 * 4096 + 256,
+          f"the deterministic workspace of the whole block: {small['memory_parts']}")
+    atomic = own(["kernels.deterministic=false"])
+    check(atomic["memory_parts"]["cudnn workspace"] == 4 * 4 * 4096 * 64 + 4 * 4 * 4096 + 256,
+          f"the non-deterministic workspace: {atomic['memory_parts']}")
+    # A million tokens: the whole block's dS (8 TiB) is cut to what 32 GiB leave, and more memory cuts less;
+    # 16 GiB hold too little beside the rest of the plan even for calls of 64 rows.
+    million = ["model.seq_len=1048576", "run.predict_seq_lens=1048576"]
+    at_32 = own(million + ["run.memory_per_rank_gib=32"])
+    at_64 = own(million + ["run.memory_per_rank_gib=64"])
+    check(at_32["fits"] and at_64["fits"], "a million tokens fit in 32 GiB and in 64 GiB")
+    check(at_32["memory_bytes_per_rank"] <= 32 * 2 ** 30, "within the 32 GiB")
+    check(0 < at_32["memory_parts"]["cudnn workspace"] < at_64["memory_parts"]["cudnn workspace"],
+          "more memory, a larger workspace (fewer cuts)")
+    check(not own(million + ["run.memory_per_rank_gib=16"])["fits"], "16 GiB are too few for a million tokens")
+    limited = own(million + ["run.memory_per_rank_gib=64", "kernels.cudnn_workspace_mib=1024"])
+    check(limited["memory_parts"]["cudnn workspace"] <= 2 ** 30, "kernels.cudnn_workspace_mib bounds it")
+
+    expect_error([f"run.machine={bf16_machine}"], "precision: the rates are for bf16 but model.precision is fp32")
+    expect_error([f"run.machine={machine}", "model.precision=bf16"],
+                 "precision: the rates are for fp32 but model.precision is bf16")
+    expect_error([f"run.machine={bf16_machine}", "model.precision=bf16", "kernels.attention=gemm"],
+                 "attention_kernel: the attention rates are for cudnn but kernels.attention is gemm")
 
 
 if __name__ == "__main__":
