@@ -25,6 +25,9 @@
 #       kernels    Kokkos Tools' kernel timer on the bf16 cudnn step (not part of all)
 #       stepkernels  Nsight Compute's time of every kernel of the bf16 cudnn step, summed by
 #                  kernel beside PyTorch's step (not part of all)
+#       long       bf16 calibration with cuDNN (h200-bf16.yaml), a million tokens on one GPU in
+#                  both backward modes, the longest N under 16 GiB, PyTorch at a million tokens,
+#                  predicted against measured (not part of all; the second call of a lease)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
 #                                       building only what cudnn and bench run, with the bench
 #                                       narrowed to N = 32768 and the gemm kernel
@@ -612,10 +615,58 @@ step_bench() {
       say "WARNING: bench_attention cudnn non-deterministic exit $?"
     "$build/tests/attention/bench_attention" 32768 128 16 --precision=bf16 --reps=3 --gemm=8192 --kernel=cudnn |
       tee "$results/wide_bench_attention_bf16_cudnn_n32768.txt" || say "WARNING: bench_attention cudnn H=16 exit $?"
+    "$build/tests/attention/bench_attention" 32768 128 16 --precision=bf16 --reps=3 --gemm=8192 --kernel=cudnn \
+      --cudnn-nondeterministic | tee "$results/wide_nondeterministic_bench_attention_bf16_cudnn_n32768.txt" ||
+      say "WARNING: bench_attention cudnn H=16 non-deterministic exit $?"
     "$py" "$root/scripts/gpu_reference_bench.py" --seq-lens 32768 --heads 16 --head-dim 128 --sdpa-bf16-only \
       > "$results/wide_reference_bench.json" || say "WARNING: PyTorch SDPA H=16 failed"
   fi
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
+}
+
+# Long sequences in bf16 (docs/gpu_bringup.md, "long"): run.mode calibrate in
+# bf16 with the cudnn kernel (h200-bf16.yaml: commit it as
+# inputs/machines/h200-bf16.yaml); inputs/long_bf16_1m.yaml (N = 1,048,576, one
+# rank) in both backward modes; predict's longest N under 16 GiB run, and one
+# increment more refused before any work; PyTorch's step at a million tokens
+# (or where it runs out of memory); predicted against measured steps. A
+# failing run is reported, not fatal: the runs after it still go.
+step_long() {
+  setup_env
+  local py machine=$results/h200-bf16.yaml deck=$root/inputs/long_bf16_1m.yaml det n16 rc
+  py=$(find_python) || die "no Python with torch, h5py and numpy"
+  grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
+  cudnn_inventory
+  say "calibrate: bf16, cudnn attention, the bench model at N = 32768"
+  miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.precision=bf16 --set kernels.attention=cudnn            --set model.seq_len=32768 --set model.causal=true --set run.mode=calibrate --set run.machine="$machine"            --set run.result="$results/calibrate_bf16.json" || say "WARNING: calibrate exit $?"
+  for det in true false; do
+    say "a million tokens, kernels.deterministic $det"
+    miniattn "$deck" --set kernels.deterministic=$det --set run.mode=bench --set train.steps=3              --set run.result="$results/long_1m_deterministic_$det.json" || say "WARNING: 1M run exit $?"
+  done
+  say "PyTorch eager + SDPA-cuDNN under bf16 autocast at a million tokens"
+  "$py" "$root/scripts/gpu_reference_bench.py" --train-step-only eager_sdpa_cudnn_bf16 --train-seq-len 1048576         --train-steps 3 > "$results/pytorch_1m.json" || say "WARNING: PyTorch at 1M exit $?"
+  [ -f "$machine" ] || { say "WARNING: no calibrated machine file: no predictions"; return 0; }
+  long_predictions "$machine" "$deck"
+  n16=$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["longest_seq_len"][0]["strategies"]["local"])'         "$results/predict_1m_16gib.json") || { say "WARNING: no longest N under 16 GiB"; return 0; }
+  say "predict's longest N under 16 GiB: $n16; it runs, and $((n16 + 2)) is refused before any work"
+  miniattn "$deck" --set model.seq_len="$n16" --set run.memory_per_rank_gib=16 --set run.mode=bench            --set train.steps=2 --set run.result="$results/long_16gib.json" || say "WARNING: the 16 GiB run exit $?"
+  if miniattn "$deck" --set model.seq_len=$((n16 + 2)) --set run.memory_per_rank_gib=16        > "$results/long_16gib_plus.txt" 2>&1; then rc=0; else rc=$?; fi
+  say "one increment more: exit $rc (2 expected): $(grep -m1 -o 'this run needs.*' "$results/long_16gib_plus.txt")"
+  "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
+}
+
+# Predict on the calibrated file: the 32768 bench step, the million-token
+# step in both modes, and the longest N under 16 GiB (predict_*.json).
+long_predictions() {
+  local machine=$1 deck=$2 det
+  miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.precision=bf16 --set model.seq_len=32768            --set model.causal=true --set run.mode=predict --set run.machine="$machine"            --set run.predict_max_ranks=1 --set run.predict_seq_lens=32768 |
+    sed -n 's/^RESULT //p' > "$results/predict_32768.json" || say "WARNING: predict 32768 exit $?"
+  for det in true false; do
+    miniattn "$deck" --set kernels.deterministic=$det --set run.mode=predict --set run.machine="$machine"              --set run.predict_max_ranks=1 --set run.predict_seq_lens=1048576 |
+      sed -n 's/^RESULT //p' > "$results/predict_1m_deterministic_$det.json" || say "WARNING: predict 1M exit $?"
+  done
+  miniattn "$deck" --set run.mode=predict --set run.machine="$machine" --set run.memory_per_rank_gib=16            --set run.predict_max_ranks=1 --set run.predict_seq_lens=1048576 |
+    sed -n 's/^RESULT //p' > "$results/predict_1m_16gib.json" || say "WARNING: predict 16 GiB exit $?"
 }
 
 # Where the bf16 step's time goes outside attention: the bench deck's bf16
@@ -701,7 +752,7 @@ bundle_out() {
   [ -n "${OUT:-}" ] || return 0
   mkdir -p "$OUT"
   local f
-  for f in summary.txt figures.md figures.json reference_bench.json ncu_cudnn.txt ncu_sdpa.txt step_kernels.txt; do
+  for f in summary.txt figures.md figures.json reference_bench.json h200-bf16.yaml ncu_cudnn.txt ncu_sdpa.txt; do
     [ ! -f "$results/$f" ] || cp "$results/$f" "$OUT/"
   done
   # The device returns at most 8 files: everything else travels as one tarball (snapshots left out).
@@ -742,8 +793,8 @@ case "${1:-all}" in
            run_steps check unpack kokkos build cudnn bench ;;
   *)
     for s in "$@"; do
-      [[ " ${all_steps[*]} cudnn profile kernels stepkernels " == *" $s "* ]] ||
-        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, stepkernels, cmake-args, env)"
+      [[ " ${all_steps[*]} cudnn profile kernels stepkernels long " == *" $s "* ]] ||
+        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, stepkernels, long, cmake-args, env)"
     done
     run_steps "$@" ;;
 esac

@@ -189,14 +189,16 @@ def bench_model_config(seq_len):
 
 def make_train_step(cfg, variant):
     """One training step of reference_model's model on cfg (zero grads, forward, loss, backward, clip 1.0,
-    AdamW): "eager", "eager_sdpa" (attention through SDPA) or "eager_sdpa_bf16" (that under bf16 autocast)."""
+    AdamW): "eager", "eager_sdpa" (attention through SDPA), "eager_sdpa_bf16" (that under bf16 autocast)
+    or "eager_sdpa_cudnn_bf16" (that with SDPA held to its cuDNN backend)."""
+    import contextlib
     import torch
     rm = reference_model()
     model = rm.ReferenceGPT(cfg)
     init = rm.random_params(cfg, seed=1234, perturb_norms=False)
     model.load_state_dict({name: value.float() for name, value in init.items()})
     model = model.cuda()
-    if variant in ("eager_sdpa", "eager_sdpa_bf16"):
+    if variant.startswith("eager_sdpa"):
         for block in model.blocks:
             block.attn.forward = types.MethodType(sdpa_attention_forward, block.attn)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -206,12 +208,19 @@ def make_train_step(cfg, variant):
     tokens = torch.randint(0, cfg.vocab, (cfg.batch, cfg.seq_len + 1),
                            generator=torch.Generator().manual_seed(1234)).cuda()
 
+    def backend():
+        if "_cudnn" not in variant:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel(SDPBackend.CUDNN_ATTENTION)
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.endswith("_bf16")):
-            loss, extras = model(tokens)
-        del extras
-        loss.backward()
+        with backend():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=variant.endswith("_bf16")):
+                loss, extras = model(tokens)
+            del extras
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
@@ -262,6 +271,11 @@ def measure(args):
     else:
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+    if args.train_step_only:
+        print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+                          "train_step": measure_train_step(args.train_seq_len, args.train_steps,
+                                                           args.train_step_only)}), flush=True)
+        return 0
     if args.sdpa_bf16_only:
         from torch.nn.attention import SDPBackend
         print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
@@ -404,6 +418,7 @@ def summarize(results):
 
     summarize_bf16(results, ref, figures, lines)
     summarize_cudnn_extras(results, figures, lines)
+    summarize_long(results, figures, lines)
     with open(os.path.join(results, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
     text = "\n".join(lines) + "\n"
@@ -474,6 +489,65 @@ def summarize_bf16(results, ref, figures, lines):
         lines.append(f"| {m.group(2)} | {m.group(1)} | {fmt(step, '.4f')} | "
                      f"{gib(report.get('memory', {}).get('planned_bytes_per_rank'))} | {torch_cell(torch_step)} | "
                      f"{fmt(ratio, '.2f')} | {'met' if ratio and ratio <= max_step_ratio else 'MISSED'} |")
+
+
+def load_json(results, name):
+    path = os.path.join(results, name)
+    try:
+        return json.load(open(path)) if os.path.exists(path) else None
+    except ValueError:
+        return None
+
+
+def summarize_long(results, figures, lines):
+    """The long-sequence step (gpu_bringup.sh long): a million tokens in both backward modes with
+    their memory (plan, allocation, the device's own count), PyTorch at a million tokens, the
+    longest N under 16 GiB, and predicted steps beside measured ones."""
+    runs = {det: load_json(results, f"long_1m_deterministic_{det}.json") for det in ("true", "false")}
+    if not any(runs.values()):
+        return
+    torch_1m = (load_json(results, "pytorch_1m.json") or {}).get("train_step", {})
+    lines += ["", "## A million tokens on one GPU (inputs/long_bf16_1m.yaml, bf16, cudnn)", "",
+              "| run | step s | tokens/s | model TFLOP/s | planned GiB | allocated GiB | plan holds | "
+              "device used / plan | cuDNN workspace planned / needed GiB | rows a call | predicted step s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    figures["long"] = []
+    for det, report in runs.items():
+        if not report:
+            lines.append(f"| deterministic {det} | failed: see logs/long.log |||||||||")
+            continue
+        memory, cudnn = report.get("memory", {}), report.get("attention_tiles", {}).get("cudnn", {})
+        predicted = ((load_json(results, f"predict_1m_deterministic_{det}.json") or {})
+                     .get("prediction_for_deck", {}).get("step_seconds"))
+        entry = {"deterministic": det == "true", "step_seconds": report.get("step_seconds_median"),
+                 "tokens_per_second": report.get("tokens_per_second"),
+                 "model_flops_per_second": report.get("achieved_flops_per_second"), "memory": memory,
+                 "cudnn": cudnn, "predicted_step_seconds": predicted}
+        figures["long"].append(entry)
+        tflops = entry["model_flops_per_second"] * 1e-12 if entry["model_flops_per_second"] else None
+        lines.append(f"| deterministic {det} | {fmt(entry['step_seconds'], '.3f')} | "
+                     f"{fmt(entry['tokens_per_second'], '.0f')} | {fmt(tflops)} | "
+                     f"{gib(memory.get('planned_bytes_per_rank'))} | {gib(memory.get('allocated_bytes_per_rank'))} | "
+                     f"{memory.get('plan_holds_on_every_rank')} | {fmt(memory.get('device_used_over_plan'), '.3f')} | "
+                     f"{gib(cudnn.get('workspace_planned_bytes'))} / {gib(cudnn.get('workspace_needed_bytes'))} | "
+                     f"{cudnn.get('query_rows_per_call')} | {fmt(predicted, '.3f')} |")
+    figures["long_pytorch"] = torch_1m
+    lines.append("")
+    lines.append(f"PyTorch eager + SDPA-cuDNN under bf16 autocast, same model at a million tokens: "
+                 f"{torch_cell(torch_1m) if torch_1m else 'not run'}.")
+    bench = load_json(results, "bench_miniattn_bf16_cudnn_n32768_causal.json") or {}
+    predicted = (load_json(results, "predict_32768.json") or {}).get("prediction_for_deck", {}).get("step_seconds")
+    measured = bench.get("step_seconds_median")
+    figures["predicted_32768"] = {"predicted_step_seconds": predicted, "measured_step_seconds": measured}
+    lines.append(f"The bench deck's bf16 step at N = 32768: predicted {fmt(predicted, '.4f')} s, measured "
+                 f"{fmt(measured, '.4f')} s (ratio {fmt(predicted / measured if predicted and measured else None, '.2f')}).")
+    longest = load_json(results, "predict_1m_16gib.json")
+    under_16 = load_json(results, "long_16gib.json")
+    if longest:
+        n16 = longest["longest_seq_len"][0]["strategies"].get("local")
+        figures["longest_under_16_gib"] = {"seq_len": n16, "ran": bool(under_16)}
+        lines.append(f"Under 16 GiB predict's longest N is {n16}: "
+                     f"{'it ran' if under_16 else 'it did NOT run'} (one increment more: long_16gib_plus.txt).")
 
 
 def summarize_cudnn_extras(results, figures, lines):
@@ -550,6 +624,9 @@ def main(argv=None):
     ap.add_argument("--train-seq-len", type=int, default=32768)
     ap.add_argument("--train-steps", type=int, default=6, help="the first is a warm-up")
     ap.add_argument("--bf16", action="store_true", help="also the bf16 yardsticks")
+    ap.add_argument("--train-step-only", choices=("eager", "eager_sdpa", "eager_sdpa_bf16", "eager_sdpa_cudnn_bf16"),
+                    help="only the training step of this variant at --train-seq-len (its time, or where it "
+                         "runs out of memory)")
     ap.add_argument("--sdpa-bf16-only", action="store_true",
                     help="only bf16 SDPA (FlashAttention-2 and cuDNN backends) at --heads and --head-dim")
     return measure(ap.parse_args(argv))

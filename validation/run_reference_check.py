@@ -7,18 +7,43 @@ this same interpreter. With `--expect pass` the check must exit 0; with
 `--expect fail` it must exit exactly 1 (a value out of tolerance, not a
 malformed file or a crash) and print every `--expect-text`.
 
+With `--report PATH=VALUE` (repeatable) the generator's RESULT line must
+hold VALUE (JSON) at PATH (dotted keys), e.g.
+`attention_tiles.cudnn.blocks_on_gemm_fallback=0`; `PATH>VALUE` asks for
+more than VALUE.
+
     /usr/bin/python3 run_reference_check.py --snapshot S.h5 [--expect pass|fail]
-        [--expect-text TEXT ...] [--check-arg=--grad-rtol=1e-6 ...] -- GENERATOR...
+        [--expect-text TEXT ...] [--check-arg=--grad-rtol=1e-6 ...] [--report PATH=VALUE ...] -- GENERATOR...
 
 Exit status 0 when the outcome is the expected one, 1 otherwise.
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def report_problems(output, expectations):
+    """What the RESULT line in `output` does not hold of `expectations` (PATH=VALUE or PATH>VALUE)."""
+    lines = [line[len("RESULT "):] for line in output.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        return ["no RESULT line in the generator's output"] if expectations else []
+    report = json.loads(lines[-1])
+    problems = []
+    for expectation in expectations:
+        more = ">" in expectation and ("=" not in expectation or expectation.index(">") < expectation.index("="))
+        path, wanted = expectation.split(">" if more else "=", 1)
+        value = report
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        wanted = json.loads(wanted)
+        if value is None or (value <= wanted if more else value != wanted):
+            problems.append(f"RESULT {path} is {json.dumps(value)}, expected {'more than ' if more else ''}{json.dumps(wanted)}")
+    return problems
 
 
 def main(argv=None):
@@ -29,6 +54,8 @@ def main(argv=None):
                     help="text the failing check must print (repeatable)")
     ap.add_argument("--check-arg", action="append", default=[],
                     help="extra argument for check_snapshot.py, e.g. --check-arg=--grad-rtol=1e-6")
+    ap.add_argument("--report", action="append", default=[],
+                    help="PATH=VALUE (or PATH>VALUE) the generator's RESULT line must hold (repeatable)")
     ap.add_argument("generator", nargs=argparse.REMAINDER, help="-- then the command writing the snapshot")
     args = ap.parse_args(argv)
     generator = args.generator[1:] if args.generator[:1] == ["--"] else args.generator
@@ -38,9 +65,15 @@ def main(argv=None):
     if os.path.exists(args.snapshot):
         os.remove(args.snapshot)  # never check a stale file from an earlier run
     print("generating:", " ".join(generator), flush=True)
-    rc = subprocess.call(generator)
-    if rc != 0:
-        print(f"run_reference_check: generator failed with exit status {rc}")
+    run = subprocess.run(generator, stdout=subprocess.PIPE, text=True)
+    print(run.stdout, end="", flush=True)
+    if run.returncode != 0:
+        print(f"run_reference_check: generator failed with exit status {run.returncode}")
+        return 1
+    problems = report_problems(run.stdout, args.report)
+    for problem in problems:
+        print(f"run_reference_check: {problem}")
+    if problems:
         return 1
     if not os.path.isfile(args.snapshot):
         print(f"run_reference_check: generator succeeded but wrote no {args.snapshot}")

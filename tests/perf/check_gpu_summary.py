@@ -160,6 +160,33 @@ def check_cudnn_extras(summarizer, results):
         fail(f"wide heads against SDPA: {figures.get('cudnn_wide_heads')}")
 
 
+def check_long(summarizer, miniattn, deck):
+    """The long step's table reads real outputs: a small bf16 bench run saved as the million-token
+    run, a predict run on the nominal bf16 machine file as its prediction, a made-up PyTorch step."""
+    machine = os.path.join(os.path.dirname(deck), "machines", "gpu_cluster_4x_bf16.yaml")
+    model = ["model.seq_len=256", "model.precision=bf16", "parallel.strategy=local", "parallel.layout=contiguous",
+             "train.steps=2"]
+    with tempfile.TemporaryDirectory() as results:
+        sets = model + ["run.mode=bench", f"run.result={os.path.join(results, 'long_1m_deterministic_true.json')}"]
+        run([miniattn, deck] + [a for s in sets for a in ("--set", s)])
+        sets = model + ["run.mode=predict", f"run.machine={machine}", "run.predict_max_ranks=1",
+                        "run.predict_seq_lens=256"]
+        out = os.path.join(results, "predict.txt")
+        run([miniattn, deck] + [a for s in sets for a in ("--set", s)], out)
+        with open(out) as f, open(os.path.join(results, "predict_1m_deterministic_true.json"), "w") as g:
+            g.write([l for l in f.read().splitlines() if l.startswith("RESULT ")][0][len("RESULT "):])
+        with open(os.path.join(results, "pytorch_1m.json"), "w") as f:
+            json.dump({"train_step": {"ok": False, "oom": True, "peak_bytes": 2**30}}, f)
+        figures, lines = {}, []
+        summarizer.summarize_long(results, figures, lines)
+    rows = figures.get("long", [])
+    if len(rows) != 1 or not rows[0]["step_seconds"] or not rows[0]["predicted_step_seconds"] or \
+            not rows[0]["memory"].get("plan_holds_on_every_rank") or not rows[0]["model_flops_per_second"]:
+        fail(f"the million-token rows: {rows}")
+    if not any("out of memory" in line for line in lines):
+        fail(f"PyTorch's step at a million tokens: {lines}")
+
+
 def main():
     script, bench_attention, miniattn, deck = sys.argv[1:5]
     summarizer = load_summarizer(script)
@@ -178,6 +205,7 @@ def main():
             if found != want:
                 fail(f"targets {'met' if margin > 1 else 'missed'} by 1%: verdicts {found}, expected {want}")
         check_cudnn_extras(summarizer, results)
+    check_long(summarizer, miniattn, deck)
     print("PASS: every figure read; verdicts follow TARGETS on both sides of each target")
 
 
