@@ -316,7 +316,11 @@ Calibration plan_calibration(const Config& c, MPI_Comm world) {
   // blocks of 2048 rows leave them far from their rate on long sequences.
   const index_t attention_cap = c.kernels.attention == AttentionKernel::cudnn ? 32768 : 2048;
   k.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), attention_cap);
-  k.rsa_n = std::min<index_t>(k.attention_n, 1024);
+  // RSA's dense blocks are a rank's rows against a source's, n x n a head:
+  // timed at that n (to 4096), where its score rows leave the caches as the
+  // run's do (at 1024 rows they did not, and RSA was predicted 25% fast).
+  const index_t sp_rows = m.seq_len / std::max<index_t>(1, k.ranks / c.parallel.dp);
+  k.rsa_n = std::min<index_t>(std::max<index_t>(sp_rows, 256), 4096);
   return k;
 }
 

@@ -3,15 +3,16 @@
 
 1. `run.mode: calibrate` on 2 ranks measures this machine and writes the
    machine description (default inputs/machines/this_machine.yaml).
-2. For each case (local on 1 rank; ring (zigzag), rsa and ulysses on 2 ranks;
+2. For each case (local on 1 rank; ring (zigzag, and contiguous without the
+   causal mask), rsa, ulysses, hybrid (one group of 2) and allgather on 2 ranks;
    local and ring (zigzag) under a sliding window of 512;
    local with dp = 2, local with tp = 2 (Megatron tensor parallelism) and a
-   2-stage pipeline with 4 micro-batches (batch 4) on 2 ranks; hybrid needs 4 ranks and is skipped) it runs
+   2-stage pipeline with 4 micro-batches (batch 4) on 2 ranks) it runs
    `run.mode: bench` and `run.mode: predict` of the same deck on the same ranks,
    and compares the bench's median step time with the prediction for the
    deck's own decomposition (`prediction_for_deck` of the predict result).
 3. Prints the table and exits 1 if any error exceeds --tolerance percent
-   (25, the issue's acceptance criterion).
+   (10; the windowed cases WINDOW_TOLERANCE, below).
 
 Timings on a shared machine are noisy: --repeats runs every bench (and the
 calibration) that many times and takes the medians. OPENBLAS_NUM_THREADS=1
@@ -47,15 +48,24 @@ run:
   mode: bench
 """
 
-# name, ranks, --set overrides
+# name, ranks, --set overrides. Every strategy must land within --tolerance;
+# the windowed cases within WINDOW_TOLERANCE: the model counts the tiles a
+# window leaves at the full-tile rate, and a tile row of a few tiles pays its
+# fixed costs (loading the query tile, normalising) over fewer of them
+# (measured 12-14% slow on 2026-11-28's Xeon; docs/results/2026-11-28-cpu-xeon.md).
+WINDOW_TOLERANCE = 25.0
 CASES = [
     ("local", 1, ["parallel.strategy=local", "parallel.layout=contiguous"]),
     ("ring zigzag", 2, ["parallel.strategy=ring", "parallel.layout=zigzag"]),
     # A sliding window: the tiles it leaves per ring step (perfmodel/attention_work.*).
     ("local w=512", 1, ["parallel.strategy=local", "parallel.layout=contiguous", "model.window=512"]),
     ("ring w=512", 2, ["parallel.strategy=ring", "parallel.layout=zigzag", "model.window=512"]),
+    ("ring full", 2, ["parallel.strategy=ring", "parallel.layout=contiguous", "model.causal=false"]),
     ("rsa", 2, ["parallel.strategy=rsa", "parallel.layout=contiguous"]),
     ("ulysses", 2, ["parallel.strategy=ulysses", "parallel.layout=contiguous"]),
+    # Hybrid on 2 ranks: one Ulysses group of both, a ring of one (the 4-rank form needs 4 cores).
+    ("hybrid u=2", 2, ["parallel.strategy=hybrid", "parallel.layout=zigzag", "parallel.ulysses_degree=2"]),
+    ("allgather", 2, ["parallel.strategy=allgather", "parallel.layout=zigzag"]),
     ("local dp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.dp=2", "model.batch=2"]),
     ("local tp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.tp=2"]),
     ("pp=2 m=4", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.pp=2",
@@ -87,7 +97,8 @@ def main():
     parser.add_argument("--vocab", type=int, default=256)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1, help="bench runs per case (median taken)")
-    parser.add_argument("--tolerance", type=float, default=25.0, help="largest acceptable error, percent")
+    parser.add_argument("--tolerance", type=float, default=10.0,
+                        help="largest acceptable error, percent (windowed cases: WINDOW_TOLERANCE)")
     parser.add_argument("--only", default="", help="comma-separated case names to run")
     parser.add_argument("--json", default="", help="write the table as JSON here")
     args = parser.parse_args()
@@ -146,21 +157,24 @@ def main():
           " compute; meas. wait: seconds inside Comm calls, load imbalance included)")
     print(f"{'case':12s} {'ranks':>5s} {'predicted s':>12s} {'measured s':>11s} {'error':>8s}   "
           f"{'pred. attn':>10s} {'meas. attn':>10s} {'pred. exch.':>11s} {'pred. hidden':>12s} {'meas. wait':>10s}")
-    worst = 0.0
+    failed = []
     for r in rows:
         pa, ma = r["predicted_attention_s"], r["measured_attention_s"]
         print(f"{r['case']:12s} {r['ranks']:5d} {r['predicted_s']:12.3f} {r['measured_s']:11.3f} "
               f"{r['error_percent']:+7.1f}%   {pa['forward'] + pa['backward']:10.3f} {ma['forward'] + ma['backward']:10.3f} "
               f"{r['predicted_exchange_s']:11.4f} {r['predicted_hidden_s']:12.4f} {r['measured_exchange_wait_s']:10.4f}")
-        worst = max(worst, abs(r["error_percent"]))
-    print("hybrid: skipped (needs 4 ranks; this check runs on 2)")
+        tolerance = WINDOW_TOLERANCE if "w=" in r["case"] else args.tolerance
+        if abs(r["error_percent"]) > tolerance:
+            failed.append(f"{r['case']} {r['error_percent']:+.1f}% (tolerance {tolerance:.0f}%)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)
-    if worst > args.tolerance:
-        print(f"FAIL: largest error {worst:.1f}% > {args.tolerance:.0f}%")
+    if failed:
+        print("FAIL: " + "; ".join(failed))
         return 1
-    print(f"OK: largest error {worst:.1f}% <= {args.tolerance:.0f}%")
+    worst = max((abs(r["error_percent"]) for r in rows), default=0.0)
+    print(f"OK: largest error {worst:.1f}%, every case within its tolerance ({args.tolerance:.0f}%, windows "
+          f"{WINDOW_TOLERANCE:.0f}%)")
     return 0
 
 
