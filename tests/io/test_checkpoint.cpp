@@ -602,19 +602,41 @@ void remove_root_attributes(const std::string& path, const std::vector<std::stri
   barrier();
 }
 
+// Writes a string attribute on "/" (rank 0, serial HDF5), as an older miniattn did.
+void write_root_string_attribute(const std::string& path, const std::string& name, const std::string& value) {
+  if (world_rank() == 0) {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    EXPECT_GE(file, 0);
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, value.size());
+    const hid_t space = H5Screate(H5S_SCALAR);
+    const hid_t attribute = H5Acreate2(file, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(attribute, type, value.data()), 0);
+    H5Aclose(attribute);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(file);
+  }
+  barrier();
+}
+
+// A checkpoint of `c` with AdamW moments, the parameters in T.
+template <class T>
+void write_adamw_checkpoint(const std::string& path, const Config& c) {
+  RankSetup w(c);
+  auto params = make_buffers<T>(w, 1, "p");
+  auto m = make_buffers<T>(w, 2, "m");
+  auto v = make_buffers<T>(w, 3, "v");
+  write_checkpoint<T>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
+}
+
 TEST(Checkpoint, DeliberateChangesAndOldFilesComeBackAsWarnings) {
   TempDir dir;
   ASSERT_TRUE(dir.ok());
   const std::string path = dir.file("ckpt.h5");
   Config c = make_config(Layout::contiguous, 1);
   c.model.positions = PositionEncoding::rope;
-  {
-    RankSetup w(c);
-    auto params = make_buffers<double>(w, 1, "p");
-    auto m = make_buffers<double>(w, 2, "m");
-    auto v = make_buffers<double>(w, 3, "v");
-    write_checkpoint<double>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
-  }
+  write_adamw_checkpoint<double>(path, c);
   Config deck = c;
   deck.model.rope_theta = 1e6;
   {
@@ -646,13 +668,7 @@ TEST(Checkpoint, PrecisionIsTheRunsAndParameterTypeTheStoredOnes) {
   const std::string path = dir.file("ckpt.h5");
   Config c = make_config(Layout::contiguous, 1);
   c.model.precision = Precision::bf16;
-  {
-    RankSetup w(c);
-    auto params = make_buffers<float>(w, 1, "p");
-    auto m = make_buffers<float>(w, 2, "m");
-    auto v = make_buffers<float>(w, 3, "v");
-    write_checkpoint<float>(path, w.config, w.layout, w.grid, w.positions, params, &m, &v, state_of(c));
-  }
+  write_adamw_checkpoint<float>(path, c);
   {
     const miniattn::io::Hdf5File file = miniattn::io::Hdf5File::open_read(path, MPI_COMM_WORLD);
     EXPECT_EQ(file.get_string_attribute("/", "precision"), "bf16");
@@ -667,19 +683,7 @@ TEST(Checkpoint, PrecisionIsTheRunsAndParameterTypeTheStoredOnes) {
   EXPECT_TRUE(starts_with(got.warnings[0], "model.precision: checkpoint " + path + " holds bf16, the deck says fp32"));
   // As written before parameter_type: "precision" is the stored type, the run's is unknown.
   remove_root_attributes(path, {"parameter_type", "precision"});
-  if (world_rank() == 0) {
-    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    const hid_t type = H5Tcopy(H5T_C_S1);
-    H5Tset_size(type, 4);
-    const hid_t space = H5Screate(H5S_SCALAR);
-    const hid_t attribute = H5Acreate2(file, "precision", type, space, H5P_DEFAULT, H5P_DEFAULT);
-    EXPECT_GE(H5Awrite(attribute, type, "fp32"), 0);
-    H5Aclose(attribute);
-    H5Sclose(space);
-    H5Tclose(type);
-    H5Fclose(file);
-  }
-  barrier();
+  write_root_string_attribute(path, "precision", "fp32");
   got = read_checkpoint<float>(path, r.config, r.layout, r.grid, r.positions, params, &m, &v);
   ASSERT_EQ(got.warnings.size(), 1u);
   EXPECT_EQ(got.warnings[0], "io.restart: " + path + " was written before checkpoints held model.precision: a change "
