@@ -1,5 +1,6 @@
 # Every third-party package the mini-app uses, found once.
 include(${CMAKE_CURRENT_LIST_DIR}/MiniattnKokkos.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/MiniattnOnednn.cmake)
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
 

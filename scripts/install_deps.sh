@@ -12,7 +12,7 @@ case "${1:-}" in
   "")
     packages=(
       build-essential cmake
-      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev
+      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev
       mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
       libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
       python3 python3-h5py python3-numpy python3-torch python3-matplotlib

@@ -9,6 +9,7 @@
 #include "driver/training_state.hpp"
 #include "attention/strategy_record.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/base/onednn_gemm.hpp"
 #include "kernels/attention/kernel_record.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
@@ -255,6 +256,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   }
   r["attention_tiles"]["backward"] = backward_words(tiles.blocking);
   r["precision"] = to_string(m.precision);
+  if (std::is_same<T, bf16>::value && kHostExecution) r["host_bf16_gemm"] = kernels::host_bf16_gemm_path();
   r["steps"] = c.train.steps;
   r["first_step"] = record.first_step;
   r["parameters"] = s.layout.total_global_count();

@@ -54,6 +54,7 @@
 #include "core/error.hpp"
 #include "core/types.hpp"
 #include "kernels/attention/attention.hpp"
+#include "kernels/base/onednn_gemm.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/kernel_timing.hpp"
@@ -197,6 +198,8 @@ bool run_attention(const Options& o, double gemm_gflops) {
                 causal ? "causal" : "non-causal", tf.front() + tb.front(), both, 100.0 * both / gemm_gflops,
                 gemm_name<T>());
   }
+  if (std::is_same<T, miniattn::bf16>::value && miniattn::kHostExecution)
+    std::printf("%s GEMMs: %s\n", prec, miniattn::kernels::host_bf16_gemm_path().c_str());
   return true;
 }
 

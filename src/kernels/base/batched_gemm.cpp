@@ -9,6 +9,7 @@
 
 #include "kernels/base/gemm.hpp"
 #include "kernels/base/head_batches.hpp"
+#include "kernels/base/onednn_gemm.hpp"
 #include "kernels/base/simd_pack.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -339,6 +340,8 @@ void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, co
                Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   if constexpr (std::is_same<T, bf16>::value && !kHostExecution) {
     device_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count, kDeviceWidenedValues);
+  } else if (std::is_same<T, bf16>::value && onednn_bf16_gemm_built() && op_cols(ta, a) > 0) {
+    if constexpr (std::is_same<T, bf16>::value) onednn_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count);
   } else {
     for (index_t i = 0; i < count; ++i) {
       if constexpr (std::is_same<T, bf16>::value) {
