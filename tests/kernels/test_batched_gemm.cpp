@@ -1,9 +1,10 @@
 // The bf16 batched GEMM path of devices without a bf16 BLAS (HIP:
 // kernels::batched_gemm_bf16_widened, operands widened to fp32 in the
 // execution space's memory), run here on the host against a float64
-// reference and against the host path (batched_gemm), for every operand
-// layout chunked attention uses, bf16 and fp32 C, beta 0 and 1, padded
-// strides, and limits that force its grouped and its row-block paths.
+// reference and against the host path (batched_gemm: oneDNN in builds with
+// it, else the fp32 BLAS on widened blocks), for every operand layout chunked
+// attention uses, bf16 and fp32 C, beta 0 and 1, padded and unpadded strides,
+// and limits that force its grouped and its row-block paths.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,11 +45,14 @@ HostVec reference(const Case& s, double alpha, const HostVec& a, index_t a_cols,
   return c;
 }
 
+// padded: gaps between the matrices of a batch (as a chunk's rows of every
+// head have), else none (oneDNN takes such a batch in one call: onednn_gemm.cpp).
 template <class C>
-void expect_widened_path_matches(const Case& s, float beta, index_t widened_values, Random& rng) {
+void expect_widened_path_matches(const Case& s, float beta, index_t widened_values, Random& rng, bool padded = true) {
   const index_t a_rows = s.ta == 'T' ? s.k : s.m, a_cols = s.ta == 'T' ? s.m : s.k;
   const index_t b_rows = s.tb == 'T' ? s.n : s.k, b_cols = s.tb == 'T' ? s.k : s.n;
-  const index_t sa = a_rows * a_cols + 3, sb = b_rows * b_cols + 5, sc = s.m * s.n + 2;  // padded strides
+  const index_t gap = padded ? 1 : 0;
+  const index_t sa = a_rows * a_cols + 3 * gap, sb = b_rows * b_cols + 5 * gap, sc = s.m * s.n + 2 * gap;
   const HostVec a = quantize<bf16>(rng.uniform(static_cast<std::size_t>(s.count * sa), -1, 1));
   const HostVec b = quantize<bf16>(rng.uniform(static_cast<std::size_t>(s.count * sb), -1, 1));
   const HostVec c0 = quantize<C>(rng.uniform(static_cast<std::size_t>(s.count * sc), -1, 1));
@@ -78,6 +82,11 @@ TEST(BatchedGemmBf16Widened, MatchesTheReferenceAndTheHostPath) {
         expect_widened_path_matches<bf16>(s, beta, limit, rng);
         expect_widened_path_matches<float>(s, beta, limit, rng);
       }
+  for (const Case& s : cases)
+    for (const float beta : {0.0f, 1.0f}) {
+      expect_widened_path_matches<bf16>(s, beta, kernels::kDeviceWidenedValues, rng, /*padded=*/false);
+      expect_widened_path_matches<float>(s, beta, kernels::kDeviceWidenedValues, rng, /*padded=*/false);
+    }
 }
 
 }  // namespace
