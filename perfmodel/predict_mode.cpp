@@ -20,13 +20,13 @@ namespace {
 // rates were measured with: a GPU machine file predicts cudnn on any host.
 template <class T>
 kernels::AttentionBlocking predicted_blocking(const Config& c, const MachineDescription& machine) {
+  const AttentionKernel kernel = machine.attention_kernel.empty() ? c.kernels.attention
+                                                                  : enum_of_word<AttentionKernel>(machine.attention_kernel);
+  // cudnn has no tiles and needs no library to be planned: the gemm kernel's are chosen (its fallback's chunk).
   KernelConfig requested = c.kernels;
-  const bool machine_kernel = !machine.attention_kernel.empty();
-  if (machine_kernel) requested.attention = enum_of_word<AttentionKernel>(machine.attention_kernel);
-  if (requested.attention == AttentionKernel::cudnn) requested.attention = AttentionKernel::gemm;  // the tiles only
+  requested.attention = kernel == AttentionKernel::cudnn ? AttentionKernel::gemm : kernel;
   kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(requested, c.model.head_dim()).blocking;
-  if (machine_kernel) blocking.kernel = enum_of_word<AttentionKernel>(machine.attention_kernel);
-  else if (c.kernels.attention == AttentionKernel::cudnn) blocking.kernel = AttentionKernel::cudnn;
+  if (kernel == AttentionKernel::cudnn) blocking.kernel = AttentionKernel::cudnn;
   blocking.gemm_fallback = blocking.kernel == AttentionKernel::cudnn && c.data.documents;
   blocking.deterministic = c.kernels.deterministic;
   return blocking;
@@ -50,7 +50,7 @@ StepConfig deck_step_config(const Config& c, const MachineDescription& machine) 
     default: s.blocking = predicted_blocking<double>(c, machine);
   }
   s.memory_available = static_cast<std::size_t>(machine.memory_bytes_per_rank);
-  s.cudnn_workspace_limit = static_cast<std::size_t>(c.kernels.cudnn_workspace_mib * 1024.0 * 1024.0);
+  s.cudnn_workspace_limit = c.kernels.cudnn_workspace_limit_bytes();
   return s;
 }
 

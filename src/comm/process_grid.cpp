@@ -1,6 +1,7 @@
 #include "comm/process_grid.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "comm/mpi_ranks.hpp"
 #include "core/config.hpp"
@@ -78,28 +79,32 @@ std::vector<index_t> positions_by_rank(index_t seq_len, int sp_size, int ulysses
   return positions;
 }
 
-bool gathered_in_position_order(int sp_size, int ulysses, Layout layout) {
-  return layout != Layout::striped || ulysses == 1 || ulysses == sp_size;
+// gathered[j] = by_rank[order[j]]: the group's rows as the all-to-all lays
+// them down, in position order but under hybrid with striped positions.
+std::vector<std::size_t> gathered_order(const std::vector<index_t>& by_rank, int sp_size, int ulysses, Layout layout) {
+  std::vector<std::size_t> order(by_rank.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  const bool rank_order = layout == Layout::striped && ulysses > 1 && ulysses < sp_size;
+  if (!rank_order)
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return by_rank[a] < by_rank[b]; });
+  return order;
 }
 
 }  // namespace
 
 std::vector<index_t> group_positions(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
-  std::vector<index_t> positions = positions_by_rank(seq_len, sp_size, ulysses, group, layout);
-  if (gathered_in_position_order(sp_size, ulysses, layout)) std::sort(positions.begin(), positions.end());
+  const std::vector<index_t> by_rank = positions_by_rank(seq_len, sp_size, ulysses, group, layout);
+  std::vector<index_t> positions;
+  for (const std::size_t r : gathered_order(by_rank, sp_size, ulysses, layout))
+    positions.push_back(by_rank[r]);
   return positions;
 }
 
 std::vector<index_t> gathered_rows(index_t seq_len, int sp_size, int ulysses, int group, Layout layout) {
   const std::vector<index_t> by_rank = positions_by_rank(seq_len, sp_size, ulysses, group, layout);
-  const std::vector<index_t> gathered = group_positions(seq_len, sp_size, ulysses, group, layout);
-  std::vector<index_t> rows(by_rank.size());
-  if (!gathered_in_position_order(sp_size, ulysses, layout)) {
-    for (std::size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<index_t>(r);
-    return rows;
-  }
-  for (std::size_t r = 0; r < rows.size(); ++r)
-    rows[r] = std::lower_bound(gathered.begin(), gathered.end(), by_rank[r]) - gathered.begin();
+  const std::vector<std::size_t> order = gathered_order(by_rank, sp_size, ulysses, layout);
+  std::vector<index_t> rows(order.size());
+  for (std::size_t j = 0; j < order.size(); ++j) rows[order[j]] = static_cast<index_t>(j);
   return rows;
 }
 

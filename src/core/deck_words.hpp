@@ -88,6 +88,9 @@ struct KernelConfig {
   bool deterministic = true;
   // cudnn, deterministic: the most MiB of cuDNN's workspace (0: what the memory plan leaves).
   double cudnn_workspace_mib = 0.0;
+  std::size_t cudnn_workspace_limit_bytes() const {
+    return static_cast<std::size_t>(cudnn_workspace_mib * 1024.0 * 1024.0);
+  }
 };
 
 }  // namespace miniattn

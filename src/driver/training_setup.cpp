@@ -218,15 +218,11 @@ InjectedFault injected_fault(int world_rank) {
 
 namespace {
 
-std::size_t cudnn_workspace_limit(const Config& c) {
-  return static_cast<std::size_t>(c.kernels.cudnn_workspace_mib * 1024.0 * 1024.0);
-}
-
 // A limit below what the smallest cut needs (the same plan on every rank of a stage: refused by all ranks of a
 // stage alike; the stages hold the same attention blocks).
 void refuse_small_cudnn_workspace(const Config& c, const MemoryPlan& plan) {
   const auto workspace = plan.parts.find(MemoryPart::cudnn_workspace);
-  const std::size_t limit = cudnn_workspace_limit(c);
+  const std::size_t limit = c.kernels.cudnn_workspace_limit_bytes();
   if (limit == 0 || workspace == plan.parts.end() || workspace->second <= limit) return;
   throw InputError("kernels.cudnn_workspace_mib: " + format_bytes(static_cast<double>(limit)) +
                    " is less than cuDNN's deterministic backward needs for calls of 64 query rows (" +
@@ -253,7 +249,7 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   const bool faulty = fault.rank == grid.world_rank && fault.memory_gib >= 0;
   const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
   memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, sharing), grid.world);
-  memory.plan = plan_memory_within(in, memory.available.bytes, cudnn_workspace_limit(c));
+  memory.plan = plan_memory_within(in, memory.available.bytes, c.kernels.cudnn_workspace_limit_bytes());
   // Pipeline stages plan different amounts: every rank takes the smallest cut.
   const double cut = static_cast<double>(in.blocking.cudnn_rows_per_call);
   const double agreed_cut = least_over_ranks(cut > 0 ? cut : std::numeric_limits<double>::infinity(), grid.world).value;

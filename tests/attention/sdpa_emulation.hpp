@@ -37,7 +37,6 @@ class EmulatedSdpa final : public kernels::SdpaRunner {
                                             : rows * q * static_cast<std::size_t>(s.head_dim) * 4;
     return main + rows * q * 4 + 256 + extra_bytes_;
   }
-  bool deterministic_backward() const override { return deterministic_; }
 
   void forward(const kernels::SdpaCallShape& s, const void* q, const void* k, const void* v, void* out,
                float* stats, void*) override {

@@ -169,7 +169,6 @@ CudnnBlocks::CudnnBlocks(const AttentionShape& s, const AttentionBlocking& block
   tally().workspace_planned_bytes = workspace_.extent(0);
   tally().workspace_needed_bytes = 0;
   tally().workspace_bytes = workspace_.extent(0);
-  tally().deterministic_backward = blocking.deterministic;
 }
 
 std::size_t CudnnBlocks::bytes() const {

@@ -39,7 +39,6 @@ struct CudnnTally {
   std::size_t workspace_planned_bytes = 0;  // cudnn_workspace_bytes: what the memory plan counted
   std::size_t workspace_needed_bytes = 0;   // the most any call's graph asked for
   std::size_t workspace_bytes = 0;          // what is allocated: the plan's, or more where a graph needed more
-  bool deterministic_backward = true;
 };
 CudnnTally cudnn_tally();
 
@@ -60,8 +59,6 @@ long cudnn_version();
 // every pair of a call) or, deterministic_backward false, its default one
 // (dQ summed with fp32 atomics: repeats may differ in the last bits).
 std::shared_ptr<SdpaRunner> default_sdpa_runner(bool deterministic_backward);
-// A runner of its own (bench_attention). Null as above.
-std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward);
 
 // cuDNN's workspace for one call of query_rows x key_rows rows of a block of
 // `shape` (per sample and head), as cudnn-frontend 1.23 sizes its graphs

@@ -17,8 +17,7 @@ namespace {
 
 class CudnnRunner final : public SdpaRunner {
  public:
-  explicit CudnnRunner(bool deterministic_backward)
-      : sdpa_(ExecSpace().cuda_stream(), deterministic_backward), deterministic_(deterministic_backward) {}
+  explicit CudnnRunner(bool deterministic_backward) : sdpa_(ExecSpace().cuda_stream(), deterministic_backward) {}
   std::size_t workspace_needed(const SdpaCallShape& shape, bool backward) override {
     return sdpa_.prepare(shape, backward);
   }
@@ -31,11 +30,9 @@ class CudnnRunner final : public SdpaRunner {
     sdpa_.backward(shape, q, k, v, out, dout, lse, dq, dk, dv, workspace);
   }
   int graphs_built() const override { return sdpa_.graphs_built(); }
-  bool deterministic_backward() const override { return deterministic_; }
 
  private:
   CudnnSdpa sdpa_;
-  bool deterministic_;
 };
 
 }  // namespace
@@ -60,15 +57,6 @@ long cudnn_version() {
 #endif
 }
 
-std::shared_ptr<SdpaRunner> make_sdpa_runner(bool deterministic_backward) {
-#ifdef MINIATTN_CUDNN_RUNNER
-  return std::make_shared<CudnnRunner>(deterministic_backward);
-#else
-  (void)deterministic_backward;
-  return nullptr;
-#endif
-}
-
 // One runner a process and backward algorithm: its graphs serve every layer
 // and strategy. Its cuDNN handle goes before Kokkos finalizes.
 std::shared_ptr<SdpaRunner> default_sdpa_runner(bool deterministic_backward) {
@@ -76,7 +64,7 @@ std::shared_ptr<SdpaRunner> default_sdpa_runner(bool deterministic_backward) {
   static std::shared_ptr<SdpaRunner> runners[2];
   std::shared_ptr<SdpaRunner>& runner = runners[deterministic_backward ? 1 : 0];
   if (!runner) {
-    runner = make_sdpa_runner(deterministic_backward);
+    runner = std::make_shared<CudnnRunner>(deterministic_backward);
     Kokkos::push_finalize_hook([&runner] { runner.reset(); });
   }
   return runner;

@@ -30,8 +30,6 @@ class SdpaRunner {
                         const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace) = 0;
   // Graphs built so far (a runner without graphs: 0).
   virtual int graphs_built() const { return 0; }
-  // Whether the backward is deterministic (cuDNN's deterministic algorithm, or an emulation's fixed order).
-  virtual bool deterministic_backward() const { return true; }
 };
 
 }  // namespace miniattn::kernels
