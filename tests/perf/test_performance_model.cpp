@@ -608,6 +608,7 @@ TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
     MemoryPlanInput in;
     in.model = split.model;
     in.strategy = split.strategy;
+    in.blocking = split.blocking;  // the fused kernel's transposed key tiles depend on the key tile
     in.pp = 4;
     in.stage = stage;
     in.micro_batches = 4;

@@ -206,9 +206,9 @@ struct AttentionShape {
 };
 
 // The kernels' scratch memory, allocated once per run for what blocking.kernel
-// uses: fused: the key block's K and V transposed for the backward,
-// [B, KV, Dh, transposed_keys_row(keys)] each, written once per call so that no
-// tile pair transposes a tile again; gemm: one chunk pair's scores (then
+// uses: fused: the key block's K and V transposed for the backward, key tile
+// by key tile (TransposedKeyTiles), written once per call so that no tile pair
+// transposes a tile again; gemm: one chunk pair's scores (then
 // probabilities) and score gradients for every head, B H Cq Ck values each
 // (Cq = min(chunk, queries), Ck = min(gemm_key_chunk, keys)): O(chunk^2) per
 // head, never O(N^2). When T computes in a wider type (bf16): the gemm kernel's scores,
@@ -221,9 +221,19 @@ struct AttentionShape {
 // in Acc<T>, [B, KV, Ck, Dh] each, added to the caller's dk, dv
 // (which travel as T) with one rounding per key chunk (fp32 and fp64
 // accumulate in the caller's out, dq, dk and dv).
-// Rows of n_k + 16 (rounded to 16) elements: a power-of-two row length would
-// put a tile's rows in the same cache sets.
-inline index_t transposed_keys_row(index_t keys) { return (keys + 15) / 16 * 16 + 16; }
+// The fused backward's K^T (and V^T) of one K/V head: key tile kt (key_block
+// keys) is the contiguous [Dh][tile_ld] block at rows kt Dh .. kt Dh + Dh - 1
+// of a [tiles Dh, tile_ld] matrix, so a team stages a tile with one stream of
+// reads. (Transposed over all n_k keys, a tile's Dh rows lay 4 n_k bytes
+// apart, each on its own page: a sixth of the backward went to the misses of
+// staging them, Xeon, n_k = 8192.) Rows of whole 64-byte lines.
+struct TransposedKeyTiles {
+  index_t tiles = 0, tile_ld = 0;
+};
+inline TransposedKeyTiles transposed_key_tiles(index_t keys, index_t key_block) {
+  const index_t kb = key_block > 0 && key_block < keys ? key_block : (keys > 0 ? keys : 1);
+  return {(keys + kb - 1) / kb, (kb + 15) / 16 * 16};
+}
 template <class T>
 struct AttentionWorkspace {
   View4<T> k_t, v_t;                  // fused

@@ -126,8 +126,10 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
   e.key_chunk = std::min(chunk.keys, s.keys);
   if (separate_accumulators && blocking.runs_gemm())
     e.key_accumulator = s.batch * s.kv_heads * e.key_chunk * s.head_dim;
-  if (blocking.kernel == AttentionKernel::fused)
-    e.transposed = s.batch * s.kv_heads * s.head_dim * transposed_keys_row(s.keys);
+  if (blocking.kernel == AttentionKernel::fused) {
+    const TransposedKeyTiles tiles = transposed_key_tiles(s.keys, blocking.key_block);
+    e.transposed = s.batch * s.kv_heads * tiles.tiles * s.head_dim * tiles.tile_ld;
+  }
   if (blocking.runs_gemm())
     e.chunk_pair = s.batch * s.heads * std::min(chunk.queries, s.queries) * e.key_chunk;
   return e;
@@ -144,9 +146,10 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
     dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, e.key_chunk, shape.head_dim);
   }
   if (e.transposed > 0) {
-    const index_t row = transposed_keys_row(shape.keys);
-    k_t = View4<T>("attention.k_transposed", shape.batch, shape.kv_heads, shape.head_dim, row);
-    v_t = View4<T>("attention.v_transposed", shape.batch, shape.kv_heads, shape.head_dim, row);
+    const TransposedKeyTiles tiles = transposed_key_tiles(shape.keys, blocking.key_block);
+    const index_t rows = tiles.tiles * shape.head_dim;
+    k_t = View4<T>("attention.k_transposed", shape.batch, shape.kv_heads, rows, tiles.tile_ld);
+    v_t = View4<T>("attention.v_transposed", shape.batch, shape.kv_heads, rows, tiles.tile_ld);
   }
   if (e.chunk_pair > 0) {
     scores = View1<T>("attention.chunk_scores", e.chunk_pair);

@@ -3,7 +3,7 @@
 // for the team and tile machinery.
 //
 // FlashAttention-2's five products per (query tile, key tile) pair, with K^T
-// and V^T transposed once per call (TransposedKeys):
+// and V^T transposed once per call, tile by tile (TransposedKeyTiles):
 //   P = exp(scale Q K^T - lse), dS = scale P (dO V^T - delta),
 //   dq += dS K,  dv += P^T dO,  dk += dS^T Q.
 // With grouped K/V heads (GQA) a team owns one K/V head's key block and loops
@@ -11,8 +11,8 @@
 // No atomics; every row's sum runs in an order fixed by the tiling alone, the
 // same bits on any number of threads. Two schedules
 // (AttentionBlocking::one_launch_backward):
-//  * waves (host): tiles are grouped in blocks of S = 4 consecutive tiles
-//    (a block's tiles stay in cache), and block pairs run in waves: in wave w
+//  * waves (host): tiles are grouped in blocks of S = 8 consecutive tiles
+//    (a block's tiles stay in L2), and block pairs run in waves: in wave w
 //    the team of key block kb takes query block (kb + w) mod waves. Within a
 //    wave no two teams share a query tile (dq rows) or a key tile (dk, dv
 //    rows); a team stages a key tile once per block and keeps its dk, dv in
@@ -33,7 +33,12 @@ using namespace attention_detail;
 
 namespace {
 
-constexpr index_t kBlockTiles = 4;  // S above
+// S above. Each tile a team reads comes from L3 or memory once per block
+// pair and serves S pairs; 8 against 4 took a tenth off the backward on the
+// Xeon (n = 8192, 96 x 96 tiles: the block pair's q, dout, dq, K, K^T and V^T
+// tiles, 1.1 MiB, within its 2 MiB L2). A constant: the order of the sums, and
+// so the bits, must not depend on the machine's thread count.
+constexpr index_t kBlockTiles = 8;
 
 // Which gradients a team adds: all three (a wave's block pair), or only its
 // key tile's dk, dv or only its query tile's dq (the one-launch schedule).
@@ -50,7 +55,7 @@ struct BackwardTilePair {
   View3<const T> lse, delta;
   View1<const index_t> q_pos, k_pos;
   View4<T> dq, dk, dv;
-  View4<const T> k_t, v_t;  // [B, H, Dh, >= nk]
+  View4<const T> k_t, v_t;  // [B, KV, key tiles x Dh, >= kb]: transposed_key_tiles
   AttentionMask mask;
   // Set after the Views (attention_backward_accumulate). group: query heads per K/V head.
   index_t batch = 0, kv_heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, kb_ld = 0, dh_ld = 0,
@@ -62,8 +67,11 @@ struct BackwardTilePair {
   struct Pair {
     index_t b, h, kh, i0, rows, j0, cols;  // h: the query head, kh: its K/V head
     bool masked;
-    T* k_t;          // [dh][kb_ld]: the pair's K^T tile (a compact copy: every row strip reads it)
-    T* v_t;          // [dh][kb_ld]: the pair's V^T tile
+    const T* k_t;    // [dh][kt_ld]: the pair's K^T tile, in the workspace or (kStageKeyTiles) scratch
+    const T* v_t;    // [dh][kt_ld]: the pair's V^T tile
+    index_t kt_ld;
+    T* k_stage;      // kStageKeyTiles: [dh][kb_ld], the scratch copies
+    T* v_stage;
     T* p_tile;       // [qb][kb_ld]: probabilities
     T* ds_tile;      // [qb][kb_ld]: scale * dS
     T* dk_acc;       // [kb][dh_ld]: this key tile's dk over the block's query tiles
@@ -95,8 +103,8 @@ struct BackwardTilePair {
   // This team's scratch.
   KOKKOS_INLINE_FUNCTION Pair carve(const TeamMember& team) const {
     Pair t;
-    t.k_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
-    t.v_t = ScratchView<T>(team.team_scratch(level), dh * kb_ld).data();
+    t.k_stage = kStageKeyTiles ? ScratchView<T>(team.team_scratch(level), dh * kb_ld).data() : nullptr;
+    t.v_stage = kStageKeyTiles ? ScratchView<T>(team.team_scratch(level), dh * kb_ld).data() : nullptr;
     t.p_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
     t.ds_tile = ScratchView<T>(team.team_scratch(level), qb * kb_ld).data();
     t.dk_acc = ScratchView<T>(team.team_scratch(level), kb * dh_ld).data();
@@ -140,10 +148,20 @@ struct BackwardTilePair {
     }
   }
 
-  // The K^T and V^T tiles and the key positions into scratch, dk and dv cleared.
-  KOKKOS_INLINE_FUNCTION void stage(const TeamMember& team, const Pair& t) const {
-    copy_tile(team, &k_t(t.b, t.kh, 0, t.j0), index_t(k_t.stride(2)), dh, t.cols, t.k_t, kb_ld);
-    copy_tile(team, &v_t(t.b, t.kh, 0, t.j0), index_t(v_t.stride(2)), dh, t.cols, t.v_t, kb_ld);
+  // Points the pair at its K^T and V^T tiles (kStageKeyTiles: copies them
+  // into scratch), the key positions into scratch, dk and dv cleared.
+  KOKKOS_INLINE_FUNCTION void stage(const TeamMember& team, Pair& t) const {
+    const index_t row0 = t.j0 / kb * dh;
+    t.k_t = &k_t(t.b, t.kh, row0, 0);
+    t.v_t = &v_t(t.b, t.kh, row0, 0);
+    t.kt_ld = k_t.stride(2);
+    if constexpr (kStageKeyTiles) {
+      copy_tile(team, t.k_t, t.kt_ld, dh, t.cols, t.k_stage, kb_ld);
+      copy_tile(team, t.v_t, t.kt_ld, dh, t.cols, t.v_stage, kb_ld);
+      t.k_t = t.k_stage;
+      t.v_t = t.v_stage;
+      t.kt_ld = kb_ld;
+    }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, t.cols), [&](const index_t j) {
       Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh_ld), [&](const index_t d) {
         t.dk_acc[j * dh_ld + d] = T(0);
@@ -161,7 +179,7 @@ struct BackwardTilePair {
     const T neg_inf = -compat::infinity<T>(), pos_inf = compat::infinity<T>();
     const index_t* const qp = q_pos.data() + t.i0;
     team_tile_product<T>(
-        team, t.rows, t.cols, dh, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), index_t(1), t.k_t, kb_ld,
+        team, t.rows, t.cols, dh, &q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), index_t(1), t.k_t, t.kt_ld,
         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
           const V vscale = pack_splat<V>(scale);
           MINIATTN_UNROLL
@@ -184,7 +202,7 @@ struct BackwardTilePair {
   // scale dS = scale P (dout v^T - delta).
   KOKKOS_INLINE_FUNCTION void score_gradients(const TeamMember& team, const Pair& t) const {
     team_tile_product<T>(
-        team, t.rows, t.cols, dh, &dout(t.b, t.h, t.i0, 0), index_t(dout.stride(2)), index_t(1), t.v_t, kb_ld,
+        team, t.rows, t.cols, dh, &dout(t.b, t.h, t.i0, 0), index_t(dout.stride(2)), index_t(1), t.v_t, t.kt_ld,
         [&](const index_t r0, const index_t nr, const index_t c0, const index_t, const V(&acc)[R][P]) {
           const V vscale = pack_splat<V>(scale);
           MINIATTN_UNROLL
@@ -241,19 +259,24 @@ struct BackwardTilePair {
   }
 };
 
-// x [B, H, n, Dh] -> x_t [B, H, Dh, >= n], parallel over (head, d, key): a GPU
-// spreads the keys over its threads (not one thread per (head, d) walking every
-// key), and the host walks each row of x_t in order.
+// x [B, H, n, Dh] -> x_t, key tiles of kb keys transposed one by one: key
+// j = kt kb + c at x_t(b, h, kt Dh + d, c) (transposed_key_tiles). Parallel
+// over (head, d, key): a GPU spreads the keys over its threads (not one thread
+// per (head, d) walking every key). The host walks 16 d x 64 keys at a time,
+// which reads 64 cache lines of x for 16 rows of x_t (by single keys it read a
+// line per value written, 3.5x slower).
 template <class T>
-void transpose_rows(const View4<const T>& x, const View4<T>& x_t) {
-  const index_t heads = index_t(x.extent(0)) * x.extent(1), n = x.extent(2), dh = x.extent(3), ld = x_t.extent(3);
+void transpose_key_tiles(const View4<const T>& x, index_t kb, const View4<T>& x_t) {
+  const index_t heads = index_t(x.extent(0)) * x.extent(1), n = x.extent(2), dh = x.extent(3);
+  const index_t ld = x_t.extent(3), head_stride = x_t.extent(2) * ld;
   const T* const from = x.data();
   T* const to = x_t.data();
   using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<3>, Kokkos::IndexType<index_t>>;
   Kokkos::parallel_for(
-      "miniattn::attention_transpose_keys", Policy({0, 0, 0}, {heads, dh, n}),
+      "miniattn::attention_transpose_keys",
+      Policy({0, 0, 0}, {heads, dh, n}, kHostExecution ? Policy::tile_type{1, 16, 64} : Policy::tile_type{0, 0, 0}),
       KOKKOS_LAMBDA(const index_t bh, const index_t d, const index_t j) {
-        to[(bh * dh + d) * ld + j] = from[(bh * n + j) * dh + d];
+        to[bh * head_stride + ((j / kb) * dh + d) * ld + j % kb] = from[(bh * n + j) * dh + d];
       });
 }
 
@@ -268,12 +291,15 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
   const AttentionBlocking& blocking = scope.blocking;
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
-  require(same_extents3(workspace.k_t, batch, kv_heads, dh) && same_extents3(workspace.v_t, batch, kv_heads, dh) &&
-              static_cast<index_t>(workspace.k_t.extent(3)) >= nk &&
-              static_cast<index_t>(workspace.v_t.extent(3)) >= nk,
-          "the workspace must hold K^T and V^T of at least [B, KV, Dh, n_k]");
-  transpose_rows<T>(k, workspace.k_t);
-  transpose_rows<T>(v, workspace.v_t);
+  const index_t kb = clamp_block(blocking.key_block, nk);
+  const auto holds_tiles = [&](const View4<T>& x_t) {
+    return index_t(x_t.extent(0)) == batch && index_t(x_t.extent(1)) == kv_heads &&
+           index_t(x_t.extent(2)) >= ceil_div(nk, kb) * dh && index_t(x_t.extent(3)) >= kb;
+  };
+  require(holds_tiles(workspace.k_t) && holds_tiles(workspace.v_t),
+          "the workspace must hold K^T and V^T by key tiles: [B, KV, >= key tiles x Dh, >= key_block]");
+  transpose_key_tiles<T>(k, kb, workspace.k_t);
+  transpose_key_tiles<T>(v, kb, workspace.v_t);
   BackwardTilePair<T> pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos,
                            dq, dk, dv, workspace.k_t, workspace.v_t, scope.mask};
   pair.batch = batch;
@@ -284,7 +310,7 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
   pair.dh = dh;
   pair.scale = T(1) / compat::sqrt(static_cast<T>(dh));
   pair.qb = clamp_block(blocking.query_block, nq);
-  pair.kb = clamp_block(blocking.key_block, nk);
+  pair.kb = kb;
   pair.kb_ld = round_up(pair.kb, Tiling<T>::W);  // columns of K^T, V^T, P and dS: whole register tiles
   pair.dh_ld = round_up(dh, Tiling<T>::W);        // columns of the dk, dv accumulators
   pair.n_qtiles = ceil_div(nq, pair.qb);

@@ -72,10 +72,18 @@ std::size_t forward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
          3 * scratch_bytes_for<T>(qb_ld) + scratch_bytes_for<index_t>(qb_ld);
 }
 
+// Whether a backward team copies its key tile's K^T and V^T into scratch: a
+// GPU does (shared memory). The host reads the tile where the call transposed
+// it, one contiguous block (kernels::TransposedKeyTiles): a copy stalls on
+// each cache miss of the tile, which the products, reading it in place,
+// overlap with their multiply-adds (the copy took a tenth of the backward's
+// time, Xeon, n = 8192, 96 x 96 tiles).
+constexpr bool kStageKeyTiles = !kHostExecution;
+
 template <class T>
 std::size_t backward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
   const index_t kb_ld = round_up(kb, Tiling<T>::W), dh_ld = round_up(dh, Tiling<T>::W);
-  return 2 * scratch_bytes_for<T>(dh * kb_ld) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
+  return (kStageKeyTiles ? 2 * scratch_bytes_for<T>(dh * kb_ld) : 0) + 2 * scratch_bytes_for<T>(qb * kb_ld) +
          2 * scratch_bytes_for<T>(kb * dh_ld) + scratch_bytes_for<index_t>(kb_ld);
 }
 
