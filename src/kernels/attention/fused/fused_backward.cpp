@@ -190,10 +190,10 @@ struct BackwardTilePair {
             T* const p_row = t.p_tile + (r0 + r) * kb_ld + c0;
             MINIATTN_UNROLL
             for (int p = 0; p < P; ++p) pack_store(p_row + p * lanes, kernel_exp<T>(vscale * acc[r][p] - shift));
-            if (t.masked) {  // hidden keys (scalar: only tiles on a mask's edge)
-              for (int w = 0; w < W; ++w) {
-                if (mask.hides(t.b, qp[r0 + r], t.kpos[c0 + w])) p_row[w] = T(0);
-              }
+            if (t.masked) {  // hidden keys (only tiles on a mask's edge)
+              const index_t query = qp[r0 + r];
+              hide_masked<W>(
+                  mask, t.b, p_row, T(0), [&](int) { return query; }, [&](int w) { return t.kpos[c0 + w]; });
             }
           }
         });

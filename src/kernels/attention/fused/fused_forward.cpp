@@ -138,12 +138,12 @@ struct ForwardQueryTile {
     T* const alpha = t.alpha;
     const index_t* const qpos = t.qpos;
     team_lane_chunks<T>(team, t.rows, [&](const index_t c0) {
-      if (masked) {  // hidden keys get -inf (scalar: only tiles on a mask's edge)
+      if (masked) {  // hidden keys get -inf (only tiles on a mask's edge)
         for (index_t j = 0; j < cols; ++j) {
-          T* const s = s_t + j * qb_ld + c0;
-          for (int w = 0; w < W; ++w) {
-            if (mask.hides(t.b, qpos[c0 + w], kp[j])) s[w] = neg_inf;
-          }
+          const index_t key = kp[j];
+          hide_masked<W>(
+              mask, t.b, s_t + j * qb_ld + c0, neg_inf, [&](int w) { return qpos[c0 + w]; },
+              [&](int) { return key; });
         }
       }
       V mx[P];

@@ -113,6 +113,22 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
   return mask.blocks_meet(b, q_lo, q_hi, k_lo, k_hi, partly_masked);
 }
 
+// values[w] = hidden for each w < W whose pair (query(w), key(w)) the mask
+// hides in sample b. Without documents the test is on positions alone and
+// branch-free, so the compiler runs it on whole SIMD registers: a tile on a
+// causal diagonal or a window's edge had cost about twice a full one, one
+// scalar test a value.
+template <int W, class T, class Query, class Key>
+KOKKOS_FORCEINLINE_FUNCTION void hide_masked(const AttentionMask& mask, index_t b, T* values, T hidden,
+                                             const Query& query, const Key& key) {
+  if (mask.documents.extent(1) == 0) {
+    for (int w = 0; w < W; ++w) values[w] = mask.hides_position(query(w), key(w)) ? hidden : values[w];
+  } else {
+    for (int w = 0; w < W; ++w)
+      if (mask.hides(b, query(w), key(w))) values[w] = hidden;
+  }
+}
+
 // acc[r][p] = sum_{t < depth} A(r, t) B(t, columns of pack p), A(r, t) = a[r][t * a_step],
 // B(t, c) = b[t * ldb + c]. kPartial: only the first `width` columns of B exist.
 template <int R, int P, bool kPartial, class T, class V>
