@@ -115,9 +115,8 @@ KOKKOS_INLINE_FUNCTION bool tiles_meet(const TeamMember& team, const AttentionMa
 
 // values[w] = hidden for each w < W whose pair (query(w), key(w)) the mask
 // hides in sample b. Without documents the test is on positions alone and
-// branch-free, so the compiler runs it on whole SIMD registers: a tile on a
-// causal diagonal or a window's edge had cost about twice a full one, one
-// scalar test a value.
+// branch-free, so the compiler runs it on whole SIMD registers (a scalar
+// test a value took 3-4% of the causal forward pass, Xeon, n = 8192).
 template <int W, class T, class Query, class Key>
 KOKKOS_FORCEINLINE_FUNCTION void hide_masked(const AttentionMask& mask, index_t b, T* values, T hidden,
                                              const Query& query, const Key& key) {
