@@ -223,10 +223,10 @@ struct AttentionShape {
 // accumulate in the caller's out, dq, dk and dv).
 // The fused backward's K^T (and V^T) of one K/V head: key tile kt (key_block
 // keys) is the contiguous [Dh][tile_ld] block at rows kt Dh .. kt Dh + Dh - 1
-// of a [tiles Dh, tile_ld] matrix, so a team stages a tile with one stream of
-// reads. (Transposed over all n_k keys, a tile's Dh rows lay 4 n_k bytes
-// apart, each on its own page: a sixth of the backward went to the misses of
-// staging them, Xeon, n_k = 8192.) Rows of whole 64-byte lines.
+// of a [tiles Dh, tile_ld] matrix, one stream of reads for the team that
+// reads it (host teams read it in place: fused_tiles.hpp, kStageKeyTiles).
+// Transposed over all n_k keys, a tile's Dh rows had lain 4 n_k bytes apart.
+// Rows of whole 64-byte lines.
 struct TransposedKeyTiles {
   index_t tiles = 0, tile_ld = 0;
 };
