@@ -76,7 +76,7 @@ std::size_t forward_scratch_bytes(index_t qb, index_t kb, index_t dh) {
 // GPU does (shared memory). The host reads the tile where the call transposed
 // it, one contiguous block (kernels::TransposedKeyTiles): a copy stalls on
 // each cache miss of the tile, which the products, reading it in place,
-// overlap with their multiply-adds (the copy took a tenth of the backward's
+// overlap with their multiply-adds (the copy took an eighth of the backward's
 // time, Xeon, n = 8192, 96 x 96 tiles).
 constexpr bool kStageKeyTiles = !kHostExecution;
 
