@@ -327,7 +327,8 @@ void write_checkpoint(const std::string& path, const Config& config, const Param
 
   Hdf5File file = Hdf5File::create(path, grid.world);
   write_config_attributes(file, config, grid.world_size);
-  file.set_attribute("/", kParameterTypeAttribute, std::string(precision_name<T>()));  // fp32 master parameters under bf16
+  // The stored datasets' type: fp32 master parameters under bf16.
+  file.set_attribute("/", kParameterTypeAttribute, std::string(precision_name<T>()));
   file.set_attribute("/", "step", state.step);
   file.set_attribute("/", "optimizer_steps", state.optimizer_steps);
   file.set_attribute("/", "seed", static_cast<std::int64_t>(state.seed));
@@ -362,7 +363,8 @@ CheckpointState read_checkpoint_header(const Hdf5File& file, const std::string& 
     throw InputError(path + ": checkpoint holds step " + std::to_string(state.step) + " and optimizer_steps " +
                      std::to_string(state.optimizer_steps) + ", expected non-negative values");
   }
-  const char* attribute = file.has_attribute("/", kParameterTypeAttribute) ? kParameterTypeAttribute : "precision";  // older files
+  const char* attribute =
+      file.has_attribute("/", kParameterTypeAttribute) ? kParameterTypeAttribute : "precision";  // older files
   try {
     precision = file.get_string_attribute("/", attribute);
   } catch (const InputError& e) {

@@ -25,7 +25,7 @@ bool transposed(char trans) { return trans == 'T' || trans == 't'; }
 // Everything that makes a primitive: oneDNN builds one per shape, layout and
 // scaling (a few milliseconds), so they are kept for the process.
 using ProductKey = std::tuple<char, char, index_t, index_t, index_t, index_t, index_t, index_t, index_t, index_t,
-                              index_t, index_t, bool, float, float>;
+                              index_t, bool, float, float>;
 
 // A primitive and its three memory objects, whose data handles each call sets.
 struct Product {
@@ -100,13 +100,14 @@ bool dense(const MatrixBatch<T>& x) {
 }
 
 template <class C>
-Product& product(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a,
-                       const MatrixBatch<const bf16>& b, float beta, const MatrixBatch<C>& c, index_t count) {
+Product& product(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a, const MatrixBatch<const bf16>& b,
+                 float beta, const MatrixBatch<C>& c, index_t count) {
   static std::map<ProductKey, Product> products;
-  const ProductKey key{ta,     tb,     count,  c.rows, c.cols, a.rows, a.cols, a.stride, b.cols, b.stride,
-                       c.cols, c.stride, std::is_same<C, float>::value, alpha, beta};
+  const ProductKey key{ta,       tb,       count,    c.rows, c.cols, a.rows, a.cols, a.stride, b.cols, b.stride,
+                       c.stride, std::is_same<C, float>::value, alpha, beta};
   auto found = products.find(key);
-  if (found == products.end()) found = products.emplace(key, make_product(ta, tb, alpha, a, b, beta, c, count)).first;
+  if (found == products.end())
+    found = products.emplace(key, make_product(ta, tb, alpha, a, b, beta, c, count)).first;
   return found->second;
 }
 
