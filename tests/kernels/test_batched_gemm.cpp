@@ -4,13 +4,16 @@
 // reference and against the host path (batched_gemm: oneDNN in builds with
 // it, else the fp32 BLAS on widened blocks), for every operand layout chunked
 // attention uses, bf16 and fp32 C, beta 0 and 1, padded and unpadded strides,
-// and limits that force its grouped and its row-block paths.
+// and limits that force its grouped and its row-block paths. And which host
+// path bf16 takes: oneDNN only where the core has bf16 units.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "kernel_test_util.hpp"
 #include "kernels/base/batched_gemm.hpp"
+#include "kernels/base/onednn_gemm.hpp"
 
 namespace miniattn::ktest {
 namespace {
@@ -87,6 +90,32 @@ TEST(BatchedGemmBf16Widened, MatchesTheReferenceAndTheHostPath) {
       expect_widened_path_matches<bf16>(s, beta, kernels::kDeviceWidenedValues, rng, /*padded=*/false);
       expect_widened_path_matches<float>(s, beta, kernels::kDeviceWidenedValues, rng, /*padded=*/false);
     }
+}
+
+// Whether ONEDNN_MAX_CPU_ISA caps oneDNN below bf16 units (ctest runs this
+// test once more with AVX2: test_kernels.bf16_without_bf16_units).
+bool isa_capped_below_bf16() {
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string isa = cap ? cap : "";
+  return isa == "AVX2" || isa == "AVX512_CORE" || isa == "AVX512_CORE_VNNI";
+}
+
+// The compiler's own CPUID test, independent of oneDNN's ISA query.
+bool core_has_avx512_bf16() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
+TEST(HostBf16Gemm, TakesOneDnnOnlyOnCoresWithBf16Units) {
+  if (!kHostExecution) GTEST_SKIP() << "the device's BLAS computes bf16 here";
+  const bool bf16_units = core_has_avx512_bf16() && !isa_capped_below_bf16();
+  const bool expected = kernels::onednn_bf16_gemm_built() && bf16_units;
+  EXPECT_EQ(kernels::onednn_bf16_gemm_used(), expected);
+  const std::string path = kernels::host_bf16_gemm_path();
+  EXPECT_EQ(path.find("widened") == std::string::npos, expected) << path;
 }
 
 }  // namespace

@@ -340,7 +340,7 @@ void run_batch(char ta, char tb, Acc<T> alpha, const MatrixBatch<const T>& a, co
                Acc<T> beta, const MatrixBatch<C>& c, index_t count) {
   if constexpr (std::is_same<T, bf16>::value && !kHostExecution) {
     device_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count, kDeviceWidenedValues);
-  } else if (std::is_same<T, bf16>::value && onednn_bf16_gemm_built() && op_cols(ta, a) > 0) {
+  } else if (std::is_same<T, bf16>::value && onednn_bf16_gemm_used() && op_cols(ta, a) > 0) {
     if constexpr (std::is_same<T, bf16>::value) onednn_bf16_batch<C>(ta, tb, alpha, a, b, beta, c, count);
   } else {
     for (index_t i = 0; i < count; ++i) {

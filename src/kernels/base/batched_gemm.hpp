@@ -12,8 +12,8 @@
 //     on HIP Kokkos Kernels' own GEMM, or rocBLAS through its TPL).
 //   bf16, CUDA: cublasGemmStridedBatchedEx, bf16 in, CUBLAS_COMPUTE_32F
 //     (tensor cores), C in bf16 or fp32.
-//   bf16, host backends: oneDNN's matmul in builds with it (onednn_gemm.hpp:
-//     the core's bf16 arithmetic, fp32 accumulation, one call a batch); else
+//   bf16, host backends: oneDNN's matmul in builds with it on cores with
+//     bf16 units (onednn_gemm.hpp: fp32 accumulation, one call a batch); else
 //     blocks of 256 rows widened to fp32 and multiplied by the fp32 BLAS, C
 //     rounded back when it is bf16 (OpenBLAS as Debian builds it has no bf16 GEMM).
 //   bf16, other devices (HIP): groups of products widened to fp32 in device

@@ -115,11 +115,24 @@ Product& product(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a
 
 bool onednn_bf16_gemm_built() { return true; }
 
+bool onednn_bf16_gemm_used() {
+  static const bool used = [] {
+    // oneDNN's ISAs are bit sets, each holding those it extends: AMX holds avx512_core_bf16.
+    const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16_units = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (effective & bf16_units) == bf16_units;
+  }();
+  return used;
+}
+
 std::string host_bf16_gemm_path() {
   const dnnl_version_t* v = dnnl_version();
-  const std::string version = std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  const std::string onednn =
+      "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  if (!onednn_bf16_gemm_used())
+    return "the fp32 BLAS on operands widened from bf16 (" + onednn + " uses no bf16 units on this core)";
   const std::string& chosen = last_implementation();
-  return "oneDNN " + version + " matmul, bf16 operands, fp32 accumulation, one thread" +
+  return onednn + " matmul, bf16 operands, fp32 accumulation, one thread" +
          (chosen.empty() ? std::string() : " (" + chosen + ")");
 }
 
@@ -143,6 +156,8 @@ void onednn_bf16_batch(char ta, char tb, float alpha, const MatrixBatch<const bf
 #else
 
 bool onednn_bf16_gemm_built() { return false; }
+
+bool onednn_bf16_gemm_used() { return false; }
 
 std::string host_bf16_gemm_path() {
   return "the fp32 BLAS on operands widened from bf16 (a build without oneDNN)";

@@ -17,12 +17,19 @@
 
 namespace miniattn::kernels {
 
-// Whether this build computes host bf16 GEMMs through oneDNN.
+// Whether this build has oneDNN.
 bool onednn_bf16_gemm_built();
+
+// Whether host bf16 GEMMs go through oneDNN: a build with it, on a core whose
+// bf16 units oneDNN uses (its effective ISA, which ONEDNN_MAX_CPU_ISA may
+// cap). Elsewhere oneDNN 2.6's bf16 matmul converts in software, 4x slower
+// than widening for the fp32 BLAS (AVX-512 without bf16), or has no kernel
+// at all (AVX2).
+bool onednn_bf16_gemm_used();
 
 // What computes host bf16 GEMMs in this build, in words for the report:
 // oneDNN's version and the implementation it chose for the last product
-// (e.g. "brg:avx512_core_amx_bf16"), or the widened fp32 BLAS.
+// (e.g. "brg:avx512_core_amx_bf16"), or the widened fp32 BLAS and why.
 std::string host_bf16_gemm_path();
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i through oneDNN (only in builds with
