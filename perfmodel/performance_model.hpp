@@ -144,6 +144,8 @@ struct StepConfig : Decomposition {
   OptimizerKind optimizer = OptimizerKind::adamw;
   bool documents = false;  // data.documents (their ids are in the memory plan)
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // attention kernel and tiles
+  // train.recompute: predict_step plans memory with it, then predicts the time of the plan's choice.
+  Recompute recompute = Recompute::automatic;
   // What the memory plan cuts cuDNN's deterministic calls to fit (plan_memory_within): the machine's
   // memory per rank and kernels.cudnn_workspace_mib in bytes (0: no limit).
   std::size_t memory_available = 0, cudnn_workspace_limit = 0;
@@ -177,6 +179,7 @@ struct StepPrediction {
   double pipeline_seconds = 0, bubble_seconds = 0, bubble_fraction = 0;
   std::map<MemoryPart, std::size_t> memory_parts;  // of the stage needing the most
   double memory_bytes_per_rank = 0;
+  bool recompute = true;  // the plan's choice: whether the backward recomputes q, k, v and fc1's output
   bool fits = true;
   double tokens_per_second = 0;
 };

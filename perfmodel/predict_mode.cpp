@@ -38,6 +38,7 @@ StepConfig deck_step_config(const Config& c, const MachineDescription& machine) 
   s.strategy = c.parallel.strategy;
   s.layout = c.parallel.layout;
   s.optimizer = c.train.optimizer;
+  s.recompute = c.train.recompute;
   s.dp = static_cast<int>(c.parallel.dp);
   s.tp = static_cast<int>(c.parallel.tp);
   s.pp = static_cast<int>(c.parallel.pp);
@@ -93,6 +94,7 @@ nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
             {"exchange_seconds", p.exchange_seconds},
             {"hidden_seconds", p.hidden_seconds},
             {"memory_bytes_per_rank", p.memory_bytes_per_rank},
+            {"recompute", p.recompute},
             {"fits", p.fits},
             {"tokens_per_second", p.tokens_per_second},
             {"bubble_fraction", p.bubble_fraction}});

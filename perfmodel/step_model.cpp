@@ -199,9 +199,10 @@ void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, co
     stage_flops -= training_step_flops(m).total();
   }
   const double dense_flops = stage_flops / c.stage_ranks();
-  // The backward pass recomputes each block's QKV and fc1 projections
-  // (src/model/transformer.cpp): work the model's FLOP count leaves out.
-  const double recompute_flops = L * 2.0 * R * (static_cast<double>(m.qkv_rows()) * D + D * F) / c.tp;
+  // The backward pass recomputes each block's QKV and fc1 projections unless
+  // the blocks keep them (src/model/transformer.cpp): work the model's FLOP count leaves out.
+  const double recompute_flops =
+      c.recompute == Recompute::never ? 0.0 : L * 2.0 * R * (static_cast<double>(m.qkv_rows()) * D + D * F) / c.tp;
   out.compute_parts["gemm"] = (dense_flops + recompute_flops) / machine.gemm_flops;
 }
 
@@ -225,14 +226,17 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   // recomputed), head split and q/k/v merge, attention delta 2, dq zero 1;
   // the q/k/v terms scale with the projection's width, (H + 2 KV) Dh of 3 D.
   // The row-parallel proj and fc2 bias rows and gradients (1 + 1 + 1 + 1) fall
-  // on TP rank 0's R x D partial sums; FFN region (R x F/tp): GELU, fc1 bias.
+  // on TP rank 0's R x D partial sums; FFN region (R x F/tp): GELU (forward,
+  // recomputed, backward), fc1 bias rows (forward, recomputed) and gradient.
+  // Blocks that keep q, k, v and fc1's output recompute neither bias rows nor the split.
   namespace e = elementwise_scalars;
+  const double recomputed = c.recompute == Recompute::never ? 0.0 : 1.0;
   const double block_chunk_d = 4 * e::layer_norm_forward + 2 * e::residual_copy + 2 * e::residual_add +
                                2 * e::layer_norm_backward;
   const double qkv_width = static_cast<double>(m.qkv_rows()) / (3 * D);
-  const double block_shard_d =
-      (9 + 2 * e::qkv_split + e::qkv_merge) * qkv_width + 2 * e::head_merge + e::head_split + 2 + 1;
-  const double block_f = (e::gelu_forward + 1) + (e::gelu_backward + 1) + 1;
+  const double block_shard_d = (3 * (2 + recomputed) + (1 + recomputed) * e::qkv_split + e::qkv_merge) * qkv_width +
+                               2 * e::head_merge + e::head_split + 2 + 1;
+  const double block_f = 2 * e::gelu_forward + e::gelu_backward + 2 + recomputed;
   const double once_d = (w.first ? 6 : 0) + (w.last ? 2 * e::layer_norm_forward + e::layer_norm_backward + 1 : 0);
   const double once_v = w.last ? 5 : 0;
   double elementwise = L * (block_chunk_d * r * D + block_shard_d * R * D / tp + 4 * R * D + block_f * R * F / tp) +
@@ -435,7 +439,7 @@ MemoryPlan memory_plan(const StepConfig& c, int stage) {
   in.replicated_parameters = replicated_parameter_count(c.model, c.tp, c.pp, stage);
   in.documents = c.documents;
   in.blocking = c.blocking;
-  return plan_memory_within(in, c.memory_available, c.cudnn_workspace_limit);
+  return plan_memory_within(in, c.memory_available, c.cudnn_workspace_limit, c.recompute);
 }
 
 // Fills compute_seconds and exchange_seconds from the parts; returns compute + exchange - hidden.
@@ -469,18 +473,27 @@ StepPrediction micro_batch_work(const MachineDescription& machine, const StepCon
 
 MemoryPlan largest_memory_plan(const StepConfig& c) {
   MemoryPlan largest = memory_plan(c, 0);
+  bool recompute = largest.recompute;
   for (int stage = 1; stage < c.pp; ++stage) {
     MemoryPlan plan = memory_plan(c, stage);
+    recompute = recompute || plan.recompute;
     if (plan.total() > largest.total()) largest = std::move(plan);
   }
-  return largest;
+  if (recompute == largest.recompute) return largest;
+  // Where one stage must recompute, all do (check_memory agrees it so).
+  StepConfig agreed = c;
+  agreed.recompute = Recompute::always;
+  return largest_memory_plan(agreed);
 }
 
-StepPrediction predict_step(const MachineDescription& node_machine, const StepConfig& c) {
+StepPrediction predict_step(const MachineDescription& node_machine, const StepConfig& deck) {
   StepPrediction out;
-  out.problem = step_config_problem(c);
+  out.problem = step_config_problem(deck);
   out.valid = out.problem.empty();
   if (!out.valid) return out;
+  const MemoryPlan plan = largest_memory_plan(deck);  // the planner the run itself checks against
+  StepConfig c = deck;  // timed as the plan runs it
+  c.recompute = plan.recompute ? Recompute::always : Recompute::never;
   // The rates of a rank when min(world, ranks_per_node) ranks share its node.
   const MachineDescription machine =
       node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
@@ -510,8 +523,8 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   const double tokens = static_cast<double>(c.model.seq_len) * static_cast<double>(c.model.batch);
   out.tokens_per_second = out.step_seconds > 0 ? tokens / out.step_seconds : 0.0;
 
-  const MemoryPlan plan = largest_memory_plan(c);  // the planner the run itself checks against
   out.memory_parts = plan.parts;
+  out.recompute = plan.recompute;
   out.memory_bytes_per_rank = static_cast<double>(plan.total());
   out.fits = out.memory_bytes_per_rank <= machine.memory_bytes_per_rank;
   return out;

@@ -64,6 +64,7 @@ struct TrainConfig {
   double eps = 1e-8;
   // Stop at the first NaN/Inf in the loss or gradients, naming the step and the first layer.
   bool nan_check = true;
+  Recompute recompute = Recompute::automatic;
 };
 
 struct IoConfig {

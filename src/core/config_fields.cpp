@@ -56,6 +56,7 @@ const std::vector<Field>& fields() {
       {"train", "beta2", MINIATTN_CONFIG_REF(train, beta2)},
       {"train", "eps", MINIATTN_CONFIG_REF(train, eps)},
       {"train", "nan_check", MINIATTN_CONFIG_REF(train, nan_check)},
+      {"train", "recompute", MINIATTN_CONFIG_ENUM(train, recompute)},
       {"io", "init", MINIATTN_CONFIG_REF(io, init)},
       {"io", "snapshot", MINIATTN_CONFIG_REF(io, snapshot)},
       {"io", "snapshot_step", MINIATTN_CONFIG_REF(io, snapshot_step)},

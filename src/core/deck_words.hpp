@@ -45,6 +45,11 @@ MINIATTN_DECK_WORDS(RunMode, "train", "bench", "predict", "calibrate")
 // through GEMMs; auto picks per backend (kernels::choose_attention_tiles).
 enum class AttentionKernel { automatic, fused, gemm, cudnn };
 MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "cudnn")
+// Whether the backward pass recomputes each block's q, k, v and fc1 output
+// (two GEMMs a block) or the forward pass keeps them: auto keeps them where
+// the memory plan fits (perf/memory_plan.hpp, plan_memory_within).
+enum class Recompute { automatic, always, never };
+MINIATTN_DECK_WORDS(Recompute, "auto", "always", "never")
 // The synthetic task (model/synthetic_task.hpp): copy (each sample's second
 // half repeats its first) or lookup (key-value pairs defined in the first
 // quarter, then retrieved from context).

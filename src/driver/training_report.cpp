@@ -159,6 +159,7 @@ nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, 
   nlohmann::json section = {
       {"planned_bytes_per_rank", memory.plan.total()},
       {"planned_parts", parts},
+      {"recompute", memory.plan.recompute},
       {"allocated_bytes_per_rank", allocated},
       {"allocated_bytes_most_of_any_rank", spread_over_ranks(static_cast<double>(allocated), world)["max"]},
       {"plan_holds_on_every_rank", all_ranks(memory.plan.total() == allocated, world)},

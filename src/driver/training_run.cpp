@@ -255,7 +255,7 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const MemoryCheck memory = check_memory(c, grid, layout, tiles.blocking, fault);
   tiles.blocking = memory.blocking;
 
-  TrainingState<T> state(c, grid, share, layout, tiles);
+  TrainingState<T> state(c, grid, share, layout, tiles, memory.plan.recompute);
   record.first_step = load_or_initialize(state);
   const double start = wall_seconds();
   for (index_t step = record.first_step; step < c.train.steps; ++step) {

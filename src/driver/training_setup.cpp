@@ -74,14 +74,15 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
               grid.tp_size, grid.sp_size, to_string(c.parallel.strategy),
               static_cast<long long>(layout.total_global_count()), static_cast<long long>(c.train.micro_batches));
   std::printf("miniattn: model V=%lld D=%lld H=%lld F=%lld L=%lld N=%lld B=%lld %s, %s positions; planned memory "
-              "per rank %s (available %s)\n",
+              "per rank %s (available %s), q, k, v and fc1 output %s\n",
               static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
               static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers),
               static_cast<long long>(m.seq_len), static_cast<long long>(m.batch), m.causal ? "causal" : "non-causal",
               to_string(m.positions),
               format_bytes(static_cast<double>(memory.plan.total())).c_str(),
               memory.available.bytes ? format_bytes(static_cast<double>(memory.available.bytes)).c_str()
-                                     : "not checked");
+                                     : "not checked",
+              memory.plan.recompute ? "recomputed in the backward pass" : "kept for the backward pass");
   // Said here as well as in the report: every mode's GEMMs run at the rate it names.
   const std::string blas_warning = blas_info().warning;
   if (!blas_warning.empty()) std::printf("miniattn: warning: %s\n", blas_warning.c_str());
@@ -89,8 +90,9 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
 }
 
 // The deck keys that decide the larger share of a plan, and what to change.
-// Where the parameters, their gradients and the optimizer's moments take more
-// than everything else, more sequence-parallel ranks do not help.
+// A plan that keeps what it could recompute (train.recompute: never) has the
+// cheapest remedy. Where the parameters, their gradients and the optimizer's
+// moments take more than everything else, more sequence-parallel ranks do not help.
 struct MemoryRemedy {
   const char* keys;
   const char* advice;
@@ -99,6 +101,8 @@ MemoryRemedy memory_remedy(const MemoryPlan& plan) {
   std::size_t parameters = 0;
   for (const auto& [name, bytes] : plan.parts)
     if (name == MemoryPart::parameters_gradients || name == MemoryPart::optimizer) parameters += bytes;
+  if (!plan.recompute)
+    return {"train.recompute", "set train.recompute: auto (recompute q, k, v and fc1's output where they do not fit)"};
   if (2 * parameters > plan.total())
     return {"model.vocab, model.d_model, model.ffn, model.layers",
             "split the parameters over parallel.tp or parallel.pp, use a smaller model"};
@@ -249,8 +253,15 @@ MemoryCheck check_memory(const Config& c, const ProcessGrid& grid, const Paramet
   const bool faulty = fault.rank == grid.world_rank && fault.memory_gib >= 0;
   const double memory_gib = faulty ? fault.memory_gib : c.run.memory_per_rank_gib;
   memory.available = agreed_available_memory(memory_available_per_rank(memory_gib, sharing), grid.world);
-  memory.plan = plan_memory_within(in, memory.available.bytes, c.kernels.cudnn_workspace_limit_bytes());
-  // Pipeline stages plan different amounts: every rank takes the smallest cut.
+  memory.plan = plan_memory_within(in, memory.available.bytes, c.kernels.cudnn_workspace_limit_bytes(),
+                                   c.train.recompute);
+  // Pipeline stages plan different amounts: where one rank must recompute,
+  // all do (a TP group's recomputation gathers rows), then every rank takes
+  // the smallest cut.
+  const bool agreed_recompute = least_over_ranks(in.recompute ? 0.0 : 1.0, grid.world).value == 0.0;
+  if (agreed_recompute != in.recompute)
+    memory.plan = plan_memory_within(in, memory.available.bytes, c.kernels.cudnn_workspace_limit_bytes(),
+                                     Recompute::always);
   const double cut = static_cast<double>(in.blocking.cudnn_rows_per_call);
   const double agreed_cut = least_over_ranks(cut > 0 ? cut : std::numeric_limits<double>::infinity(), grid.world).value;
   if (!std::isinf(agreed_cut) && agreed_cut != cut) {
@@ -278,7 +289,7 @@ std::vector<View2<index_t>> document_buffers(bool documents, index_t slots, inde
 
 template <class T>
 TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const RankShare& sh, const ParameterLayout& l,
-                                const kernels::AttentionTiles& tiles)
+                                const kernels::AttentionTiles& tiles, bool recompute)
     : config(c), grid(g), share(sh), layout(l), positions(to_device(sh.positions, "positions")), params(l, "params"),
       grads(l, "grads"), weights(compute_weights<T>(params, l)), optimizer(c.train, l),
       gradient_sum(std::max(l.replicated_size(), l.sharded_size())),
@@ -289,7 +300,7 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
             make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
                                      sh.slots, l.layers().count()),
             TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size}, sh.slots,
-            RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots : 0)),
+            RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots : 0), recompute),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       document_ids(document_buffers(c.data.documents, model.slots(), sh.micro_batch, c.model.seq_len)),
       pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),

@@ -89,8 +89,9 @@ kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGri
 // copy rounded to T after every update (Megatron's mixed precision).
 template <class T>
 struct TrainingState {
+  // recompute: the memory plan's (MemoryPlan::recompute, agreed by check_memory).
   TrainingState(const Config& c, const ProcessGrid& grid, const RankShare& share, const ParameterLayout& layout,
-                const kernels::AttentionTiles& tiles);
+                const kernels::AttentionTiles& tiles, bool recompute);
 
   const Config& config;
   const ProcessGrid& grid;

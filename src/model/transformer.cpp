@@ -60,12 +60,12 @@ void fill_with_index(const View1<index_t>& v) {
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
                             index_t local_positions, AttentionLayers<T> attention, const TensorParallelGroup& tp,
-                            index_t slots, RotaryPositions<T> rotary)
+                            index_t slots, RotaryPositions<T> rotary, bool recompute)
     : model_(model), layout_(layout), layers_(layout.layers()), tp_(tp), local_batch_(micro_batch),
       local_positions_(local_positions), rows_(micro_batch * local_positions), chunk_rows_(tp.chunk_rows(rows_)),
       first_row_(tp.first_row(rows_)), d_shard_(model.d_model / tp.size),
       kv_shard_(model.kv_head_count() / tp.size * model.head_dim()), ffn_shard_(model.ffn_width() / tp.size),
-      attention_(std::move(attention)), rotary_(std::move(rotary)) {
+      attention_(std::move(attention)), rotary_(std::move(rotary)), recompute_(recompute) {
   const index_t D = model.d_model, V = model.vocab, H = model.heads / tp.size, Dh = model.head_dim();
   const index_t Ds = d_shard_, Fs = ffn_shard_, KVs = kv_shard_, Qs = qkv_rows(), KV = KVs / Dh;
   const index_t B = micro_batch, n = local_positions, R = rows_, r = chunk_rows_;
@@ -88,6 +88,12 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
       a.ln2_rstd = allocate<View1<Acc<T>>>(p + "ln2_rstd", r);
       a.attention_out = allocate<View4<T>>(p + "attention_out", B, H, n, Dh);
       a.lse = allocate<View3<Acc<T>>>(p + "lse", B, H, n);
+      if (!recompute) {
+        a.q = allocate<View4<T>>(p + "q", B, H, n, Dh);
+        a.k = allocate<View4<T>>(p + "k", B, KV, n, Dh);
+        a.v = allocate<View4<T>>(p + "v", B, KV, n, Dh);
+        a.fc1_out = allocate<View2<T>>(p + "fc1_out", R, Fs);
+      }
       slot.blocks.push_back(a);
     }
     slots_.push_back(slot);
@@ -107,11 +113,15 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   all_rows_ = tp.size > 1 ? allocate<View2<T>>("all_rows", R, D) : normed_;
   d_all_rows_out_ = tp.size > 1 ? allocate<View2<T>>("d_all_rows", R, D) : d_residual_;
   d_all_rows_in_ = tp.size > 1 ? d_all_rows_out_ : d_normed_;
-  arena_ = allocate<View1<T>>("block_arena", R * std::max(Qs, Fs));
-  q_ = View4<T>(arena_.data(), B, H, n, Dh);
-  k_ = View4<T>(arena_.data() + R * Ds, B, KV, n, Dh);
-  v_ = View4<T>(arena_.data() + R * (Ds + KVs), B, KV, n, Dh);
-  fc1_out_ = View2<T>(arena_.data(), R, Fs);
+  arena_ = allocate<View1<T>>("block_arena", recompute ? R * std::max(Qs, Fs) : 0);
+  for (SlotActivations<T>& slot : slots_)
+    for (BlockActivations<T>& a : slot.blocks)
+      if (recompute) {
+        a.q = View4<T>(arena_.data(), B, H, n, Dh);
+        a.k = View4<T>(arena_.data() + R * Ds, B, KV, n, Dh);
+        a.v = View4<T>(arena_.data() + R * (Ds + KVs), B, KV, n, Dh);
+        a.fc1_out = View2<T>(arena_.data(), R, Fs);
+      }
   d_hidden_ = allocate<View2<T>>("d_hidden", R, Fs);
   d_q_ = allocate<View4<T>>("d_q", B, H, n, Dh);
   d_k_ = allocate<View4<T>>("d_k", B, KV, n, Dh);
@@ -132,20 +142,21 @@ View1<const index_t> Transformer<T>::chunk_of(const View1<const index_t>& all_ro
 
 template <class T>
 void Transformer<T>::attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in,
-                                      BlockActivations<T>& a) {
+                                      BlockActivations<T>& a, bool project) {
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
   tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
+  if (!project) return;
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
-  kernels::split_qkv_heads<T>(qkv_, q_, k_, v_);
-  rotary_.rotate(slot, q_, k_);
+  kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
+  rotary_.rotate(slot, a.q, a.k);
 }
 
 template <class T>
-void Transformer<T>::ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a) {
+void Transformer<T>::ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a, bool project) {
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
   tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
-  kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, fc1_out_);
-  kernels::gelu_forward<T>(fc1_out_, d_hidden_);
+  if (project) kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, a.fc1_out);
+  kernels::gelu_forward<T>(a.fc1_out, d_hidden_);
 }
 
 template <class T>
@@ -158,10 +169,10 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   const View2<T>& x_in = saved.residual[i];
   const View2<T>& x_out = saved.residual[i + 1];
 
-  attention_inputs(w, slot, x_in, a);
+  attention_inputs(w, slot, x_in, a, /*project=*/true);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_forward",
-                  [&] { attention.forward(q_, k_, v_, documents, a.attention_out, a.lse); });
+                  [&] { attention.forward(a.q, a.k, a.v, documents, a.attention_out, a.lse); });
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
@@ -169,7 +180,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   Kokkos::deep_copy(a.after_attention, x_in);
   kernels::add_inplace<T>(a.after_attention, normed_);
 
-  ffn_hidden(w, a);  // gelu(fc1 out) in d_hidden_, a workspace: backward recomputes it
+  ffn_hidden(w, a, /*project=*/true);  // gelu(fc1 out) in d_hidden_, a workspace: backward recomputes it
   kernels::linear_forward<T>(d_hidden_, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
   tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
   Kokkos::deep_copy(x_out, a.after_attention);
@@ -210,15 +221,15 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   const View2<T>& x_in = saved.residual[i];
 
   // Feed-forward half: out = after_attention + fc2(gelu(fc1(ln2(after_attention)))).
-  // ln2's output (normed_, gathered into all_rows_) and fc1's output are
-  // recomputed, bitwise as in the forward pass; gelu(fc1_out) goes into
-  // d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
-  ffn_hidden(w, a);
+  // ln2's output (normed_, gathered into all_rows_) and, unless kept, fc1's
+  // output are recomputed, bitwise as in the forward pass; gelu(fc1_out) goes
+  // into d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
+  ffn_hidden(w, a, recompute_);
   tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
   kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
                               tp_.on_first_rank(g.fc2_bias), column_partials_);
   kernels::gemm<T>('N', 'N', Acc<T>(1), d_all_rows_out_, w.fc2_weight, Acc<T>(0), d_hidden_);
-  kernels::gelu_backward<T>(fc1_out_, d_hidden_, d_hidden_);
+  kernels::gelu_backward<T>(a.fc1_out, d_hidden_, d_hidden_);
   kernels::linear_backward<T>(d_hidden_, all_rows_, w.fc1_weight, d_all_rows_in_, g.fc1_weight, g.fc1_bias,
                               column_partials_);
   tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, Exchange::tensor_parallel_reduce_scatter);
@@ -228,20 +239,20 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // Attention half: after_attention = x_in + proj(attention(qkv(ln1(x_in)))).
   // The merged attention output goes into normed_'s memory (free; r x D =
   // R x Ds values), its gradient into qkv_'s first rows (free until q, k, v
-  // are recomputed into the arena).
+  // are recomputed through it).
   const View2<T> merged = merged_rows(normed_), d_merged = merged_rows(qkv_);
   kernels::merge_heads<T>(a.attention_out, merged);
   tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
   kernels::linear_backward<T>(d_all_rows_out_, merged, w.proj_weight, d_merged, g.proj_weight,
                               tp_.on_first_rank(g.proj_bias), column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
-  attention_inputs(w, slot, x_in, a);
+  attention_inputs(w, slot, x_in, a, recompute_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
   attention_phase(timer_, "attention_backward", [&] {
-    attention.backward(q_, k_, v_, documents, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
+    attention.backward(a.q, a.k, a.v, documents, a.attention_out, a.lse, d_attention_out_, d_q_, d_k_, d_v_);
   });
   rotary_.rotate_gradients(slot, d_q_, d_k_);
-  const View2<T>& d_qkv = qkv_;  // q, k, v now live in the arena
+  const View2<T>& d_qkv = qkv_;  // q, k, v live in the arena or the block
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
   kernels::linear_backward<T>(d_qkv, all_rows_, w.qkv_weight, d_all_rows_in_, g.qkv_weight, g.qkv_bias,
                               column_partials_);

@@ -31,13 +31,13 @@
 
 namespace miniattn {
 
-// What one block saves in the forward pass for its backward pass: only what
-// cannot be recomputed from it without exchanges. The backward pass recomputes
-// ln1/ln2 outputs (LayerNorm again, with these statistics), q, k, v (the QKV
-// projection) and fc1's output (the fc1 projection): two extra GEMMs per block,
-// about 5% of a step at 8K tokens, for 3 D + F fewer values saved per row and
-// block; the attention output and its log-sum-exp are kept, so attention (and
-// its exchanges) runs once forward and once backward.
+// What one block saves in the forward pass for its backward pass. The
+// backward pass recomputes the ln1/ln2 outputs (LayerNorm again, with these
+// statistics) and gelu's, and, with recomputation on (train.recompute), q, k,
+// v (the QKV projection) and fc1's output (the fc1 projection): two extra
+// GEMMs per block, about 5% of a step at 8K tokens, for 3 D + F fewer values
+// saved per row and block. The attention output and its log-sum-exp are
+// kept, so attention (and its exchanges) runs once forward and once backward.
 // T is the activations' storage (bf16 for bf16 runs); statistics are Acc<T>.
 template <class T>
 struct BlockActivations {
@@ -45,6 +45,9 @@ struct BlockActivations {
   View1<Acc<T>> ln1_mean, ln1_rstd, ln2_mean, ln2_rstd;  // [chunk rows]
   View4<T> attention_out;  // [B, H / tp, n, Dh]
   View3<Acc<T>> lse;       // [B, H / tp, n]
+  // The block's own, or (recomputed) views of the workspace every block shares.
+  View4<T> q, k, v;  // [B, H / tp, n, Dh]; k, v: [B, KV / tp, n, Dh]; as attention reads them (rotated)
+  View2<T> fc1_out;  // [rows, F / tp]
 };
 
 // What one micro-batch in flight saves on this stage.
@@ -71,9 +74,11 @@ class Transformer {
   // attention: one strategy per slot and layer of the stage (each keeps what
   // its backward pass needs; slot-major) over this rank's H / tp heads.
   // rotary: the rotations of q and k with model.positions rope (none by default).
+  // recompute: whether the backward pass recomputes q, k, v and fc1's output
+  // (the memory plan's choice: perf/memory_plan.hpp); the same bits either way.
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch, index_t local_positions,
               AttentionLayers<T> attention, const TensorParallelGroup& tp = {}, index_t slots = 1,
-              RotaryPositions<T> rotary = {});
+              RotaryPositions<T> rotary = {}, bool recompute = true);
 
   // Runs the stage on one micro-batch in `slot`. On the first stage it starts from the embedding, on the
   // others from stage_input(slot), which the caller has filled. Returns, on
@@ -119,12 +124,14 @@ class Transformer {
   void block_forward(const ParameterBuffers<T>& params, index_t slot, index_t l, const DocumentIds& documents);
   void block_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, index_t slot,
                       index_t l, const DocumentIds& documents);
-  // The two runs the backward recomputes, so each is written once and the
-  // recompute matches the forward bitwise: q_, k_, v_ from the block's input
-  // (ln1, the QKV projection, heads, rotary positions), and fc1_out_ and
-  // gelu(fc1_out_) in d_hidden_ from a.after_attention (ln2, fc1, gelu).
-  void attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in, BlockActivations<T>& a);
-  void ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a);
+  // The two runs the backward repeats, so each is written once and the
+  // recompute matches the forward bitwise: ln1(x_in) gathered in all_rows_,
+  // and with `project` a.q, a.k, a.v from it (the QKV projection, heads,
+  // rotary positions); ln2(a.after_attention) gathered in all_rows_, with
+  // `project` a.fc1_out from it, and gelu(a.fc1_out) in d_hidden_.
+  void attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in, BlockActivations<T>& a,
+                        bool project);
+  void ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a, bool project);
   void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, const View2<T>& x,
                      const View1<const index_t>& targets, Acc<T> loss_scale);
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
@@ -174,9 +181,8 @@ class Transformer {
   View2<T> all_rows_;  // [R, D]: normed_ gathered, or a row-parallel partial output (normed_ with tp = 1)
   View2<T> d_all_rows_out_, d_all_rows_in_;  // [R, D]: d_residual_ gathered / a column-parallel partial
                                              // input gradient: one buffer (with tp = 1: d_residual_, d_normed_)
-  View1<T> arena_;      // R x max(Ds + 2 KVs, Fs): q, k, v (attention half) or fc1's output (FFN half)
-  View4<T> q_, k_, v_;  // views into arena_
-  View2<T> fc1_out_;    // view into arena_
+  bool recompute_;
+  View1<T> arena_;  // recomputed: R x max(Ds + 2 KVs, Fs), every block's q, k, v (attention half) or fc1 output (FFN half)
   View2<T> d_residual_, d_normed_;  // [r, D]
   View2<T> d_hidden_;               // [R, Fs]; also holds gelu outputs in both passes
   View4<T> d_q_, d_k_, d_v_, d_attention_out_;

@@ -121,21 +121,23 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                                                         in.documents, static_cast<index_t>(slots), a);
 
   // Transformer (src/model/transformer.hpp): saved per block (after_attention,
-  // attention output, LayerNorm statistics, log-sum-exp), the residual stream,
-  // the head (ln_f statistics, logits), and workspaces shared by all blocks
-  // (qkv, normed, the q/k/v-or-fc1 arena, d_residual, d_normed, d_hidden,
+  // attention output, LayerNorm statistics, log-sum-exp, and unless
+  // recomputed q, k, v and fc1's output), the residual stream, the head (ln_f
+  // statistics, logits), and workspaces shared by all blocks (qkv, normed, the
+  // q/k/v-or-fc1 arena when recomputed, d_residual, d_normed, d_hidden,
   // dq/dk/dv/d_attention_out, and with tp > 1 the gathered rows and their gradient).
   // The head saves ln_f statistics, logits, their row log-sum-exp and each
   // row's loss (double). Reductions in a fixed order need workspaces: column
   // partial sums (kernels/base/reduction.hpp), the ordered sums of the loss and of
   // the squared gradients (kernels/base/ordered_sum.hpp) and each token's rows
   // (kernels/layers/embedding.hpp).
-  const std::size_t per_block = (r * D + R * Da) * s + (4 * r + R * H) * a;
+  const std::size_t kept = in.recompute ? 0 : R * (Dq + F);
+  const std::size_t per_block = (r * D + R * Da + kept) * s + (4 * r + R * H) * a;
   plan.parts[MemoryPart::activations] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
                               (z.last_stage ? r * V : 0) * s + r * sizeof(double);
   if (!z.first_stage) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
   plan.parts[MemoryPart::workspaces] =
-      (R * Dq + r * D + R * std::max(Dq, F) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
+      (R * Dq + r * D + (in.recompute ? R * std::max(Dq, F) : 0) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
@@ -143,10 +145,13 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   plan.parts[MemoryPart::reduction_workspaces] = chunks * std::max({Dq, F, D}) * a + ordered_sum_bytes(r) +
                                        ordered_sum_bytes(std::max(replicated, wpe)) + (V + 1 + 2 * r) * ib;
   add_attention_parts(in, z, plan);
+  plan.recompute = in.recompute;
   return plan;
 }
 
-MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit) {
+namespace {
+
+MemoryPlan plan_with_cudnn_cut(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit) {
   kernels::AttentionBlocking& blocking = in.blocking;
   blocking.cudnn_rows_per_call = 0;
   MemoryPlan plan = plan_memory(in);
@@ -164,6 +169,20 @@ MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::s
     plan = plan_memory(in);
   }
   return plan;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit,
+                              Recompute recompute) {
+  in.recompute = recompute != Recompute::never;
+  if (recompute == Recompute::automatic) {
+    in.recompute = false;
+    MemoryPlan kept = plan_with_cudnn_cut(in, available, cudnn_workspace_limit);
+    if (available == 0 || kept.total() <= available) return kept;
+    in.recompute = true;
+  }
+  return plan_with_cudnn_cut(in, available, cudnn_workspace_limit);
 }
 
 std::size_t device_free_bytes() {

@@ -45,6 +45,7 @@ const char* to_string(MemoryPart part);
 
 struct MemoryPlan {
   std::map<MemoryPart, std::size_t> parts;  // bytes by purpose
+  bool recompute = true;  // as MemoryPlanInput::recompute: the plan's own choice under train.recompute auto
   std::size_t total() const;
 };
 
@@ -56,6 +57,9 @@ struct MemoryPlanInput : Decomposition {
   std::int64_t replicated_parameters = 0;  // on this rank (its stage's; tensor-parallel shards included)
   bool documents = false;                  // data.documents: each slot's document ids
   kernels::AttentionBlocking blocking{kernels::kHostTileRows, kernels::kHostTileRows};  // the attention kernel's
+  // Whether the backward pass recomputes each block's q, k, v and fc1 output
+  // into one shared workspace; else every block of every slot keeps its own.
+  bool recompute = true;
 };
 
 MemoryPlan plan_memory(const MemoryPlanInput& in);
@@ -67,7 +71,10 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 // two times 64 (cuDNN pads a call's rows and keys to 64) or the whole block,
 // so that a little more or less free memory seldom changes the cut, and with
 // it the bits. The smallest cut when nothing fits (the caller refuses the run).
-MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit);
+// in.recompute is set from `recompute`: under auto, kept activations when
+// that plan fits `available`, else recomputed (the bits are the same either way).
+MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit,
+                              Recompute recompute);
 
 // Memory one rank may use: run.memory_per_rank_gib if set, else the free
 // memory of where the Views live divided by the ranks that share it: this

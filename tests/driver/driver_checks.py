@@ -771,6 +771,62 @@ def bf16(c):
           f"restart bitwise")
 
 
+def recompute(c):
+    """train.recompute: blocks that keep q, k, v and fc1's output (never) and
+    blocks that recompute them (always) give the same bits, on every strategy
+    and on TP, PP (two micro-batches in flight), rope, packed documents and
+    bf16; each run allocates its plan, which keeps exactly 2 x (3 D + F)
+    values a row more per block and slot in flight than it frees from the
+    shared workspace. auto keeps them where that plan fits the memory per
+    rank and recomputes where only the other does; never refuses to run
+    where its plan does not fit, naming train.recompute."""
+    deck = c.path("sp.yaml")
+    with open(deck, "w") as f:
+        f.write(SP_DECK)
+    cases = {
+        "ring-rope-documents": (2, ["parallel.strategy=ring", "parallel.layout=zigzag", "model.positions=rope",
+                                    "data.documents=true"]),
+        "ulysses-gqa": (2, ["parallel.strategy=ulysses", "parallel.layout=striped", "model.kv_heads=6"]),
+        "allgather-window": (2, ["parallel.strategy=allgather", "model.window=5"]),
+        "rsa": (2, ["parallel.strategy=rsa", "model.causal=false"]),
+        "hybrid": (4, ["parallel.strategy=hybrid", "parallel.ulysses_degree=2"]),
+        "tp-pp": (4, ["parallel.strategy=ring", "parallel.tp=2", "parallel.pp=2", "train.micro_batches=2"]),
+        "bf16": (2, ["parallel.strategy=ring", "model.precision=bf16"]),
+    }
+    for name, (ranks, sets) in cases.items():
+        runs = {}
+        for choice in ("always", "never"):
+            runs[choice] = c.result(c.run(ranks, *sets, f"train.recompute={choice}", f"io.snapshot={name}-{choice}.h5",
+                                          "io.snapshot_step=2", deck=deck, threads=1))
+            memory = runs[choice]["memory"]
+            if memory["recompute"] != (choice == "always") or not memory["plan_holds_on_every_rank"]:
+                fail(f"{name}, recompute {choice}: memory {memory}")
+        if runs["always"]["losses"] != runs["never"]["losses"]:
+            fail(f"{name}: losses {runs['always']['losses']} recomputed, {runs['never']['losses']} kept")
+        compare_snapshots(c.path(f"{name}-always.h5"), c.path(f"{name}-never.h5"), 0.0)
+        print(f"{name} on {ranks} ranks: kept and recomputed q, k, v and fc1 output give the same bits")
+    kept = runs["never"]["memory"]["planned_bytes_per_rank"]
+    recomputed = runs["always"]["memory"]["planned_bytes_per_rank"]
+    # bf16 on 2 ranks of a ring (SP_DECK: batch 2, seq_len 24, d_model 48, F = 4 D): each rank's rows of the
+    # batch, 2 bytes a value, 2 blocks in one slot.
+    rows, d, f = 2 * 24 // 2, 48, 4 * 48
+    if kept - recomputed != rows * (2 * (3 * d + f) - max(3 * d, f)) * 2:
+        fail(f"kept activations planned {kept} bytes, recomputed {recomputed}: not 2 x (3 D + F) x 2 bytes a row "
+             "more less the shared workspace")
+    gib = 1024.0 ** 3
+    between, above = (kept + recomputed) / 2 / gib, 2 * kept / gib
+    for budget, want in ((between, True), (above, False)):
+        r = c.result(c.run(2, *cases["bf16"][1], f"run.memory_per_rank_gib={budget!r}", deck=deck, threads=1))
+        if r["memory"]["recompute"] != want:
+            fail(f"auto with {budget * gib:.0f} bytes a rank: recompute {r['memory']['recompute']}, expected {want}")
+    refused = c.run(2, *cases["bf16"][1], "train.recompute=never", f"run.memory_per_rank_gib={between!r}",
+                    deck=deck, expect=2)
+    if "train.recompute" not in refused.stdout + refused.stderr:
+        fail(f"never beyond the memory per rank: refused without naming train.recompute: {refused.stderr}")
+    print(f"auto keeps them within {above * gib:.0f} bytes a rank and recomputes within {between * gib:.0f}; "
+          "never is refused there")
+
+
 def determinism(c, kernel="auto"):
     sets = ["parallel.dp=2", "io.snapshot_step=2", f"kernels.attention={kernel}", f"kernels.chunk={GEMM_CHUNK}"]
     if kernel == "cudnn":  # bf16 only, head widths a multiple of 8; a ring of 2 ranks feeds it blocks
@@ -869,7 +925,7 @@ def main():
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
                                       "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads",
-                                      "staged_exchanges", "pipeline", "bf16"])
+                                      "staged_exchanges", "pipeline", "bf16", "recompute"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")

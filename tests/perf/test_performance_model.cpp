@@ -612,10 +612,41 @@ TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
     in.pp = 4;
     in.stage = stage;
     in.micro_batches = 4;
-      in.replicated_parameters = replicated_parameter_count(split.model, 1, 4, stage);
+    in.replicated_parameters = replicated_parameter_count(split.model, 1, 4, stage);
+    in.recompute = p4.recompute;
     largest = std::max(largest, plan_memory(in).total());
   }
   EXPECT_EQ(p4.memory_bytes_per_rank, static_cast<double>(largest));
+}
+
+TEST(PerformanceModel, KeptProjectionsSkipTheRecomputedGemmsAndCostTheirMemory) {
+  const MachineDescription m = test_machine();
+  StepConfig kept = config(Strategy::ring, 4, 1 << 14), recomputed = kept;
+  kept.recompute = Recompute::never;
+  recomputed.recompute = Recompute::always;
+  const StepPrediction k = predict_step(m, kept), r = predict_step(m, recomputed);
+  ASSERT_TRUE(k.valid && r.valid);
+  EXPECT_FALSE(k.recompute);
+  EXPECT_TRUE(r.recompute);
+  // Two GEMMs a layer: QKV (3 D outputs of D) and fc1 (F of D) on the rank's R = N / sp rows.
+  const double R = (1 << 14) / 4, D = 256, F = 4 * D, L = 2;
+  const double gemm_seconds = L * 2 * R * (3 * D * D + D * F) / m.gemm_flops;
+  EXPECT_NEAR(r.compute_parts.at("gemm") - k.compute_parts.at("gemm"), gemm_seconds, 1e-9 * gemm_seconds);
+  EXPECT_GT(r.compute_parts.at("elementwise"), k.compute_parts.at("elementwise"));  // bias rows, q/k/v split
+  // Each block keeps R (3 D + F) fp32 values; the workspace they shared, R max(3 D, F), goes.
+  const auto bytes = [](const StepPrediction& p, MemoryPart part) { return static_cast<double>(p.memory_parts.at(part)); };
+  EXPECT_EQ(bytes(k, MemoryPart::activations) - bytes(r, MemoryPart::activations), L * R * (3 * D + F) * 4);
+  EXPECT_EQ(bytes(r, MemoryPart::workspaces) - bytes(k, MemoryPart::workspaces), R * std::max(3 * D, F) * 4);
+  // auto keeps them where that plan fits, else recomputes, and is timed as it runs.
+  StepConfig automatic = kept;
+  automatic.recompute = Recompute::automatic;
+  automatic.memory_available = static_cast<std::size_t>(k.memory_bytes_per_rank);
+  EXPECT_FALSE(predict_step(m, automatic).recompute);
+  automatic.memory_available -= 1;
+  const StepPrediction a = predict_step(m, automatic);
+  EXPECT_TRUE(a.recompute);
+  EXPECT_EQ(a.step_seconds, r.step_seconds);
+  EXPECT_EQ(a.memory_bytes_per_rank, r.memory_bytes_per_rank);
 }
 
 TEST(PerformanceModel, InvalidPipelinesAreMarkedAsTheValidatorSays) {
