@@ -107,17 +107,25 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   return flops / seconds;
 }
 
-// The attention kernel of the deck (kernels.*) on one non-causal n x n block
-// of the deck's heads and head width: every tile full.
+// The attention kernel of the deck (kernels.*) on one n x n block of the
+// deck's heads and head width under the deck's causal mask, its FLOPs those of
+// the tiles the kernel computes, as the model counts them
+// (causal_diagonal_fraction). A causal block's mask-edge tiles and shorter
+// tile rows cost what a causal run's blocks pay: rates of full tiles alone
+// predicted causal steps 5-10% fast (docs/results/2026-11-29-cpu-xeon.md).
 template <class T>
 void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
   AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
   kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
   blocking.deterministic = c.kernels.deterministic;
   const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
-  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, false, blocking, workspace); });
-  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, false, blocking, workspace); });
-  const double flops = 4.0 * a.pairs() * double(a.dh);
+  const bool causal = c.model.causal;
+  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, causal, blocking, workspace); });
+  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, causal, blocking, workspace); });
+  const bool narrow = sizeof(T) < sizeof(Acc<T>);  // bf16: the gemm kernel's key chunks are half as long
+  const double computed =
+      causal ? causal_diagonal_fraction(n, blocking.query_tile(), blocking.key_tile(narrow)) : 1.0;
+  const double flops = 4.0 * a.pairs() * computed * double(a.dh);
   rates.attention_flops_forward = flops / tf;
   rates.attention_flops_backward = 2.5 * flops / tb;
 }
@@ -314,7 +322,8 @@ Calibration plan_calibration(const Config& c, MPI_Comm world) {
   k.rows = std::min<index_t>(std::max<index_t>(local_rows, 256), 8192);
   // cuDNN's kernels take milliseconds where the others take seconds, and
   // blocks of 2048 rows leave them far from their rate on long sequences.
-  const index_t attention_cap = c.kernels.attention == AttentionKernel::cudnn ? 32768 : 2048;
+  // The host kernels at the blocks of the check's 2-rank runs (N = 8192).
+  const index_t attention_cap = c.kernels.attention == AttentionKernel::cudnn ? 32768 : 4096;
   k.attention_n = std::min<index_t>(std::max<index_t>(m.seq_len, 256), attention_cap);
   // RSA's dense blocks are a rank's rows against a source's, n x n a head:
   // timed at that n (to 4096), where its score rows leave the caches as the
@@ -393,7 +402,8 @@ void describe(const Config& c, Calibration& k) {
   std::ostringstream text;
   text << "Measured by miniattn run.mode calibrate on " << k.ranks << " ranks (" << m.ranks_per_node << " per node), "
        << m.precision << ", " << m.attention_kernel << " attention, model D=" << c.model.d_model << " H=" << c.model.heads << " F=" << c.model.ffn_width()
-       << " V=" << c.model.vocab << ". ";
+       << " V=" << c.model.vocab << ", attention rates on a " << (c.model.causal ? "causal" : "full")
+       << " block. ";
   if (!k.intra.measured) text << "Intra-node link not measured (one rank per node or one rank): defaults. ";
   if (!k.inter.measured) text << "Inter-node link not measured (one node): set to the intra-node figures.";
   m.description = text.str();

@@ -86,7 +86,7 @@ struct RateField {
 inline constexpr RateField kRateFields[] = {
     {"gemm_flops", &RankRates::gemm_flops, true, "FLOP/s of one rank's dense-layer GEMMs (2 FLOPs per multiply-add)"},
     {"attention_flops_forward", &RankRates::attention_flops_forward, true,
-     "FLOP/s of the blockwise attention forward on full tiles (4 n^2 D per head set)"},
+     "FLOP/s of the blockwise attention forward (4 n^2 D per head set of the tiles it computes)"},
     {"attention_flops_backward", &RankRates::attention_flops_backward, true,
      "FLOP/s of the blockwise attention backward (counted as 2.5 x the forward FLOPs)"},
     {"rsa_flops_forward", &RankRates::rsa_flops_forward, false,
