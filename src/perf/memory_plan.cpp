@@ -137,7 +137,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
                               (z.last_stage ? r * V : 0) * s + r * sizeof(double);
   if (!z.first_stage) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
   plan.parts[MemoryPart::workspaces] =
-      (R * Dq + r * D + (in.recompute ? R * std::max(Dq, F) : 0) + 2 * r * D + R * F + 2 * R * (Da + Dk) + (tp > 1 ? 2 * R * D : 0)) * s;
+      (R * Dq + r * D + (in.recompute ? R * std::max(Dq, F) : 0) + 2 * r * D + R * F + 2 * R * (Da + Dk) +
+       (tp > 1 ? 2 * R * D : 0)) *
+      s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);
   };
