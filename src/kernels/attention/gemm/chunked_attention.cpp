@@ -194,10 +194,13 @@ struct ForwardRows {
       return simd::load_n(p + c0, width);
     });
     const A alpha = simd::pack_lane(simd::kernel_exp<A>(V(simd::pack_splat<V>(m_old) - base)), 0);
+    // Past a row's first chunks its maximum seldom moves: alpha = exp(0) = 1
+    // exactly, and the rescale, a read and write of the row, would change no bit.
     A* const o = &out_acc(b, h, i, 0);
-    team_vector_for<A>(team, out_acc.extent(3), [&](const index_t c0, const int width) {
-      simd::pack_store_n(o + c0, V(simd::pack_load_n<V>(o + c0, width) * simd::pack_splat<V>(alpha)), width);
-    });
+    if (alpha != A(1))
+      team_vector_for<A>(team, out_acc.extent(3), [&](const index_t c0, const int width) {
+        simd::pack_store_n(o + c0, V(simd::pack_load_n<V>(o + c0, width) * simd::pack_splat<V>(alpha)), width);
+      });
     Kokkos::single(Kokkos::PerThread(team), [&]() {
       row_sum(b, h, i) = row_sum(b, h, i) * alpha + sum;
       row_max(b, h, i) = m_new;
