@@ -167,12 +167,14 @@ nlohmann::json longest_table(const MachineDescription& machine, const StepConfig
   return rows;
 }
 
-// "1.23e+03 s 12.0 GiB" of a brief_json, marked "!" when it does not fit.
+// "1.23e+03 s 12.0 GiB" of a brief_json, marked "!" when it does not fit
+// and "r" when it fits with q, k, v and fc1's output recomputed (train.recompute).
 std::string cell(const nlohmann::json& p) {
   if (!p.at("valid").get<bool>()) return "-";
+  const char* mark = !p.at("fits").get<bool>() ? "!" : p.at("recompute").get<bool>() ? "r" : " ";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%9.3g s %14s%s", p.at("step_seconds").get<double>(),
-                format_bytes(p.at("memory_bytes_per_rank").get<double>()).c_str(), p.at("fits").get<bool>() ? " " : "!");
+                format_bytes(p.at("memory_bytes_per_rank").get<double>()).c_str(), mark);
   return buf;
 }
 
@@ -185,7 +187,8 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               static_cast<long long>(m.vocab), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
               static_cast<long long>(m.ffn_width()), static_cast<long long>(m.layers), static_cast<long long>(m.batch),
               m.causal ? "causal" : "non-causal", to_string(c.parallel.layout));
-  std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; '-': not possible)\n",
+  std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; 'r': fits with q, k, v "
+              "and fc1's output recomputed; '-': not possible)\n",
               memory.c_str());
   std::printf("miniattn: dp, pp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / "
               "(dp pp); pp %lld stages, %lld micro-batches, modelled bubble %.3f\n",

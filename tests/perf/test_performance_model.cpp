@@ -741,6 +741,26 @@ TEST(PredictMode, EntriesCarryThePipeline) {
   EXPECT_EQ(result.at("prediction_for_deck").at("pp").get<int>(), 2);
 }
 
+TEST(PredictMode, EntriesSayWhetherTheyRecompute) {
+  const std::string machine = ::testing::TempDir() + "miniattn_recompute_machine.yaml";
+  std::ofstream(machine) << machine_to_yaml(test_machine(), "test");
+  Config c;
+  c.model = config(Strategy::local, 1, 4096).model;
+  c.run.mode = RunMode::predict;
+  c.run.machine = machine;
+  c.run.predict_max_ranks = 1;
+  c.run.predict_seq_lens = "4096";
+  const nlohmann::json roomy = run_predict(c, MPI_COMM_WORLD).at("prediction_for_deck");
+  EXPECT_FALSE(roomy.at("recompute").get<bool>()) << roomy;
+  // One byte short of the kept plan: auto recomputes, and that plan fits.
+  c.run.memory_per_rank_gib = (roomy.at("memory_bytes_per_rank").get<double>() - 1) / (1024.0 * 1024.0 * 1024.0);
+  const nlohmann::json tight = run_predict(c, MPI_COMM_WORLD).at("prediction_for_deck");
+  std::remove(machine.c_str());
+  EXPECT_TRUE(tight.at("recompute").get<bool>()) << tight;
+  EXPECT_TRUE(tight.at("fits").get<bool>()) << tight;
+  EXPECT_LT(tight.at("memory_bytes_per_rank").get<double>(), roomy.at("memory_bytes_per_rank").get<double>());
+}
+
 TEST(MachineFile, RoundTripAndErrors) {
   const MachineDescription m = test_machine();
   const std::string text = machine_to_yaml(m, "a test machine", "calibration:\n  note: 1\n");
