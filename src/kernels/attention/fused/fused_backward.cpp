@@ -266,9 +266,9 @@ struct BackwardTilePair {
 // (kb Dh values) stay in L1 while it writes the tile's Dh rows in order (by
 // single keys, with j / kb and j % kb for each value, it moved 2 GB/s).
 template <class T>
-void transpose_key_tiles(const View4<const T>& x, index_t kb, const View4<T>& x_t) {
+void transpose_key_tiles(const View4<const T>& x, index_t kb, index_t tiles, const View4<T>& x_t) {
   const index_t heads = index_t(x.extent(0)) * x.extent(1), n = x.extent(2), dh = x.extent(3);
-  const index_t ld = x_t.extent(3), head_stride = x_t.extent(2) * ld, tiles = ceil_div(n, kb);
+  const index_t ld = x_t.extent(3), head_stride = x_t.extent(2) * ld;
   const T* const from = x.data();
   T* const to = x_t.data();
   using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<index_t>>;
@@ -293,14 +293,15 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
   const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   const index_t kb = clamp_block(blocking.key_block, nk);
+  const index_t tiles = transposed_key_tiles(nk, kb).tiles;
   const auto holds_tiles = [&](const View4<T>& x_t) {
     return index_t(x_t.extent(0)) == batch && index_t(x_t.extent(1)) == kv_heads &&
-           index_t(x_t.extent(2)) >= ceil_div(nk, kb) * dh && index_t(x_t.extent(3)) >= kb;
+           index_t(x_t.extent(2)) >= tiles * dh && index_t(x_t.extent(3)) >= kb;
   };
   require(holds_tiles(workspace.k_t) && holds_tiles(workspace.v_t),
           "the workspace must hold K^T and V^T by key tiles: [B, KV, >= key tiles x Dh, >= key_block]");
-  transpose_key_tiles<T>(k, kb, workspace.k_t);
-  transpose_key_tiles<T>(v, kb, workspace.v_t);
+  transpose_key_tiles<T>(k, kb, tiles, workspace.k_t);
+  transpose_key_tiles<T>(v, kb, tiles, workspace.v_t);
   BackwardTilePair<T> pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos,
                            dq, dk, dv, workspace.k_t, workspace.v_t, scope.mask};
   pair.batch = batch;
@@ -315,7 +316,7 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
   pair.kb_ld = round_up(pair.kb, Tiling<T>::W);  // columns of K^T, V^T, P and dS: whole register tiles
   pair.dh_ld = round_up(dh, Tiling<T>::W);        // columns of the dk, dv accumulators
   pair.n_qtiles = ceil_div(nq, pair.qb);
-  pair.n_ktiles = ceil_div(nk, pair.kb);
+  pair.n_ktiles = tiles;
   pair.one_launch = blocking.one_launch_backward;
   if (pair.one_launch) {
     const index_t teams = batch * kv_heads * (pair.n_ktiles + pair.n_qtiles);
