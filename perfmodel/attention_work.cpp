@@ -1,6 +1,8 @@
 #include "perfmodel/attention_work.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 
 #include "attention/strategy_record.hpp"
 
@@ -43,20 +45,29 @@ Band visible_band(const ModelConfig& m) {
 }
 
 // Elements of the qb x kb tile pairs of chunks q, k (same stride) that the
-// kernel computes: those whose distance range [near, far] meets the band.
-double computed_area(const Chunk& q, const Chunk& k, const Band& band, std::int64_t qb, std::int64_t kb) {
+// kernel computes, those whose distance range [near, far] meets the band: in
+// tiles wholly inside the band (full) and in tiles on its edge.
+TileShare computed_area(const Chunk& q, const Chunk& k, const Band& band, std::int64_t qb, std::int64_t kb) {
   const std::int64_t S = q.stride, d = q.offset - k.offset;
-  // Tile rows [i0, i1) meet key tile rows [j0, j1) iff j0 <= i1 - 1 + after and j1 - 1 >= i0 - before.
+  // Query row i sees key rows [i - before, i + after].
   const std::int64_t after = floor_div(d - band.lo, S), before = floor_div(band.hi - d, S);
-  if (q.length - 1 + after < 0 || k.length - 1 < -before) return 0;  // the whole chunk pair hidden
-  double area = 0;
+  TileShare area;
+  if (q.length - 1 + after < 0 || k.length - 1 < -before) return area;  // the whole chunk pair hidden
+  const auto keys_in = [&](std::int64_t t0, std::int64_t t1) {  // key rows of key tiles t0 .. t1
+    return t0 > t1 ? 0.0 : static_cast<double>(std::min(k.length, (t1 + 1) * kb) - t0 * kb);
+  };
   for (std::int64_t i0 = 0; i0 < q.length; i0 += qb) {
     const std::int64_t i1 = std::min(i0 + qb, q.length);
     const std::int64_t first_key = std::max<std::int64_t>(0, i0 - before), last_start = i1 - 1 + after;
     if (first_key > k.length - 1 || last_start < 0) continue;
     const std::int64_t t_min = first_key / kb, t_max = std::min(last_start, k.length - 1) / kb;
-    if (t_min > t_max) continue;
-    area += static_cast<double>(i1 - i0) * static_cast<double>(std::min(k.length, (t_max + 1) * kb) - t_min * kb);
+    // The tiles every query row sees whole: key rows within [i1 - 1 - before, i0 + after].
+    const std::int64_t seen_lo = i1 - 1 - before, seen_hi = i0 + after;
+    const std::int64_t full_min = std::max(t_min, seen_lo <= 0 ? 0 : (seen_lo + kb - 1) / kb);
+    const std::int64_t full_max = seen_hi >= k.length - 1 ? t_max : std::min(t_max, floor_div(seen_hi + 1, kb) - 1);
+    const double rows = static_cast<double>(i1 - i0), full = rows * keys_in(full_min, full_max);
+    area.full += full;
+    area.edge += rows * keys_in(t_min, t_max) - full;
   }
   return area;
 }
@@ -77,16 +88,37 @@ Layout work_layout(const StepConfig& c) {
 
 }  // namespace
 
+bool slower_work(double blocks, double edge, double than_blocks, double than_edge) {
+  const double rounding = 1e-12 * std::max(blocks, than_blocks);
+  if (std::abs(blocks - than_blocks) > rounding) return blocks > than_blocks;
+  return edge > than_edge + rounding;
+}
+
+TileShare block_tile_share(std::int64_t n, std::int64_t qb, std::int64_t kb, bool causal, std::int64_t window) {
+  if (n <= 0) return {};
+  ModelConfig m;
+  m.seq_len = n;
+  m.causal = causal;
+  m.window = window;
+  const TileShare area = computed_area({0, 1, n}, {0, 1, n}, visible_band(m), std::max<std::int64_t>(1, qb),
+                                       std::max<std::int64_t>(1, kb));
+  const double block = static_cast<double>(n) * static_cast<double>(n);
+  return {area.full / block, area.edge / block};
+}
+
 RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
   const ModelConfig& m = c.model;
   const Layout layout = work_layout(c);
   const bool zigzag = layout == Layout::zigzag;
   const int G = c.sp / U;
   const std::int64_t chunk = zigzag ? m.seq_len / (2 * c.sp) : m.seq_len / c.sp;
-  // Diagonal chunk pair: the part on and below the diagonal.
-  const double f = tile_level ? causal_diagonal_fraction(chunk, c.blocking.query_tile(), key_tile(c))
-                              : (static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk));
-  double first = 0, other = 0;
+  // Diagonal chunk pair: the part on and below the diagonal, its tiles on
+  // the diagonal the edge ones (elements: no edge).
+  const TileShare diagonal =
+      tile_level ? block_tile_share(chunk, c.blocking.query_tile(), key_tile(c), true, 0)
+                 : TileShare{(static_cast<double>(chunk) + 1.0) / (2.0 * static_cast<double>(chunk)), 0.0};
+  const double f = diagonal.computed();
+  double first = 0, other = 0, diagonals = 0;  // diagonals: of the first step's (or every step's) chunk pairs
   if (!m.causal) {
     const double k = zigzag ? 2 * U : U;
     first = other = k * k;
@@ -95,22 +127,29 @@ RingWork ring_work(const StepConfig& c, int U, bool tile_level) {
     // pair, its own or another rank's, is a diagonal one (the diagonal itself
     // in or out, one row in c): balanced at every step.
     first = other = U * U * f;
+    diagonals = U * U;
   } else if (zigzag) {
     // Low chunks [gU, gU+U) and their mirrors: against another group 2 U^2 full
     // pairs; against itself U^2 full + two triangles of U(U-1)/2 full and U diagonal.
     first = U * U + U * (U - 1) + 2 * U * f;
     other = 2.0 * U * U;
+    diagonals = 2 * U;
   } else {
     // Contiguous: the group's own U chunks form a triangle; at every later step
     // some group meets a group wholly before it (U^2 full pairs) and sets the pace.
     first = U * (U - 1) / 2.0 + U * f;
     other = static_cast<double>(U) * U;
+    diagonals = U;
   }
+  const bool diagonal_every_step = layout == Layout::striped;
   RingWork w;
   w.chunk = static_cast<double>(chunk);
   w.steps.assign(G, other);
   w.steps[0] = first;
+  w.edge_steps.assign(G, diagonal_every_step ? diagonals * diagonal.edge : 0.0);
+  w.edge_steps[0] = diagonals * diagonal.edge;
   w.slowest_total = first + (G - 1) * other;
+  w.edge_total = std::accumulate(w.edge_steps.begin(), w.edge_steps.end(), 0.0);
   return w;
 }
 
@@ -130,17 +169,18 @@ RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
   // Every chunk has the same length and stride, so a pair's area depends on
   // its offset difference alone: the differences whose area is not zero.
   const Band band = visible_band(m);
-  std::vector<std::pair<std::int64_t, double>> reach;  // (offset difference / unit, area)
+  std::vector<std::pair<std::int64_t, TileShare>> reach;  // (offset difference / unit, area)
   for (std::int64_t d = -(chunks - 1); d < chunks; ++d) {
-    const double area =
+    const TileShare area =
         computed_area({d * unit, first.stride, first.length}, {0, first.stride, first.length}, band, qb, kb);
-    if (area > 0) reach.emplace_back(d, area);
+    if (area.computed() > 0) reach.emplace_back(d, area);
   }
   RingWork w;
   w.chunk = static_cast<double>(first.length);
   const double block = w.chunk * w.chunk;
   w.steps.assign(G, 0.0);
-  std::vector<double> work(G, 0.0);  // group g's chunk pairs per step
+  w.edge_steps.assign(G, 0.0);
+  std::vector<TileShare> work(G);  // group g's chunk pairs per step
   std::vector<std::int64_t> touched;
   for (std::int64_t g = 0; g < G; ++g) {
     for (const Chunk& q : group_chunks(layout, N, P, U, g))
@@ -148,17 +188,25 @@ RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
         const std::int64_t k = q.offset / unit - d;  // the key chunk's index
         if (k < 0 || k >= chunks) continue;
         const std::int64_t s = (g - owner[k] / U + G) % G;
-        if (work[s] == 0) touched.push_back(s);
-        work[s] += area / block;
+        if (work[s].computed() == 0) touched.push_back(s);
+        work[s].full += area.full / block;
+        work[s].edge += area.edge / block;
       }
-    double total = 0;
+    TileShare total;
     for (const std::int64_t s : touched) {
-      w.steps[s] = std::max(w.steps[s], work[s]);
-      total += work[s];
-      work[s] = 0;
+      if (slower_work(work[s].computed(), work[s].edge, w.steps[s], w.edge_steps[s])) {
+        w.steps[s] = work[s].computed();
+        w.edge_steps[s] = work[s].edge;
+      }
+      total.full += work[s].full;
+      total.edge += work[s].edge;
+      work[s] = TileShare{};
     }
     touched.clear();
-    w.slowest_total = std::max(w.slowest_total, total);
+    if (slower_work(total.computed(), total.edge, w.slowest_total, w.edge_total)) {
+      w.slowest_total = total.computed();
+      w.edge_total = total.edge;
+    }
   }
   return w;
 }

@@ -9,12 +9,15 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/config_json.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
+#include "perfmodel/attention_work.hpp"
 #include "perfmodel/kernel_timing.hpp"
 #include "perfmodel/predict_mode.hpp"
 #include "kernels/attention/attention.hpp"
@@ -107,27 +110,46 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   return flops / seconds;
 }
 
-// The attention kernel of the deck (kernels.*) on one n x n block of the
-// deck's heads and head width under the deck's causal mask, its FLOPs those of
-// the tiles the kernel computes, as the model counts them
-// (causal_diagonal_fraction). A causal block's mask-edge tiles and shorter
-// tile rows cost what a causal run's blocks pay: rates of full tiles alone
-// predicted causal steps 5-10% fast (docs/results/2026-11-29-cpu-xeon.md).
+// Seconds of the forward and the backward of the deck's attention kernel
+// (kernels.*) on `a`, one n x n block of the deck's heads and head width, under `mask`.
 template <class T>
-void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
-  AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
+std::pair<double, double> attention_pass_seconds(const Config& c, AttentionOperands<T>& a,
+                                                 const kernels::AttentionMask& mask, MPI_Comm world) {
   kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
   blocking.deterministic = c.kernels.deterministic;
   const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
-  const bool causal = c.model.causal;
-  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, causal, blocking, workspace); });
-  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, causal, blocking, workspace); });
-  const bool narrow = sizeof(T) < sizeof(Acc<T>);  // bf16: the gemm kernel's key chunks are half as long
-  const double computed =
-      causal ? causal_diagonal_fraction(n, blocking.query_tile(), blocking.key_tile(narrow)) : 1.0;
-  const double flops = 4.0 * a.pairs() * computed * double(a.dh);
-  rates.attention_flops_forward = flops / tf;
-  rates.attention_flops_backward = 2.5 * flops / tb;
+  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, mask, blocking, workspace); });
+  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, mask, blocking, workspace); });
+  return {tf, tb};
+}
+
+// The attention rates, FLOPs counted as the model counts the tiles computed
+// (block_tile_share). The host kernels: on a full block (no tile on a mask's
+// edge), and on the edge tiles of a causal block whose window is one key
+// tile, every tile of which is on an edge: rates of a causal block alone
+// predicted full attention up to 10% slow and windows 10-24% fast
+// (docs/results/2026-11-29-cpu-xeon.md). cuDNN's tiles are not ours to
+// count: one rate of a block under the deck's causal mask.
+template <class T>
+void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
+  AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
+  const kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  const index_t qb = blocking.query_tile(), kb = blocking.key_tile(sizeof(T) < sizeof(Acc<T>));
+  const double block_flops = 4.0 * a.pairs() * double(a.dh);
+  const auto rates_under = [&](const kernels::AttentionMask& mask, const TileShare& share) {
+    const auto [tf, tb] = attention_pass_seconds(c, a, mask, world);
+    return std::pair{share.computed() * block_flops / tf, 2.5 * share.computed() * block_flops / tb};
+  };
+  if (blocking.kernel == AttentionKernel::cudnn) {
+    const bool causal = c.model.causal;
+    std::tie(rates.attention_flops_forward, rates.attention_flops_backward) =
+        rates_under(causal, block_tile_share(n, qb, kb, causal, 0));
+    return;
+  }
+  std::tie(rates.attention_flops_forward, rates.attention_flops_backward) = rates_under(false, {1.0, 0.0});
+  const kernels::AttentionMask edge_mask(true, kb);
+  std::tie(rates.attention_edge_flops_forward, rates.attention_edge_flops_backward) =
+      rates_under(edge_mask, block_tile_share(n, qb, kb, true, kb));
 }
 
 // RSA's dense kernels: score + softmax + apply (forward), dense block backward.
@@ -392,6 +414,13 @@ void measure(const Config& c, Calibration& k, MPI_Comm world) {
   measure_links(k, world);
 }
 
+// What measure_attention timed, for the machine file's description.
+std::string attention_blocks_timed(const Config& c, const std::string& kernel) {
+  if (kernel == to_string(AttentionKernel::cudnn))
+    return std::string("attention rates on a ") + (c.model.causal ? "causal" : "full") + " block";
+  return "attention rates on a full block and, for tiles on a mask's edge, a causal block of a one-tile window";
+}
+
 void describe(const Config& c, Calibration& k) {
   MachineDescription& m = k.machine;
   char host[256] = "this machine";
@@ -402,8 +431,7 @@ void describe(const Config& c, Calibration& k) {
   std::ostringstream text;
   text << "Measured by miniattn run.mode calibrate on " << k.ranks << " ranks (" << m.ranks_per_node << " per node), "
        << m.precision << ", " << m.attention_kernel << " attention, model D=" << c.model.d_model << " H=" << c.model.heads << " F=" << c.model.ffn_width()
-       << " V=" << c.model.vocab << ", attention rates on a " << (c.model.causal ? "causal" : "full")
-       << " block. ";
+       << " V=" << c.model.vocab << ", " << attention_blocks_timed(c, m.attention_kernel) << ". ";
   if (!k.intra.measured) text << "Intra-node link not measured (one rank per node or one rank): defaults. ";
   if (!k.inter.measured) text << "Inter-node link not measured (one node): set to the intra-node figures.";
   m.description = text.str();

@@ -68,22 +68,22 @@ AttentionOperands<T>::AttentionOperands(index_t heads_, index_t n_, index_t dh_)
 }
 
 template <class T>
-void attention_forward_pass(AttentionOperands<T>& x, bool causal, const kernels::AttentionBlocking& blocking,
-                            const kernels::AttentionWorkspace<T>& workspace) {
-  kernels::attention_forward<T>(x.q, x.k, x.v, {x.positions, x.positions, causal, blocking}, x.out, x.lse, x.row_sum,
+void attention_forward_pass(AttentionOperands<T>& x, const kernels::AttentionMask& mask,
+                            const kernels::AttentionBlocking& blocking, const kernels::AttentionWorkspace<T>& workspace) {
+  kernels::attention_forward<T>(x.q, x.k, x.v, {x.positions, x.positions, mask, blocking}, x.out, x.lse, x.row_sum,
                                 workspace);
 }
 
 template <class T>
-void attention_backward_pass(AttentionOperands<T>& x, bool causal, const kernels::AttentionBlocking& blocking,
-                             const kernels::AttentionWorkspace<T>& workspace) {
+void attention_backward_pass(AttentionOperands<T>& x, const kernels::AttentionMask& mask,
+                             const kernels::AttentionBlocking& blocking, const kernels::AttentionWorkspace<T>& workspace) {
   Kokkos::deep_copy(x.dk, T());
   Kokkos::deep_copy(x.dv, T());
   const View4<Acc<T>> dq_acc = kernels::accumulator_of(x.dq, workspace);
   Kokkos::deep_copy(dq_acc, Acc<T>(0));
   kernels::attention_backward_delta<T>(x.out, x.dout, x.delta);
   kernels::attention_backward_accumulate<T>(x.q, x.k, x.v, x.out, x.dout, x.lse, x.delta,
-                                            {x.positions, x.positions, causal, blocking}, dq_acc, x.dk, x.dv,
+                                            {x.positions, x.positions, mask, blocking}, dq_acc, x.dk, x.dv,
                                             workspace);
   kernels::round_accumulator<T>(dq_acc, x.dq);
 }
@@ -111,10 +111,10 @@ std::vector<double> fenced_timings(int warmups, int repeats, const std::function
 
 #define MINIATTN_INSTANTIATE_KERNEL_TIMING(T)                                                                         \
   template struct AttentionOperands<T>;                                                                               \
-  template void attention_forward_pass<T>(AttentionOperands<T>&, bool, const kernels::AttentionBlocking&,             \
-                                          const kernels::AttentionWorkspace<T>&);                                     \
-  template void attention_backward_pass<T>(AttentionOperands<T>&, bool, const kernels::AttentionBlocking&,            \
-                                           const kernels::AttentionWorkspace<T>&);
+  template void attention_forward_pass<T>(AttentionOperands<T>&, const kernels::AttentionMask&,                      \
+                                          const kernels::AttentionBlocking&, const kernels::AttentionWorkspace<T>&);  \
+  template void attention_backward_pass<T>(AttentionOperands<T>&, const kernels::AttentionMask&,                     \
+                                           const kernels::AttentionBlocking&, const kernels::AttentionWorkspace<T>&);
 MINIATTN_INSTANTIATE_KERNEL_TIMING(float)
 MINIATTN_INSTANTIATE_KERNEL_TIMING(double)
 MINIATTN_INSTANTIATE_KERNEL_TIMING(bf16)

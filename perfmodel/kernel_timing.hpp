@@ -31,14 +31,14 @@ struct AttentionOperands {
 
 // The forward of the whole problem (init, one key block, finalize).
 template <class T>
-void attention_forward_pass(AttentionOperands<T>& x, bool causal, const kernels::AttentionBlocking& blocking,
-                            const kernels::AttentionWorkspace<T>& workspace);
+void attention_forward_pass(AttentionOperands<T>& x, const kernels::AttentionMask& mask,
+                            const kernels::AttentionBlocking& blocking, const kernels::AttentionWorkspace<T>& workspace);
 
 // The backward of the whole problem from the forward's out and lse (delta,
 // one key block, dq rounded from its accumulator).
 template <class T>
-void attention_backward_pass(AttentionOperands<T>& x, bool causal, const kernels::AttentionBlocking& blocking,
-                             const kernels::AttentionWorkspace<T>& workspace);
+void attention_backward_pass(AttentionOperands<T>& x, const kernels::AttentionMask& mask,
+                             const kernels::AttentionBlocking& blocking, const kernels::AttentionWorkspace<T>& workspace);
 
 // Seconds of each of `repeats` calls of `work` after `warmups` untimed ones,
 // fenced before and after, sorted ascending. cpu_time: the process's CPU time

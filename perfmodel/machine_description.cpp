@@ -215,6 +215,8 @@ nlohmann::json machine_to_json(const MachineDescription& m) {
   for (const TextField& f : kTextFields) j[f.key] = m.*f.member;
   for (const NumberField& f : number_fields()) j[f.key] = f.member ? nlohmann::json(m.*f.member) : nlohmann::json(m.ranks_per_node);
   for (const RateField& r : kRateFields) j["alone"][r.key] = m.alone.*r.member;
+  j["attention_edge_flops_forward"] = m.attention_edge_forward_rate();
+  j["attention_edge_flops_backward"] = m.attention_edge_backward_rate();
   j["rsa_flops_forward"] = m.rsa_forward_rate();
   j["rsa_flops_backward"] = m.rsa_backward_rate();
   return j;

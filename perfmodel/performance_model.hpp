@@ -62,10 +62,18 @@ struct RankRates {
   double gemm_flops = 0;
   double attention_flops_forward = 0;
   double attention_flops_backward = 0;
+  double attention_edge_flops_forward = 0;
+  double attention_edge_flops_backward = 0;
   double rsa_flops_forward = 0;
   double rsa_flops_backward = 0;
   double elementwise_bandwidth = 0;
 
+  double attention_edge_forward_rate() const {
+    return attention_edge_flops_forward > 0 ? attention_edge_flops_forward : attention_flops_forward;
+  }
+  double attention_edge_backward_rate() const {
+    return attention_edge_flops_backward > 0 ? attention_edge_flops_backward : attention_flops_backward;
+  }
   double rsa_forward_rate() const { return rsa_flops_forward > 0 ? rsa_flops_forward : attention_flops_forward; }
   double rsa_backward_rate() const { return rsa_flops_backward > 0 ? rsa_flops_backward : attention_flops_backward; }
 };
@@ -89,6 +97,11 @@ inline constexpr RateField kRateFields[] = {
      "FLOP/s of the blockwise attention forward (4 n^2 D per head set of the tiles it computes)"},
     {"attention_flops_backward", &RankRates::attention_flops_backward, true,
      "FLOP/s of the blockwise attention backward (counted as 2.5 x the forward FLOPs)"},
+    {"attention_edge_flops_forward", &RankRates::attention_edge_flops_forward, false,
+     "FLOP/s of the forward on tiles on a mask's edge (causal diagonal, window bounds), counted whole "
+     "(default: attention_flops_forward)"},
+    {"attention_edge_flops_backward", &RankRates::attention_edge_flops_backward, false,
+     "FLOP/s of the backward on tiles on a mask's edge (default: attention_flops_backward)"},
     {"rsa_flops_forward", &RankRates::rsa_flops_forward, false,
      "FLOP/s of RSA's score + softmax + apply kernels, 4 Dh per pair (default: attention_flops_forward)"},
     {"rsa_flops_backward", &RankRates::rsa_flops_backward, false,

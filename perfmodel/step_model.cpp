@@ -27,18 +27,7 @@ std::int64_t replicated_parameter_count(const ModelConfig& m, int tp, int pp, in
 }
 
 double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block) {
-  if (chunk <= 0) return 0.0;
-  const std::int64_t qb = std::max<std::int64_t>(1, query_block), kb = std::max<std::int64_t>(1, key_block);
-  // A tile pair is computed unless every key of the key tile lies after every
-  // query of the query tile: key tile j (first key j kb) meets query tile i
-  // (last query min((i+1) qb, c) - 1) iff j kb <= last query.
-  double computed = 0.0;
-  for (std::int64_t q0 = 0; q0 < chunk; q0 += qb) {
-    const std::int64_t q1 = std::min(q0 + qb, chunk);
-    const std::int64_t keys = std::min(chunk, ((q1 - 1) / kb + 1) * kb);
-    computed += static_cast<double>(q1 - q0) * static_cast<double>(keys);
-  }
-  return computed / (static_cast<double>(chunk) * static_cast<double>(chunk));
+  return block_tile_share(chunk, query_block, key_block, true, 0).computed();
 }
 
 // ---------------------------------------------------------------- decompositions
@@ -297,6 +286,23 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
                                                  L * calls * (c.tp - 1));
 }
 
+// The attention kernels' rates on tiles no mask touches and on tiles on a mask's edge.
+struct AttentionRates {
+  double forward = 0, backward = 0, edge_forward = 0, edge_backward = 0;
+  // Seconds of `blocks` chunk pairs, `edge` of them in edge tiles, of `flops` each.
+  double forward_seconds(double blocks, double edge, double flops) const {
+    return ((blocks - edge) / forward + edge / edge_forward) * flops;
+  }
+  double backward_seconds(double blocks, double edge, double flops) const {
+    return ((blocks - edge) / backward + edge / edge_backward) * flops;
+  }
+};
+
+AttentionRates attention_rates(const MachineDescription& m) {
+  return {m.attention_flops_forward, m.attention_flops_backward, m.attention_edge_forward_rate(),
+          m.attention_edge_backward_rate()};
+}
+
 // One rank's K (or V) block as a ring or all-gather moves it: b samples of
 // n = N / sp rows of this TP rank's K/V heads (GQA: fewer than its query
 // heads), after a Ulysses all-to-all of degree U (U n rows of the heads it leaves).
@@ -333,16 +339,17 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
   const double block_flops =
       4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * work.chunk * work.chunk * m.head_dim();
-  const double rate_f = rsa ? machine.rsa_forward_rate() : machine.attention_flops_forward;
-  const double rate_b = rsa ? machine.rsa_backward_rate() : machine.attention_flops_backward;
+  const double rsa_f = machine.rsa_forward_rate(), rsa_b = machine.rsa_backward_rate();
+  const AttentionRates rates = rsa ? AttentionRates{rsa_f, rsa_b, rsa_f, rsa_b} : attention_rates(machine);
   const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
   // RSA posts K during its score pass and V during its apply pass, half the forward each.
   const double pieces = rsa ? 2 : 1, t_piece = transfer_seconds(machine, ring_inter, 2 * X / pieces, 2 / pieces);
   const int S = rsa ? G : ring_steps(m, c.layout, c.sp, U);
   double forward = 0, backward = 0, hidden = 0;
   for (int step = 0; step < S; ++step) {
-    const double blocks = work.steps[step];
-    const double f = blocks * block_flops / rate_f, bwd = blocks * 2.5 * block_flops / rate_b;
+    const double blocks = work.steps[step], edge = work.edge_steps[step];
+    const double f = rates.forward_seconds(blocks, edge, block_flops);
+    const double bwd = rates.backward_seconds(blocks, edge, 2.5 * block_flops);
     forward += f;
     backward += bwd;
     if (step + 1 < S) hidden += pieces * std::min(f / pieces, e * t_piece) + std::min(bwd, e * t_kv);
@@ -372,10 +379,11 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, 1);
   const RingWork work = m.window > 0 ? counted_ring_work(c, 1, true) : ring_work(c, 1, true);
-  const double blocks = work.slowest_total;
+  const double blocks = work.slowest_total, edge = work.edge_total;
   const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();
-  out.compute_parts["attention_forward"] = L * blocks * block_flops / machine.attention_flops_forward;
-  out.compute_parts["attention_backward"] = L * blocks * 2.5 * block_flops / machine.attention_flops_backward;
+  const AttentionRates rates = attention_rates(machine);
+  out.compute_parts["attention_forward"] = L * rates.forward_seconds(blocks, edge, block_flops);
+  out.compute_parts["attention_backward"] = L * rates.backward_seconds(blocks, edge, 2.5 * block_flops);
   if (G < 2) return;
   const double t_pair = 2 * transfer_seconds(machine, inter, (G - 1) * X, G - 1);  // two collectives
   for (const Exchange label : {Exchange::allgather_forward_kv, Exchange::allgather_backward_kv, Exchange::allgather_backward_dkdv})

@@ -14,8 +14,9 @@
 3. Prints the table and exits 1 if any error exceeds --tolerance percent
    (10; the windowed cases WINDOW_TOLERANCE, below).
 
-Timings on a shared machine are noisy: --repeats runs every bench (and the
-calibration) that many times and takes the medians. OPENBLAS_NUM_THREADS=1
+Timings on a shared machine are noisy: --repeats runs every bench that many
+times and takes the medians (the calibration takes its own medians, over
+rounds of every kernel). OPENBLAS_NUM_THREADS=1
 (one BLAS thread per rank, as the runs use one core per rank).
 
 usage: validation/check_performance_model.py [--exe build/src/miniattn] [--repeats 1]

@@ -10,6 +10,7 @@ usage: check_predict_mode.py MINIATTN MACHINE.yaml [MPIEXEC]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -203,7 +204,7 @@ def main():
 
 def check_calibrate_bf16(exe, tmp, expect_error):
     """run.mode calibrate in bf16 (a tiny model: seconds) writes a bf16 machine
-    file naming the kernel it timed; predict takes a bf16 deck on it and refuses fp32."""
+    file naming the kernel it timed, with its rates on tiles on a mask's edge; predict takes a bf16 deck on it and refuses fp32."""
     deck = os.path.join(tmp, "tiny_bf16.yaml")
     with open(deck, "w") as f:
         f.write("model: {vocab: 64, d_model: 32, heads: 4, layers: 1, seq_len: 256, batch: 1, precision: bf16}\n"
@@ -214,6 +215,8 @@ def check_calibrate_bf16(exe, tmp, expect_error):
     with open(machine) as f:
         text = f.read()
     check('precision: "bf16"' in text and 'attention_kernel: "gemm"' in text, f"a bf16 gemm machine file: {text}")
+    edge = re.findall(r"^attention_edge_flops_(?:forward|backward): (\S+)$", text, re.M)
+    check(len(edge) == 2 and all(float(rate) > 0 for rate in edge), f"the host kernel's edge-tile rates: {text}")
     proc, _ = run(exe, deck, ["run.mode=predict", f"run.machine={machine}", "run.predict_max_ranks=2",
                               "run.predict_seq_lens=1024"])
     check(proc.returncode == 0, proc.stderr)

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/process_grid.hpp"
+#include "kernels/attention/attention.hpp"
 #include "perfmodel/attention_work.hpp"
 
 namespace miniattn {
@@ -39,19 +41,27 @@ std::vector<index_t> group_rows(const StepConfig& c, int g) {
   return rows;
 }
 
-// Elements of the tile pairs the kernel computes: those whose query - key
-// distance range [near, far] the mask does not wholly hide.
-double brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
-                        index_t kb) {
-  double area = 0;
+// Elements of the tile pairs the kernel computes, by the kernel's own rule
+// (kernels::AttentionMask::ranges_meet on each tile's position ranges): all of
+// them, and those it computes with part of their pairs hidden (edge).
+struct Area {
+  double computed = 0, edge = 0;
+};
+
+Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
+                      index_t kb) {
+  const kernels::AttentionMask mask(m.causal, m.window);
+  Area area;
   for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
     for (std::size_t j0 = 0; j0 < k.size(); j0 += kb) {
       const auto qt = std::minmax_element(q.begin() + i0, q.begin() + std::min(q.size(), i0 + qb));
       const auto kt = std::minmax_element(k.begin() + j0, k.begin() + std::min(k.size(), j0 + kb));
-      const index_t near = *qt.first - *kt.second, far = *qt.second - *kt.first, w = m.window;
-      if (m.causal && far < 0) continue;
-      if (w > 0 && (near >= w || (!m.causal && -far >= w))) continue;
-      area += static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
+      bool partly_masked = false;
+      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
+      const double tile =
+          static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
+      area.computed += tile;
+      if (partly_masked) area.edge += tile;
     }
   return area;
 }
@@ -62,15 +72,23 @@ RingWork brute_force_work(const StepConfig& c, bool tile_level) {
   RingWork w;
   w.chunk = static_cast<double>(c.layout == Layout::zigzag ? c.model.seq_len / (2 * c.sp) : c.model.seq_len / c.sp);
   w.steps.assign(G, 0.0);
+  w.edge_steps.assign(G, 0.0);
   for (int g = 0; g < G; ++g) {
-    double total = 0;
+    Area total;
     for (int s = 0; s < G; ++s) {
-      const double blocks =
-          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb) / (w.chunk * w.chunk);
-      w.steps[s] = std::max(w.steps[s], blocks);
-      total += blocks;
+      const Area area = brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb);
+      const double blocks = area.computed / (w.chunk * w.chunk), edge = area.edge / (w.chunk * w.chunk);
+      if (slower_work(blocks, edge, w.steps[s], w.edge_steps[s])) {
+        w.steps[s] = blocks;
+        w.edge_steps[s] = edge;
+      }
+      total.computed += blocks;
+      total.edge += edge;
     }
-    w.slowest_total = std::max(w.slowest_total, total);
+    if (slower_work(total.computed, total.edge, w.slowest_total, w.edge_total)) {
+      w.slowest_total = total.computed;
+      w.edge_total = total.edge;
+    }
   }
   return w;
 }
@@ -84,8 +102,13 @@ std::string describe(const StepConfig& c) {
 void expect_same_work(const RingWork& a, const RingWork& b) {
   EXPECT_EQ(a.chunk, b.chunk);
   ASSERT_EQ(a.steps.size(), b.steps.size());
-  for (std::size_t s = 0; s < a.steps.size(); ++s) EXPECT_NEAR(a.steps[s], b.steps[s], 1e-12 * b.steps[s]) << s;
+  ASSERT_EQ(a.edge_steps.size(), b.edge_steps.size());
+  for (std::size_t s = 0; s < a.steps.size(); ++s) {
+    EXPECT_NEAR(a.steps[s], b.steps[s], 1e-12 * b.steps[s]) << s;
+    EXPECT_NEAR(a.edge_steps[s], b.edge_steps[s], 1e-12 * b.steps[s]) << s;
+  }
   EXPECT_NEAR(a.slowest_total, b.slowest_total, 1e-12 * b.slowest_total);
+  EXPECT_NEAR(a.edge_total, b.edge_total, 1e-12 * b.slowest_total);
 }
 
 // Chunks of 12 rows (a multiple of both tiles: the kernel's tiles do not
@@ -134,6 +157,37 @@ TEST(AttentionWork, CountMatchesClosedFormsWithoutWindow) {
             }
           }
         }
+}
+
+// One block: a causal block's edge tiles are its diagonal ones; under a
+// window of one key tile every computed tile is on an edge (calibrate times
+// the edge rate so); a full block has none.
+TEST(AttentionWork, BlockTileShareSplitsTheDiagonalFromTheRest) {
+  // 128 rows, 64 x 64 tiles: tile (1, 0) is whole, (0, 0) and (1, 1) cut by the diagonal.
+  const TileShare causal = block_tile_share(128, 64, 64, true, 0);
+  EXPECT_DOUBLE_EQ(causal.full, 0.25);
+  EXPECT_DOUBLE_EQ(causal.edge, 0.5);
+  const TileShare full = block_tile_share(128, 64, 64, false, 0);
+  EXPECT_DOUBLE_EQ(full.full, 1.0);
+  EXPECT_DOUBLE_EQ(full.edge, 0.0);
+  for (const index_t qb : {16, 64, 96})
+    for (const index_t kb : {16, 64, 96}) {
+      const TileShare narrow = block_tile_share(4096, qb, kb, true, kb);
+      EXPECT_EQ(narrow.full, 0.0) << qb << " x " << kb;
+      EXPECT_GT(narrow.edge, 0.0) << qb << " x " << kb;
+      // Uneven tiles: the same split as the brute force over positions 0 .. n-1.
+      std::vector<index_t> positions(1000);
+      std::iota(positions.begin(), positions.end(), index_t{0});
+      for (const index_t window : {0, 100, 333}) {
+        ModelConfig m;
+        m.causal = true;
+        m.window = window;
+        const Area brute = brute_force_area(positions, positions, m, qb, kb);
+        const TileShare share = block_tile_share(1000, qb, kb, true, window);
+        EXPECT_NEAR(share.computed(), brute.computed / 1e6, 1e-15) << qb << " x " << kb << " window " << window;
+        EXPECT_NEAR(share.edge, brute.edge / 1e6, 1e-15) << qb << " x " << kb << " window " << window;
+      }
+    }
 }
 
 // A window of w on N positions leaves N w - w^2 / 2 of the N^2 / 2 causal

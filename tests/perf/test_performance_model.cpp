@@ -93,6 +93,31 @@ TEST(PerformanceModel, LocalAttentionTimeIsItsFlopsOverTheRate) {
   EXPECT_EQ(p.hidden_seconds, 0.0);
 }
 
+// Edge tiles at their own rates: a causal block's diagonal tiles (128 of the
+// 128 x 129 / 2 computed) take the edge rates, the rest the full ones; a full
+// (non-causal) run has no edge tiles, and a machine file without edge rates
+// times edge tiles at the full rates.
+TEST(PerformanceModel, EdgeTilesTakeTheEdgeRates) {
+  MachineDescription m = test_machine();
+  m.attention_edge_flops_forward = 1e12;
+  m.attention_edge_flops_backward = 0.5e12;
+  StepConfig c = config(Strategy::local, 1, 8192);
+  c.layout = Layout::contiguous;
+  const double L = 2, flops = 4.0 * 8192 * 8192 * 256, full = 128.0 * 127 / 2 / (128 * 128), edge = 128.0 / (128 * 128);
+  const StepPrediction p = predict_step(m, c);
+  EXPECT_NEAR(p.compute_parts.at("attention_forward"), L * flops * (full / 4e12 + edge / 1e12),
+              1e-9 * p.compute_parts.at("attention_forward"));
+  EXPECT_NEAR(p.compute_parts.at("attention_backward"), L * 2.5 * flops * (full / 3e12 + edge / 0.5e12),
+              1e-9 * p.compute_parts.at("attention_backward"));
+  c.model.causal = false;
+  const StepPrediction unmasked = predict_step(m, c);
+  EXPECT_NEAR(unmasked.compute_parts.at("attention_forward"), L * flops / 4e12, 1e-9 * L * flops / 4e12);
+  c.model.causal = true;
+  const StepPrediction without = predict_step(test_machine(), c);
+  EXPECT_NEAR(without.compute_parts.at("attention_forward"), L * flops * (full + edge) / 4e12,
+              1e-9 * L * flops / 4e12);
+}
+
 TEST(PerformanceModel, DiagonalFractionOfUnevenTiles) {
   EXPECT_DOUBLE_EQ(causal_diagonal_fraction(64, 64, 64), 1.0);
   EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 64, 64), 0.75);
