@@ -106,17 +106,19 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count,
     (void)team;
     constexpr int lanes = simd::Pack<T>::lanes;
     V acc = simd::pack_splat<V>(lowest);
-    for (index_t c0 = 0; c0 < count; c0 += lanes) {
-      const int width = count - c0 < lanes ? static_cast<int>(count - c0) : lanes;
-      T values[lanes];
-      for (int i = 0; i < lanes; ++i) values[i] = lowest;
-      simd::pack_store_n(values, V(f(c0, width)), width);
-      const V x = simd::pack_load<V>(values);
+    index_t c0 = 0;
+    for (; c0 + lanes <= count; c0 += lanes) {
+      const V x = f(c0, lanes);
       acc = x > acc ? x : acc;
     }
-    T m = simd::pack_lane(acc, 0);
-    for (int i = 1; i < lanes; ++i) m = simd::pack_lane(acc, i) > m ? simd::pack_lane(acc, i) : m;
-    return m;
+    if (c0 < count) {
+      T tail[lanes];
+      for (int i = 0; i < lanes; ++i) tail[i] = lowest;
+      simd::pack_store_n(tail, V(f(c0, static_cast<int>(count - c0))), static_cast<int>(count - c0));
+      const V x = simd::pack_load<V>(tail);
+      acc = x > acc ? x : acc;
+    }
+    return simd::pack_max(acc);
   } else {
     T m = lowest;
     Kokkos::parallel_reduce(
