@@ -6,7 +6,7 @@
 //
 //  * Row reductions (LayerNorm statistics, softmax): one thread per row
 //    (row_team_policy); team_vector_sum / team_vector_max reduce a row in
-//    SIMD packs on the host (lane order, then lanes in order) and over the
+//    SIMD packs on the host (lane by lane, then the lanes pairwise) and over the
 //    thread's kGpuRowLanes vector lanes on a GPU (gpu_lanes.hpp: a warp or a
 //    wavefront; each lane its columns in order, then Kokkos's fixed tree over
 //    the lanes).
