@@ -126,8 +126,8 @@ std::pair<double, double> attention_pass_seconds(const Config& c, AttentionOpera
 // The attention rates, FLOPs counted as the model counts the tiles computed
 // (block_tile_share). The host kernels: on a full block (no tile on a mask's
 // edge), and on the edge tiles of a causal block whose window is one key
-// tile, every tile of which is on an edge: rates of a causal block alone
-// predicted full attention up to 10% slow and windows 10-24% fast
+// tile, every tile of which is on an edge: edge tiles ran at half the rate,
+// and a causal block's one rate predicted windows 5-24% fast
 // (docs/results/2026-11-29-cpu-xeon.md). cuDNN's tiles are not ours to
 // count: one rate of a block under the deck's causal mask.
 template <class T>

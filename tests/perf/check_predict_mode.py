@@ -204,7 +204,8 @@ def main():
 
 def check_calibrate_bf16(exe, tmp, expect_error):
     """run.mode calibrate in bf16 (a tiny model: seconds) writes a bf16 machine
-    file naming the kernel it timed, with its rates on tiles on a mask's edge; predict takes a bf16 deck on it and refuses fp32."""
+    file naming the kernel it timed, with its rates on tiles on a mask's edge;
+    predict takes a bf16 deck on it and refuses fp32."""
     deck = os.path.join(tmp, "tiny_bf16.yaml")
     with open(deck, "w") as f:
         f.write("model: {vocab: 64, d_model: 32, heads: 4, layers: 1, seq_len: 256, batch: 1, precision: bf16}\n"
