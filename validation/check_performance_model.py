@@ -18,7 +18,7 @@ Timings on a shared machine are noisy: --repeats runs every bench that many
 times and takes the medians (the calibration runs once). OPENBLAS_NUM_THREADS=1
 (one BLAS thread per rank, as the runs use one core per rank).
 
-usage: validation/check_performance_model.py [--exe build/src/miniattn] [--repeats 1]
+usage: validation/check_performance_model.py [--exe build/src/miniattn] [--repeats 1] [--precision fp32]
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ DECK = """model:
   seq_len: {seq_len}
   batch: 1
   causal: true
-  precision: fp32
+  precision: {precision}
 parallel:
   strategy: ring
   layout: zigzag
@@ -96,6 +96,8 @@ def main():
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=256)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp64"],
+                        help="model.precision of every run, the calibration's included")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=1, help="bench runs per case (median taken)")
     parser.add_argument("--tolerance", type=float, default=10.0,
@@ -109,7 +111,7 @@ def main():
         deck = os.path.join(tmp, "deck.yaml")
         with open(deck, "w") as f:
             f.write(DECK.format(vocab=args.vocab, d_model=args.d_model, heads=args.heads, layers=args.layers,
-                                seq_len=args.seq_len, steps=args.steps))
+                                seq_len=args.seq_len, steps=args.steps, precision=args.precision))
         base = [args.exe, deck]
 
         if not args.skip_calibrate:
@@ -152,7 +154,7 @@ def main():
 
     print()
     print(f"Predicted vs measured step time (N={args.seq_len}, D={args.d_model}, H={args.heads}, L={args.layers}, "
-          f"V={args.vocab}, batch 1 per DP group, fp32, causal; median of {args.repeats} bench run(s) x "
+          f"V={args.vocab}, batch 1 per DP group, {args.precision}, causal; median of {args.repeats} bench run(s) x "
           f"{args.steps - 1} steps)")
     print("(attention: forward + backward of all layers, in the step; exch.: exchanges, of which `hidden` overlap"
           " compute; meas. wait: seconds inside Comm calls, load imbalance included)")
