@@ -10,8 +10,9 @@
 //            + attention kernel work / attention (or rsa) FLOP/s, counted as the
 //              tiles the blockwise kernel really computes (causal: the tiles on
 //              and below the diagonal of each chunk pair, and under model.window
-//              only the tiles the window reaches: attention_work), with the
-//              slowest rank of each ring step setting its pace
+//              only the tiles the window reaches: attention_work), the tiles
+//              on a mask's edge at the edge rates, with the slowest rank of
+//              each ring step setting its pace
 //            + elementwise bytes (LayerNorm, GELU, head layouts, residual adds,
 //              cross-entropy, Ulysses packing, optimizer) / elementwise_bandwidth;
 //              (RSA's softmax over its n x N rows is part of its calibrated rate)
