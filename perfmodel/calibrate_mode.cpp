@@ -196,12 +196,10 @@ double measure_elementwise_bandwidth(const ModelConfig& m, index_t rows, MPI_Com
     kernels::layer_norm_forward<T>(x, gamma, beta, y, mean, rstd);
     kernels::split_qkv_heads<T>(qkv, q, k, v);
     kernels::merge_heads<T>(q, z);
-    Kokkos::deep_copy(dx, x);
-    kernels::add_inplace<T>(dx, z);
+    kernels::add<T>(dx, x, z);
     kernels::layer_norm_forward<T>(dx, gamma, beta, y, mean, rstd);
     kernels::gelu_forward<T>(h, g);
-    Kokkos::deep_copy(z, dx);
-    kernels::add_inplace<T>(z, y);
+    kernels::add<T>(z, dx, y);
     kernels::gelu_backward<T>(h, g, g);
     kernels::layer_norm_backward<T>(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, partials);
     kernels::split_heads<T>(dx, q);

@@ -249,13 +249,13 @@ namespace elementwise_scalars {
 constexpr double layer_norm_forward = 3, layer_norm_backward = 5;  // x, y, stats; x, dy, dx, ...
 constexpr double qkv_split = 6, qkv_merge = 6;                     // [R, 3D] <-> three [H, R, Dh]
 constexpr double head_merge = 2, head_split = 2;                   // [H, R, Dh] <-> [R, D]
-constexpr double residual_copy = 2, residual_add = 3;
+constexpr double residual_add = 3;  // x, y read, z written
 constexpr double gelu_forward = 2, gelu_backward = 3;              // per row of F
 // What calibrate runs for one block: the forward's LayerNorms, q/k/v split,
-// head merge, residual copies and adds, GELU; the backward's GELU,
+// head merge, residual adds, GELU; the backward's GELU,
 // LayerNorms, head split and q/k/v merge (in rows of D, and rows of F).
-constexpr double calibrated_block_d = 2 * layer_norm_forward + qkv_split + head_merge + 2 * residual_copy +
-                                      2 * residual_add + 2 * layer_norm_backward + head_split + qkv_merge;
+constexpr double calibrated_block_d = 2 * layer_norm_forward + qkv_split + head_merge + 2 * residual_add +
+                                      2 * layer_norm_backward + head_split + qkv_merge;
 constexpr double calibrated_block_f = gelu_forward + gelu_backward;
 }  // namespace elementwise_scalars
 

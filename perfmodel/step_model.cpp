@@ -206,7 +206,7 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   const double R = static_cast<double>(w.samples) * n, r = R / tp;  // rows of a TP group, this rank's chunk
   // Elementwise scalars per micro-batch (read + written), kernel by kernel, per
   // row of D (F, V), by where the rows live with tp (docs/design.md 3.1a).
-  // Chunk rows (r x D): each block's forward LayerNorms, residual copies and
+  // Chunk rows (r x D): each block's forward LayerNorms, residual
   // adds, their backward and the backward's recomputed LayerNorms; once: the
   // embedding 3 + 3 (first stage), the final LayerNorm and its recomputation,
   // the residual gradient's zeroing 1 and cross-entropy 2 + 3 per row of V
@@ -220,7 +220,7 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   // Blocks that keep q, k, v and fc1's output recompute neither bias rows nor the split.
   namespace e = elementwise_scalars;
   const double recomputed = c.recompute == Recompute::never ? 0.0 : 1.0;
-  const double block_chunk_d = 4 * e::layer_norm_forward + 2 * e::residual_copy + 2 * e::residual_add +
+  const double block_chunk_d = 4 * e::layer_norm_forward + 2 * e::residual_add +
                                2 * e::layer_norm_backward;
   const double qkv_width = static_cast<double>(m.qkv_rows()) / (3 * D);
   const double block_shard_d = (3 * (2 + recomputed) + (1 + recomputed) * e::qkv_split + e::qkv_merge) * qkv_width +

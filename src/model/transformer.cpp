@@ -177,14 +177,12 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
   tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
-  Kokkos::deep_copy(a.after_attention, x_in);
-  kernels::add_inplace<T>(a.after_attention, normed_);
+  kernels::add<T>(a.after_attention, x_in, normed_);
 
   ffn_hidden(w, a, /*project=*/true);  // gelu(fc1 out) in d_hidden_, a workspace: backward recomputes it
   kernels::linear_forward<T>(d_hidden_, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
   tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
-  Kokkos::deep_copy(x_out, a.after_attention);
-  kernels::add_inplace<T>(x_out, normed_);
+  kernels::add<T>(x_out, a.after_attention, normed_);
 }
 
 template <class T>

@@ -154,15 +154,22 @@ template <class T>
 class ElementwiseTest : public ::testing::Test {};
 TYPED_TEST_SUITE(ElementwiseTest, Precisions);
 
-TYPED_TEST(ElementwiseTest, AddInplace) {
+// z = x + y into a third view and in place of either operand, the same bits.
+TYPED_TEST(ElementwiseTest, Add) {
   using T = TypeParam;
   const index_t rows = 7, cols = 9;
   Random rng(601);
-  const HostVec y0 = quantize<T>(rng.uniform(rows * cols, -1, 1)), x = quantize<T>(rng.uniform(rows * cols, -1, 1));
-  auto y = to_view2<T>("y", y0, rows, cols);
-  kernels::add_inplace<T>(y, to_view2<T>("x", x, rows, cols));
-  MINIATTN_EXPECT_CLOSE(to_host(y), add(y0, x), Tolerance<T>::forward);
-  EXPECT_THROW(kernels::add_inplace<T>(y, View2<T>("x_bad", rows, cols + 1)), std::invalid_argument);
+  const HostVec x0 = quantize<T>(rng.uniform(rows * cols, -1, 1)), y0 = quantize<T>(rng.uniform(rows * cols, -1, 1));
+  const auto x = to_view2<T>("x", x0, rows, cols), y = to_view2<T>("y", y0, rows, cols);
+  const View2<T> z("z", rows, cols);
+  kernels::add<T>(z, x, y);
+  MINIATTN_EXPECT_CLOSE(to_host(z), add(x0, y0), Tolerance<T>::forward);
+  kernels::add<T>(x, x, y);
+  EXPECT_EQ(to_host(x), to_host(z));
+  kernels::add<T>(y, z, y);
+  MINIATTN_EXPECT_CLOSE(to_host(y), add(add(x0, y0), y0), 2 * Tolerance<T>::forward);
+  EXPECT_THROW(kernels::add<T>(z, x, View2<T>("y_bad", rows, cols + 1)), std::invalid_argument);
+  EXPECT_THROW(kernels::add<T>(View2<T>("z_bad", rows + 1, cols), x, y), std::invalid_argument);
 }
 
 }  // namespace

@@ -11,15 +11,16 @@ namespace miniattn::kernels {
 // on the host (one index division a value had held it to a third of the
 // memory's rate), every value in parallel on a GPU.
 template <class T>
-void add_inplace(const View2<T>& y, const View2<const T>& x) {
-  if (y.extent(0) != x.extent(0) || y.extent(1) != x.extent(1)) {
-    throw std::invalid_argument("kernels::add_inplace: x and y must have the same shape");
+void add(const View2<T>& z, const View2<const T>& x, const View2<const T>& y) {
+  if (x.extent(0) != y.extent(0) || x.extent(1) != y.extent(1) || z.extent(0) != x.extent(0) ||
+      z.extent(1) != x.extent(1)) {
+    throw std::invalid_argument("kernels::add: x, y and z must have the same shape");
   }
   using V = typename simd::Pack<Acc<T>>::type;
-  simd::row_packs<Acc<T>>("miniattn::add_inplace", y.extent(0), y.extent(1),
+  simd::row_packs<Acc<T>>("miniattn::add", z.extent(0), z.extent(1),
                           KOKKOS_LAMBDA(const index_t r, const index_t c0, const int width) {
                             // bf16: one rounding, of the sum in fp32
-                            simd::store_n(&y(r, c0), V(simd::load_n(&y(r, c0), width) + simd::load_n(&x(r, c0), width)),
+                            simd::store_n(&z(r, c0), V(simd::load_n(&x(r, c0), width) + simd::load_n(&y(r, c0), width)),
                                           width);
                           });
 }
@@ -41,7 +42,7 @@ index_t count_nonfinite(const View2<const T>& x) {
 #define MINIATTN_INSTANTIATE_ELEMENTWISE(T)                                                         \
   template index_t count_nonfinite<T>(const Kokkos::View<const T*, Kokkos::LayoutRight, MemSpace>&); \
   template index_t count_nonfinite<T>(const View2<const T>&);                                        \
-  template void add_inplace<T>(const View2<T>&, const View2<const T>&);
+  template void add<T>(const View2<T>&, const View2<const T>&, const View2<const T>&);
 MINIATTN_INSTANTIATE_ELEMENTWISE(float)
 MINIATTN_INSTANTIATE_ELEMENTWISE(double)
 MINIATTN_INSTANTIATE_ELEMENTWISE(bf16)

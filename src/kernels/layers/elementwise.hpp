@@ -4,9 +4,9 @@
 
 namespace miniattn::kernels {
 
-// y += x
+// z = x + y (z may be x or y): a residual add, and its copy of x, in one pass.
 template <class T>
-void add_inplace(const View2<T>& y, const View2<const T>& x);
+void add(const View2<T>& z, const View2<const T>& x, const View2<const T>& y);
 
 // Number of NaN or infinite entries.
 template <class T>
