@@ -310,31 +310,33 @@ KOKKOS_FORCEINLINE_FUNCTION void copy_n(T* dst, const T* src, int width) {
   store_n(dst, load_n(src, width), width);
 }
 
-// Largest lane, pairwise as pack_sum (NaN lanes lose every comparison).
-template <class V>
-KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_max(const V& v) {
-  using T = typename ElementOf<V>::type;
-  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
-  T m[lanes];
-  pack_store(m, v);
-  for (int half = lanes / 2; half >= 1; half /= 2)
-    for (int i = 0; i < half; ++i) m[i] = m[i + half] > m[i] ? m[i + half] : m[i];
-  return m[0];
-}
-
-// Sum of the lanes, pairwise: lane i and lane i + half, halving until one
-// is left (the same bits on every run). In lane order it was a chain of
+// The lanes combined pairwise: lane i with lane i + half, halving until one
+// is left (the same bits on every run). In lane order a sum was a chain of
 // dependent scalar adds, a fifth of the bf16 forward's row kernel, whose rows
 // sum 8 packs each (perf annotate, Xeon, 2026-11-29).
+template <class V, class Combine>
+KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_fold(const V& v, const Combine& combine) {
+  using T = typename ElementOf<V>::type;
+  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
+  T x[lanes];
+  pack_store(x, v);
+  for (int half = lanes / 2; half >= 1; half /= 2)
+    for (int i = 0; i < half; ++i) x[i] = combine(x[i], x[i + half]);
+  return x[0];
+}
+
+// Sum of the lanes, pairwise.
 template <class V>
 KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_sum(const V& v) {
   using T = typename ElementOf<V>::type;
-  constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
-  T s[lanes];
-  pack_store(s, v);
-  for (int half = lanes / 2; half >= 1; half /= 2)
-    for (int i = 0; i < half; ++i) s[i] += s[i + half];
-  return s[0];
+  return pack_fold(v, [](const T a, const T b) { return a + b; });
+}
+
+// Largest lane, pairwise (NaN lanes lose every comparison).
+template <class V>
+KOKKOS_FORCEINLINE_FUNCTION typename ElementOf<V>::type pack_max(const V& v) {
+  using T = typename ElementOf<V>::type;
+  return pack_fold(v, [](const T a, const T b) { return b > a ? b : a; });
 }
 
 // 1 / (1 + exp(-x)) on a pack: exact in relative terms over the whole range
