@@ -110,34 +110,25 @@ double measure_model_gemm_flops(const ModelConfig& m, index_t rows, MPI_Comm wor
   return flops / seconds;
 }
 
-// Seconds of the forward and the backward of the deck's attention kernel
-// (kernels.*) on `a`, one n x n block of the deck's heads and head width, under `mask`.
-template <class T>
-std::pair<double, double> attention_pass_seconds(const Config& c, AttentionOperands<T>& a,
-                                                 const kernels::AttentionMask& mask, MPI_Comm world) {
-  kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
-  blocking.deterministic = c.kernels.deterministic;
-  const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
-  const double tf = time_median(world, 3, [&] { attention_forward_pass(a, mask, blocking, workspace); });
-  const double tb = time_median(world, 3, [&] { attention_backward_pass(a, mask, blocking, workspace); });
-  return {tf, tb};
-}
-
-// The attention rates, FLOPs counted as the model counts the tiles computed
-// (block_tile_share). The host kernels: on a full block (no tile on a mask's
-// edge), and on the edge tiles of a causal block whose window is one key
-// tile, every tile of which is on an edge: edge tiles ran at half the rate,
-// and a causal block's one rate predicted windows 5-24% fast
+// The rates of the deck's attention kernel (kernels.*) on one n x n block of
+// the deck's heads and head width, FLOPs counted as the model counts the
+// tiles computed (block_tile_share). The host kernels: on a full block (no
+// tile on a mask's edge), and on the edge tiles of a causal block whose window
+// is one key tile, every tile of which is on an edge: edge tiles ran at half
+// the rate, and a causal block's one rate predicted windows 5-24% fast
 // (docs/results/2026-11-29-cpu-xeon.md). cuDNN's tiles are not ours to
 // count: one rate of a block under the deck's causal mask.
 template <class T>
 void measure_attention(const Config& c, index_t n, MPI_Comm world, RankRates& rates) {
   AttentionOperands<T> a(c.model.heads, n, c.model.head_dim());
-  const kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(c.kernels, a.dh).blocking;
+  blocking.deterministic = c.kernels.deterministic;
+  const kernels::AttentionWorkspace<T> workspace(a.shape(), blocking);
   const index_t qb = blocking.query_tile(), kb = blocking.key_tile(sizeof(T) < sizeof(Acc<T>));
   const double block_flops = 4.0 * a.pairs() * double(a.dh);
   const auto rates_under = [&](const kernels::AttentionMask& mask, const TileShare& share) {
-    const auto [tf, tb] = attention_pass_seconds(c, a, mask, world);
+    const double tf = time_median(world, 3, [&] { attention_forward_pass(a, mask, blocking, workspace); });
+    const double tb = time_median(world, 3, [&] { attention_backward_pass(a, mask, blocking, workspace); });
     return std::pair{share.computed() * block_flops / tf, 2.5 * share.computed() * block_flops / tb};
   };
   if (blocking.kernel == AttentionKernel::cudnn) {
