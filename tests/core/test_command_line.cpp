@@ -17,7 +17,7 @@ CommandLine parse(std::vector<std::string> args) {
   return parse_command_line(static_cast<int>(argv.size()), argv.data());
 }
 
-std::string error_of(const std::vector<std::string>& args) {
+std::string parse_error_of(const std::vector<std::string>& args) {
   try {
     parse(args);
   } catch (const InputError& error) {
@@ -57,38 +57,38 @@ TEST(CommandLine, Help) {
 }
 
 TEST(CommandLine, MissingDeck) {
-  const std::string message = error_of({});
+  const std::string message = parse_error_of({});
   EXPECT_NE(message.find("missing the input deck"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
-  EXPECT_NE(error_of({"--set", "model.vocab=3"}).find("missing the input deck"), std::string::npos);
+  EXPECT_NE(parse_error_of({"--set", "model.vocab=3"}).find("missing the input deck"), std::string::npos);
 }
 
 TEST(CommandLine, UnknownOption) {
-  const std::string message = error_of({"deck.yaml", "--frobnicate"});
+  const std::string message = parse_error_of({"deck.yaml", "--frobnicate"});
   EXPECT_NE(message.find("--frobnicate"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
 }
 
 TEST(CommandLine, TwoDecks) {
-  const std::string message = error_of({"a.yaml", "b.yaml"});
+  const std::string message = parse_error_of({"a.yaml", "b.yaml"});
   EXPECT_NE(message.find("b.yaml"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
 }
 
 TEST(CommandLine, SetWithoutValue) {
-  const std::string message = error_of({"deck.yaml", "--set"});
+  const std::string message = parse_error_of({"deck.yaml", "--set"});
   EXPECT_NE(message.find("--set"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
 }
 
 TEST(CommandLine, OverrideWithoutEquals) {
-  const std::string message = error_of({"deck.yaml", "--set", "model.vocab"});
+  const std::string message = parse_error_of({"deck.yaml", "--set", "model.vocab"});
   EXPECT_NE(message.find("'model.vocab': expected section.key=value, found no '='"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
 }
 
 TEST(CommandLine, OverrideWithoutSection) {
-  const std::string message = error_of({"deck.yaml", "--set", "vocab=3"});
+  const std::string message = parse_error_of({"deck.yaml", "--set", "vocab=3"});
   EXPECT_NE(message.find("'vocab=3': expected section.key=value, found no section"), std::string::npos) << message;
   EXPECT_NE(message.find("usage: miniattn"), std::string::npos) << message;
 }

@@ -22,10 +22,10 @@ using Precisions = ::testing::Types<float, double>;
 
 // U = 2 ranks, B = 2, Hl = 3 heads per rank after the exchange, n = 5 rows
 // per rank before it; Dh = 17 is more than one SIMD pack and not a multiple.
-constexpr index_t kU = 2, kB = 2, kHl = 3, kN = 5, kDh = 17;
+constexpr index_t kU = 2, kSamples = 2, kHl = 3, kRowsPerRank = 5, kLayoutHeadDim = 17;
 
 index_t buffer_index(index_t j, index_t b, index_t h, index_t i, index_t d) {
-  return (((j * kB + b) * kHl + h) * kN + i) * kDh + d;
+  return (((j * kSamples + b) * kHl + h) * kRowsPerRank + i) * kLayoutHeadDim + d;
 }
 
 template <class T>
@@ -36,19 +36,19 @@ TYPED_TEST_SUITE(UlyssesLayoutTest, Precisions);
 TYPED_TEST(UlyssesLayoutTest, PackHeadsMatchesIndexFormula) {
   using T = TypeParam;
   const index_t H = kU * kHl;
-  const HostVec x = quantize<T>(Random(601).uniform(kB * H * kN * kDh, -1, 1));
-  kernels::View5<T> buffer("buffer", kU, kB, kHl, kN, kDh);
+  const HostVec x = quantize<T>(Random(601).uniform(kSamples * H * kRowsPerRank * kLayoutHeadDim, -1, 1));
+  kernels::View5<T> buffer("buffer", kU, kSamples, kHl, kRowsPerRank, kLayoutHeadDim);
   fill_nan(buffer);
-  kernels::pack_heads<T>(to_view4<T>("x", x, kB, H, kN, kDh), buffer);
+  kernels::pack_heads<T>(to_view4<T>("x", x, kSamples, H, kRowsPerRank, kLayoutHeadDim), buffer);
   HostVec want(x.size());
   for (index_t j = 0; j < kU; ++j)
-    for (index_t b = 0; b < kB; ++b)
+    for (index_t b = 0; b < kSamples; ++b)
       for (index_t h = 0; h < kHl; ++h)
-        for (index_t i = 0; i < kN; ++i)
-          for (index_t d = 0; d < kDh; ++d)
-            want[buffer_index(j, b, h, i, d)] = x[((b * H + j * kHl + h) * kN + i) * kDh + d];
+        for (index_t i = 0; i < kRowsPerRank; ++i)
+          for (index_t d = 0; d < kLayoutHeadDim; ++d)
+            want[buffer_index(j, b, h, i, d)] = x[((b * H + j * kHl + h) * kRowsPerRank + i) * kLayoutHeadDim + d];
   EXPECT_EQ(to_host(buffer), want);
-  View4<T> back("back", kB, H, kN, kDh);
+  View4<T> back("back", kSamples, H, kRowsPerRank, kLayoutHeadDim);
   fill_nan(back);
   kernels::unpack_heads<T>(buffer, back);
   EXPECT_EQ(to_host(back), x);
@@ -60,33 +60,33 @@ TYPED_TEST(UlyssesLayoutTest, PackHeadsMatchesIndexFormula) {
 TYPED_TEST(UlyssesLayoutTest, ReplicatedHeadsPackAndSum) {
   using T = TypeParam;
   constexpr index_t U = 4, KV = 2;
-  const HostVec x = quantize<T>(Random(611).uniform(kB * KV * kN * kDh, -1, 1));
-  kernels::View5<T> buffer("buffer", U, kB, 1, kN, kDh);
+  const HostVec x = quantize<T>(Random(611).uniform(kSamples * KV * kRowsPerRank * kLayoutHeadDim, -1, 1));
+  kernels::View5<T> buffer("buffer", U, kSamples, 1, kRowsPerRank, kLayoutHeadDim);
   fill_nan(buffer);
-  kernels::pack_heads<T>(to_view4<T>("x", x, kB, KV, kN, kDh), buffer);
-  const auto x_at = [&](index_t b, index_t h, index_t i, index_t d) { return x[((b * KV + h) * kN + i) * kDh + d]; };
-  HostVec want(static_cast<std::size_t>(U * kB * kN * kDh));
+  kernels::pack_heads<T>(to_view4<T>("x", x, kSamples, KV, kRowsPerRank, kLayoutHeadDim), buffer);
+  const auto x_at = [&](index_t b, index_t h, index_t i, index_t d) { return x[((b * KV + h) * kRowsPerRank + i) * kLayoutHeadDim + d]; };
+  HostVec want(static_cast<std::size_t>(U * kSamples * kRowsPerRank * kLayoutHeadDim));
   for (index_t j = 0; j < U; ++j)
-    for (index_t b = 0; b < kB; ++b)
-      for (index_t i = 0; i < kN; ++i)
-        for (index_t d = 0; d < kDh; ++d) want[((j * kB + b) * kN + i) * kDh + d] = x_at(b, j / (U / KV), i, d);
+    for (index_t b = 0; b < kSamples; ++b)
+      for (index_t i = 0; i < kRowsPerRank; ++i)
+        for (index_t d = 0; d < kLayoutHeadDim; ++d) want[((j * kSamples + b) * kRowsPerRank + i) * kLayoutHeadDim + d] = x_at(b, j / (U / KV), i, d);
   EXPECT_EQ(to_host(buffer), want);
 
   const HostVec grads = quantize<T>(Random(612).uniform(want.size(), -1, 1));
-  kernels::View5<T> grad_buffer("grad_buffer", U, kB, 1, kN, kDh);
+  kernels::View5<T> grad_buffer("grad_buffer", U, kSamples, 1, kRowsPerRank, kLayoutHeadDim);
   auto host = Kokkos::create_mirror_view(grad_buffer);
   std::copy(grads.begin(), grads.end(), host.data());
   Kokkos::deep_copy(grad_buffer, host);
-  View4<T> summed("summed", kB, KV, kN, kDh);
+  View4<T> summed("summed", kSamples, KV, kRowsPerRank, kLayoutHeadDim);
   fill_nan(summed);
   kernels::unpack_heads<T>(grad_buffer, summed);
   HostVec want_sum(x.size());
-  for (index_t b = 0; b < kB; ++b)
+  for (index_t b = 0; b < kSamples; ++b)
     for (index_t h = 0; h < KV; ++h)
-      for (index_t i = 0; i < kN; ++i)
-        for (index_t d = 0; d < kDh; ++d) {
-          const auto g = [&](index_t j) { return grads[((j * kB + b) * kN + i) * kDh + d]; };
-          want_sum[((b * KV + h) * kN + i) * kDh + d] = static_cast<double>(static_cast<T>(g(2 * h) + g(2 * h + 1)));
+      for (index_t i = 0; i < kRowsPerRank; ++i)
+        for (index_t d = 0; d < kLayoutHeadDim; ++d) {
+          const auto g = [&](index_t j) { return grads[((j * kSamples + b) * kRowsPerRank + i) * kLayoutHeadDim + d]; };
+          want_sum[((b * KV + h) * kRowsPerRank + i) * kLayoutHeadDim + d] = static_cast<double>(static_cast<T>(g(2 * h) + g(2 * h + 1)));
         }
   EXPECT_EQ(to_host(summed), want_sum);
 }
@@ -95,26 +95,26 @@ TYPED_TEST(UlyssesLayoutTest, ReplicatedHeadsPackAndSum) {
 // (gathered_rows'), and one that is not the identity; unpack_rows inverts it.
 TYPED_TEST(UlyssesLayoutTest, PackRowsMatchesIndexFormula) {
   using T = TypeParam;
-  const index_t rows = kU * kN;
+  const index_t rows = kU * kRowsPerRank;
   std::vector<index_t> gathered(static_cast<std::size_t>(rows));
   for (index_t r = 0; r < rows; ++r) gathered[static_cast<std::size_t>(r)] = (3 * r + 1) % rows;  // 3 and 10 coprime
   View1<index_t> gathered_rows("gathered_rows", rows);
   Kokkos::deep_copy(gathered_rows, Kokkos::View<const index_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                        gathered.data(), gathered.size()));
-  const HostVec y = quantize<T>(Random(611).uniform(kB * kHl * rows * kDh, -1, 1));
-  kernels::View5<T> buffer("buffer", kU, kB, kHl, kN, kDh);
+  const HostVec y = quantize<T>(Random(611).uniform(kSamples * kHl * rows * kLayoutHeadDim, -1, 1));
+  kernels::View5<T> buffer("buffer", kU, kSamples, kHl, kRowsPerRank, kLayoutHeadDim);
   fill_nan(buffer);
-  kernels::pack_rows<T>(to_view4<T>("y", y, kB, kHl, rows, kDh), gathered_rows, buffer);
+  kernels::pack_rows<T>(to_view4<T>("y", y, kSamples, kHl, rows, kLayoutHeadDim), gathered_rows, buffer);
   HostVec want(y.size());
   for (index_t s = 0; s < kU; ++s)
-    for (index_t b = 0; b < kB; ++b)
+    for (index_t b = 0; b < kSamples; ++b)
       for (index_t h = 0; h < kHl; ++h)
-        for (index_t i = 0; i < kN; ++i)
-          for (index_t d = 0; d < kDh; ++d)
+        for (index_t i = 0; i < kRowsPerRank; ++i)
+          for (index_t d = 0; d < kLayoutHeadDim; ++d)
             want[buffer_index(s, b, h, i, d)] =
-                y[((b * kHl + h) * rows + gathered[static_cast<std::size_t>(s * kN + i)]) * kDh + d];
+                y[((b * kHl + h) * rows + gathered[static_cast<std::size_t>(s * kRowsPerRank + i)]) * kLayoutHeadDim + d];
   EXPECT_EQ(to_host(buffer), want);
-  View4<T> back("back", kB, kHl, rows, kDh);
+  View4<T> back("back", kSamples, kHl, rows, kLayoutHeadDim);
   fill_nan(back);
   kernels::unpack_rows<T>(buffer, gathered_rows, back);
   EXPECT_EQ(to_host(back), y);
