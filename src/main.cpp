@@ -37,16 +37,19 @@ namespace {
 
 // The argv that Kokkos and then the command-line parser read. Kokkos prints its
 // whole help text for --help and --kokkos-help on every rank that sees one, so
-// ranks other than 0 keep both from Kokkos. Kokkos removes --kokkos-help from
-// argv and leaves --help; either one asks for miniattn's help too, so --help is
-// in what the parser reads, on every rank.
+// ranks other than 0 keep both from Kokkos. Rank 0 hands Kokkos --help for
+// either: Kokkos's development branch (mid-2025, on the way to Kokkos 5) exits
+// inside initialize on --kokkos-help, skipping MPI_Finalize and miniattn's
+// help, and returns on --help. Either one asks for miniattn's help too, so
+// --help is in what the parser reads, on every rank.
 class Arguments {
  public:
   Arguments(int argc, char** argv, bool kokkos_prints_help) {
     for (int i = 0; i < argc; ++i) {
       const bool help = i > 0 && (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "--kokkos-help") == 0);
       help_asked_ = help_asked_ || help;
-      if (!help || kokkos_prints_help) args_.push_back(argv[i]);
+      if (!help) args_.push_back(argv[i]);
+      else if (kokkos_prints_help) args_.push_back(help_flag_);
     }
     terminate();
   }
