@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The threaded suite: builds Kokkos 4.6 (OpenMP + Serial) and Kokkos Kernels
-# (scripts/build_kokkos.sh, skipped when its prefix is complete), builds
-# miniattn against them into build-openmp/ (or $MINIATTN_OPENMP_BUILD_DIR) and
+# (scripts/build_kokkos.sh, skipped when its prefix is complete; C++20 without
+# the API Kokkos 4 deprecated, as Kokkos 5 asks), builds miniattn against them
+# into build-openmp/ (or $MINIATTN_OPENMP_BUILD_DIR) and
 # runs there what the Serial suite (scripts/test.sh, the README's test command,
 # Debian's Kokkos 3.4) cannot show, without running its tests a second time:
 #   * the tests labelled "threads", with the thread counts they set
