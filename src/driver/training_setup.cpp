@@ -225,13 +225,9 @@ namespace {
 // A limit below what the smallest cut needs (the same plan on every rank of a stage: refused by all ranks of a
 // stage alike; the stages hold the same attention blocks).
 void refuse_small_cudnn_workspace(const Config& c, const MemoryPlan& plan) {
-  const auto workspace = plan.parts.find(MemoryPart::cudnn_workspace);
-  const std::size_t limit = c.kernels.cudnn_workspace_limit_bytes();
-  if (limit == 0 || workspace == plan.parts.end() || workspace->second <= limit) return;
-  throw InputError("kernels.cudnn_workspace_mib: " + format_bytes(static_cast<double>(limit)) +
-                   " is less than cuDNN's deterministic backward needs for calls of 64 query rows (" +
-                   format_bytes(static_cast<double>(workspace->second)) +
-                   "); allow more, or set kernels.deterministic: false");
+  const std::string why =
+      cudnn_workspace_refusal(plan, c.kernels.cudnn_workspace_limit_bytes(), c.kernels.deterministic);
+  if (!why.empty()) throw InputError(why);
 }
 
 }  // namespace

@@ -187,6 +187,19 @@ MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::s
   return plan_with_cudnn_cut(in, available, cudnn_workspace_limit);
 }
 
+std::string cudnn_workspace_refusal(const MemoryPlan& plan, std::size_t limit, bool deterministic) {
+  const auto workspace = plan.parts.find(MemoryPart::cudnn_workspace);
+  if (limit == 0 || workspace == plan.parts.end() || workspace->second <= limit) return "";
+  const std::string what = "kernels.cudnn_workspace_mib: " + format_bytes(static_cast<double>(limit)) +
+                           " is less than cuDNN's " + (deterministic ? "deterministic" : "non-deterministic") +
+                           " backward needs ";
+  const std::string needs = "(" + format_bytes(static_cast<double>(workspace->second)) + ")";
+  // Neither backward is offered as the way out: which needs less depends on
+  // the head width and the block's query and key rows.
+  if (deterministic) return what + "for calls of 64 query rows " + needs + "; allow more";
+  return what + needs + ", a workspace linear in the block's query rows that is not cut; allow more";
+}
+
 std::size_t device_free_bytes() {
   std::size_t free = 0, total = 0;
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -76,6 +76,12 @@ MemoryPlan plan_memory(const MemoryPlanInput& in);
 MemoryPlan plan_memory_within(MemoryPlanInput& in, std::size_t available, std::size_t cudnn_workspace_limit,
                               Recompute recompute);
 
+// Why the plan's cuDNN workspace breaks kernels.cudnn_workspace_mib
+// (`limit` bytes, 0: none), naming the backward; "" when it does not.
+// Deterministic calls were cut as far as they go (64 query rows); the
+// non-deterministic backward's workspace is not cut at all.
+std::string cudnn_workspace_refusal(const MemoryPlan& plan, std::size_t limit, bool deterministic);
+
 // Memory one rank may use: run.memory_per_rank_gib if set, else the free
 // memory of where the Views live divided by the ranks that share it: this
 // node's MemAvailable by the ranks on the node, a GPU's free memory (CUDA,

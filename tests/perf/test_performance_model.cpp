@@ -860,5 +860,28 @@ TEST(PerformanceModel, LongestFittingSequenceIsTheEdgeOfTheMemoryPlan) {
   EXPECT_EQ(longest_fitting_seq_len(m, config(Strategy::ring, 4, 1 << 12)), 0);
 }
 
+// kernels.cudnn_workspace_mib against the plan's cuDNN workspace: no refusal
+// within the limit or without one; past it, a message that names the key and
+// the backward that ran (it used to tell a non-deterministic deck to set
+// kernels.deterministic: false).
+TEST(MemoryPlan, CudnnWorkspaceRefusalNamesTheBackwardThatRan) {
+  MemoryPlan plan;
+  EXPECT_EQ(cudnn_workspace_refusal(plan, 1024, true), "") << "no cudnn workspace in the plan";
+  const std::size_t mib = 1024 * 1024;
+  plan.parts[MemoryPart::cudnn_workspace] = 3 * mib;
+  EXPECT_EQ(cudnn_workspace_refusal(plan, 0, true), "") << "no limit";
+  EXPECT_EQ(cudnn_workspace_refusal(plan, 3 * mib, false), "") << "at the limit";
+  const std::string deterministic = cudnn_workspace_refusal(plan, 2 * mib, true);
+  EXPECT_NE(deterministic.find("kernels.cudnn_workspace_mib"), std::string::npos) << deterministic;
+  EXPECT_NE(deterministic.find("deterministic backward needs for calls of 64 query rows"), std::string::npos)
+      << deterministic;
+  const std::string atomic = cudnn_workspace_refusal(plan, 2 * mib, false);
+  EXPECT_NE(atomic.find("2.0 MiB is less than cuDNN's non-deterministic backward needs (3.0 MiB), a workspace "
+                        "linear in the block's query rows that is not cut"),
+            std::string::npos)
+      << atomic;
+  EXPECT_EQ(atomic.find("kernels.deterministic: false"), std::string::npos) << atomic;
+}
+
 }  // namespace
 }  // namespace miniattn
