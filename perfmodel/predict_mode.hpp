@@ -35,8 +35,8 @@ nlohmann::json run_predict(const Config& config, MPI_Comm world);
 template <class T>
 nlohmann::json run_calibrate(const Config& config, MPI_Comm world);
 
-// run.mode predict, or calibrate in the deck's precision (fp32 or fp64:
-// validate_config): what src/main.cpp hands run_miniattn as its model modes.
+// run.mode predict, or calibrate in the deck's precision (fp32, fp64 or
+// bf16): what src/main.cpp hands run_miniattn as its model modes.
 nlohmann::json run_model_mode(const Config& config, MPI_Comm world);
 
 }  // namespace miniattn
