@@ -459,12 +459,17 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
             fail(f"ran as sp={sp['sp']} tp={sp['tp']} strategy={sp['strategy']}, expected {expected}")
         loss_err = compare_losses(ref, sp, 1e-10)
         worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
+        # The report's figures are rank 0's; the two flags are every rank's.
         memory = sp["memory"]
         if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"]:
             fail(f"memory plan {memory['planned_bytes_per_rank']} != allocated {memory['allocated_bytes_per_rank']}")
+        if not memory["plan_holds_on_every_rank"]:
+            fail(f"a rank allocated other than its memory plan (rank 0: {memory})")
         measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
         if measured != modelled:
             fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
+        if not sp["exchange_model_holds_on_every_rank"]:
+            fail(f"a rank's bytes differ from the exchange model, label by label (rank 0: {sp['exchange']})")
         if kernel != "auto" and sp["attention_tiles"]["kernel"] != kernel:
             fail(f"ran the {sp['attention_tiles']['kernel']} attention kernel, asked for {kernel}")
         print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), {kernel} kernel, causal={causal}, window={window}, "
@@ -747,9 +752,11 @@ def bf16(c):
         runs[precision] = c.result(c.run(2, *base, f"model.precision={precision}", f"io.snapshot={precision}.h5",
                                          "io.snapshot_step=5", deck=deck))
         r = runs[precision]
-        if r["memory"]["planned_bytes_per_rank"] != r["memory"]["allocated_bytes_per_rank"]:
+        if (r["memory"]["planned_bytes_per_rank"] != r["memory"]["allocated_bytes_per_rank"]
+                or not r["memory"]["plan_holds_on_every_rank"]):
             fail(f"{precision}: memory plan {r['memory']}")
-        if r["exchange_bytes_per_step_measured"] != r["exchange_bytes_per_step_model"]:
+        if (r["exchange_bytes_per_step_measured"] != r["exchange_bytes_per_step_model"]
+                or not r["exchange_model_holds_on_every_rank"]):
             fail(f"{precision}: bytes measured {r['exchange']} differ from the model")
     for label, e in runs["fp32"]["exchange"].items():
         half = label.startswith("ring.")
@@ -908,7 +915,7 @@ def bench_report(c):
     if overlap is None or not 0.0 <= overlap["hidden_fraction"] <= 1.0:
         fail(f"ring overlap: {overlap}")
     memory = r["memory"]
-    if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"]:
+    if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"] or not memory["plan_holds_on_every_rank"]:
         fail(f"memory plan {memory}")
     if not r["peak_memory_bytes_per_rank"]["min"] >= memory["allocated_bytes_per_rank"]:
         fail(f"peak resident {r['peak_memory_bytes_per_rank']} below the allocated {memory}")
