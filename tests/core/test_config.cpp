@@ -352,8 +352,6 @@ TEST_P(BadDeckTest, RejectedWithTheKeyAndTheReason) {
 INSTANTIATE_TEST_SUITE_P(Config, BadDeckTest, ::testing::ValuesIn(bad_decks()),
                          [](const ::testing::TestParamInfo<BadDeck>& info) { return std::string(info.param.name); });
 
-TEST(Config, EnoughBadDecks) { EXPECT_GE(bad_decks().size(), 30u); }
-
 // ------------------------------------------------------------------ files
 
 class TempDir {

@@ -74,6 +74,7 @@ def check_pipeline(exe, deck, machine, mpiexec):
     check(abs(own["bubble_seconds"] - (span - 4 * stages[0])) <= 1e-12 * span, "stage 0's idle time in the span")
     check(own["pipeline_seconds"] < own["step_seconds"], "the update after the pipeline")
     check("pipeline.activations" in own["exchange"], f"stage 0 sends activations: {own['exchange']}")
+    check(len(result["predictions"]) > 0, "predictions for the pipelined deck")
     for row in result["predictions"]:
         check(row["pp"] == 2, f"the deck's pp in every row: {row}")
         for name, s in row["strategies"].items():
