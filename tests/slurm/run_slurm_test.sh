@@ -282,10 +282,15 @@ job_nodeck=$(submit auto "$tmp/jobs/no-such-deck.yaml"); jobs+=("$job_nodeck")
 say "submitted jobs $job_auto (launcher auto), $job_mpiexec (launcher mpiexec), $job_nodeck (missing deck)"
 
 failures=0
+declare -A launcher=(["$job_auto"]=srun ["$job_mpiexec"]=mpiexec)
 for job in "$job_auto" "$job_mpiexec"; do
   wait_job "$job"
   say "job $job: $job_state, exit code $job_exit"
   sed -n 's/^# \(srun\|mpiexec\) /  launched with: \1 /p' "$tmp/jobs/job-$job.out" 2>/dev/null | cut -c1-120 || true
+  # The auto job must start its ranks with srun: the jobscript falls back to mpiexec quietly.
+  if ! grep -q "^# ${launcher[$job]} " "$tmp/jobs/job-$job.out" 2>/dev/null; then
+    echo "slurm-test: job $job did not launch with ${launcher[$job]}" >&2; failures=$((failures + 1))
+  fi
   if [ "$job_state" != COMPLETED ] || [ "$job_exit" != "0:0" ]; then
     echo "slurm-test: job $job did not complete cleanly" >&2; failures=$((failures + 1)); continue
   fi
