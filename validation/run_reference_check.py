@@ -12,6 +12,11 @@ hold VALUE (JSON) at PATH (dotted keys), e.g.
 `attention_tiles.cudnn.blocks_on_gemm_fallback=0`; `PATH>VALUE` asks for
 more than VALUE.
 
+Every `--set section.key=value` of the generator must be in the snapshot's
+own config (its `config` attribute): check_snapshot.py builds the PyTorch
+model from the snapshot's attributes, so an override lost on the way would
+otherwise check a different model than the test names.
+
     /usr/bin/python3 run_reference_check.py --snapshot S.h5 [--expect pass|fail]
         [--expect-text TEXT ...] [--check-arg=--grad-rtol=1e-6 ...] [--report PATH=VALUE ...] -- GENERATOR...
 
@@ -46,6 +51,55 @@ def report_problems(output, expectations):
     return problems
 
 
+def set_overrides(generator):
+    """The (section.key, value) pairs of the generator's `--set K=V` and `--set=K=V` arguments,
+    the last of each key (the one miniattn takes)."""
+    pairs = {}
+    for i, arg in enumerate(generator):
+        if arg == "--set" and i + 1 < len(generator):
+            text = generator[i + 1]
+        elif arg.startswith("--set="):
+            text = arg[len("--set="):]
+        else:
+            continue
+        key, _, value = text.partition("=")
+        pairs[key] = value
+    return list(pairs.items())
+
+
+def same_setting(stored, value):
+    """Whether the config's JSON value `stored` is what the text `value` of a --set asks for."""
+    if isinstance(stored, bool):
+        return value.strip().lower() == str(stored).lower()
+    if isinstance(stored, (int, float)):
+        try:
+            return float(value) == float(stored)
+        except ValueError:
+            return False
+    return str(stored) == value
+
+
+def overrides_missing(snapshot, pairs):
+    """The --set pairs the snapshot's config does not hold."""
+    if not pairs:
+        return []
+    import h5py  # the checker's own dependency; needed only here
+    with h5py.File(snapshot, "r") as f:
+        text = f["/"].attrs.get("config")
+        if text is None:
+            return ["the snapshot has no config attribute to compare the --set overrides with"]
+        config = json.loads(text.decode() if isinstance(text, bytes) else str(text))
+    problems = []
+    for key, value in pairs:
+        section, _, name = key.partition(".")
+        stored = config.get(section, {}).get(name) if isinstance(config.get(section), dict) else None
+        if stored is None:
+            problems.append(f"--set {key}: the snapshot's config has no {key}")
+        elif not same_setting(stored, value):
+            problems.append(f"--set {key}={value}: the snapshot's config holds {json.dumps(stored)}")
+    return problems
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--snapshot", required=True)
@@ -77,6 +131,11 @@ def main(argv=None):
         return 1
     if not os.path.isfile(args.snapshot):
         print(f"run_reference_check: generator succeeded but wrote no {args.snapshot}")
+        return 1
+    lost = overrides_missing(args.snapshot, set_overrides(generator))
+    for problem in lost:
+        print(f"run_reference_check: {problem}")
+    if lost:
         return 1
 
     check = [sys.executable, os.path.join(HERE, "check_snapshot.py"), args.snapshot] + args.check_arg
