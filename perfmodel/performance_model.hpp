@@ -205,11 +205,6 @@ StepPrediction predict_step(const MachineDescription& machine, const StepConfig&
 // every rank plus this rank's TP shards.
 std::int64_t replicated_parameter_count(const ModelConfig& model, int tp = 1, int pp = 1, int stage = 0);
 
-// Fraction of the c x c diagonal block of a causal attention that the blockwise
-// kernel computes with query_block x key_block tiles (tiles wholly above the
-// diagonal are skipped): (T+1)/(2T) for T equal tiles, 1/2 in the limit.
-double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block);
-
 // predict_strategies() compares every strategy of the deck, in the order of
 // enum_names<Strategy>(), then one more choice, pure tensor parallelism.
 inline constexpr const char* kTensorParallelChoice = "tensor_parallel";

@@ -26,10 +26,6 @@ std::int64_t replicated_parameter_count(const ModelConfig& m, int tp, int pp, in
   return ParameterLayout(m, 0, tp, 0, pp, stage).replicated_size();
 }
 
-double causal_diagonal_fraction(std::int64_t chunk, std::int64_t query_block, std::int64_t key_block) {
-  return block_tile_share(chunk, query_block, key_block, true, 0).computed();
-}
-
 // ---------------------------------------------------------------- decompositions
 
 // The deck validator itself judges a decomposition, so that predict marks
@@ -286,21 +282,21 @@ void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c,
                                                  L * calls * (c.tp - 1));
 }
 
-// The attention kernels' rates on tiles no mask touches and on tiles on a mask's edge.
+// One direction's attention rates on tiles no mask touches and on tiles on a mask's edge.
+struct TileRates {
+  double full = 0, edge = 0;
+  // Seconds of `blocks` chunk pairs, `edge_blocks` of them in edge tiles, of `flops` each.
+  double seconds(double blocks, double edge_blocks, double flops) const {
+    return ((blocks - edge_blocks) / full + edge_blocks / edge) * flops;
+  }
+};
 struct AttentionRates {
-  double forward = 0, backward = 0, edge_forward = 0, edge_backward = 0;
-  // Seconds of `blocks` chunk pairs, `edge` of them in edge tiles, of `flops` each.
-  double forward_seconds(double blocks, double edge, double flops) const {
-    return ((blocks - edge) / forward + edge / edge_forward) * flops;
-  }
-  double backward_seconds(double blocks, double edge, double flops) const {
-    return ((blocks - edge) / backward + edge / edge_backward) * flops;
-  }
+  TileRates forward, backward;
 };
 
 AttentionRates attention_rates(const MachineDescription& m) {
-  return {m.attention_flops_forward, m.attention_flops_backward, m.attention_edge_forward_rate(),
-          m.attention_edge_backward_rate()};
+  return {{m.attention_flops_forward, m.attention_edge_forward_rate()},
+          {m.attention_flops_backward, m.attention_edge_backward_rate()}};
 }
 
 // One rank's K (or V) block as a ring or all-gather moves it: b samples of
@@ -340,7 +336,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const double block_flops =
       4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * work.chunk * work.chunk * m.head_dim();
   const double rsa_f = machine.rsa_forward_rate(), rsa_b = machine.rsa_backward_rate();
-  const AttentionRates rates = rsa ? AttentionRates{rsa_f, rsa_b, rsa_f, rsa_b} : attention_rates(machine);
+  const AttentionRates rates = rsa ? AttentionRates{{rsa_f, rsa_f}, {rsa_b, rsa_b}} : attention_rates(machine);
   const double t_kv = transfer_seconds(machine, ring_inter, 2 * X, 2), e = machine.overlap_efficiency;
   // RSA posts K during its score pass and V during its apply pass, half the forward each.
   const double pieces = rsa ? 2 : 1, t_piece = transfer_seconds(machine, ring_inter, 2 * X / pieces, 2 / pieces);
@@ -348,8 +344,8 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   double forward = 0, backward = 0, hidden = 0;
   for (int step = 0; step < S; ++step) {
     const double blocks = work.steps[step], edge = work.edge_steps[step];
-    const double f = rates.forward_seconds(blocks, edge, block_flops);
-    const double bwd = rates.backward_seconds(blocks, edge, 2.5 * block_flops);
+    const double f = rates.forward.seconds(blocks, edge, block_flops);
+    const double bwd = rates.backward.seconds(blocks, edge, 2.5 * block_flops);
     forward += f;
     backward += bwd;
     if (step + 1 < S) hidden += pieces * std::min(f / pieces, e * t_piece) + std::min(bwd, e * t_kv);
@@ -382,8 +378,8 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   const double blocks = work.slowest_total, edge = work.edge_total;
   const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();
   const AttentionRates rates = attention_rates(machine);
-  out.compute_parts["attention_forward"] = L * rates.forward_seconds(blocks, edge, block_flops);
-  out.compute_parts["attention_backward"] = L * rates.backward_seconds(blocks, edge, 2.5 * block_flops);
+  out.compute_parts["attention_forward"] = L * rates.forward.seconds(blocks, edge, block_flops);
+  out.compute_parts["attention_backward"] = L * rates.backward.seconds(blocks, edge, 2.5 * block_flops);
   if (G < 2) return;
   const double t_pair = 2 * transfer_seconds(machine, inter, (G - 1) * X, G - 1);  // two collectives
   for (const Exchange label : {Exchange::allgather_forward_kv, Exchange::allgather_backward_kv, Exchange::allgather_backward_dkdv})

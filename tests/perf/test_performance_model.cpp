@@ -21,6 +21,7 @@
 #include "model/parameter_layout.hpp"
 #include "perf/exchange_model.hpp"
 #include "perf/memory_plan.hpp"
+#include "perfmodel/attention_work.hpp"
 #include "perfmodel/performance_model.hpp"
 
 namespace miniattn {
@@ -82,7 +83,7 @@ TEST(PerformanceModel, LocalAttentionTimeIsItsFlopsOverTheRate) {
   c.layout = Layout::contiguous;
   const StepPrediction p = predict_step(m, c);
   const double N = 8192, D = 256, L = 2;
-  const double fraction = causal_diagonal_fraction(8192, 64, 64);
+  const double fraction = block_tile_share(8192, 64, 64, true, 0).computed();
   EXPECT_DOUBLE_EQ(fraction, 129.0 / 256.0);  // 128 tiles a side: (T+1)/(2T)
   EXPECT_NEAR(p.compute_parts.at("attention_forward"), L * 4 * N * N * D * fraction / m.attention_flops_forward,
               1e-9 * p.compute_parts.at("attention_forward"));
@@ -119,12 +120,12 @@ TEST(PerformanceModel, EdgeTilesTakeTheEdgeRates) {
 }
 
 TEST(PerformanceModel, DiagonalFractionOfUnevenTiles) {
-  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(64, 64, 64), 1.0);
-  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 64, 64), 0.75);
-  EXPECT_NEAR(causal_diagonal_fraction(1 << 20, 64, 64), 0.5, 1e-4);
+  EXPECT_DOUBLE_EQ(block_tile_share(64, 64, 64, true, 0).computed(), 1.0);
+  EXPECT_DOUBLE_EQ(block_tile_share(128, 64, 64, true, 0).computed(), 0.75);
+  EXPECT_NEAR(block_tile_share(1 << 20, 64, 64, true, 0).computed(), 0.5, 1e-4);
   // Query tiles of 32 against key tiles of 64 over 128 rows: rows 0-63 meet one
   // key tile, rows 64-127 two: (64 * 64 + 64 * 128) / 128^2.
-  EXPECT_DOUBLE_EQ(causal_diagonal_fraction(128, 32, 64), (64.0 * 64 + 64.0 * 128) / (128.0 * 128));
+  EXPECT_DOUBLE_EQ(block_tile_share(128, 32, 64, true, 0).computed(), (64.0 * 64 + 64.0 * 128) / (128.0 * 128));
 }
 
 // Causal ring attention on 4 ranks, N = 64K: `layout`'s predictions against zigzag's.
@@ -224,7 +225,7 @@ TEST(PerformanceModel, RingHidesTransferWhenComputeDominates) {
   const StepPrediction slow_link = predict_step(m, config(Strategy::ring, 4, 1 << 12));
   // Zigzag on 4 ranks: step 0 computes 1 + 2f chunk blocks, each later step 2;
   // the last step posts nothing, so (1 + 2f + 2 + 2) of (1 + 2f + 3 x 2) hide.
-  const double f = causal_diagonal_fraction((1 << 12) / 8, 64, 64);
+  const double f = block_tile_share((1 << 12) / 8, 64, 64, true, 0).computed();
   const double attention =
       slow_link.compute_parts.at("attention_forward") + slow_link.compute_parts.at("attention_backward");
   EXPECT_NEAR(slow_link.hidden_seconds, attention * (5 + 2 * f) / (7 + 2 * f), 1e-9 * attention);
