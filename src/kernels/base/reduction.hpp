@@ -70,6 +70,17 @@ KOKKOS_FORCEINLINE_FUNCTION void gpu_lane_walk(index_t lane, index_t count, cons
   for (; c < count; c += lanes) use(f(c, 1));
 }
 
+// f(c0, width) as a whole pack whose lanes past width hold `identity`, the
+// reduction's neutral value (f leaves them undefined): a row's last, partial pack.
+template <class T, class F>
+KOKKOS_FORCEINLINE_FUNCTION typename simd::Pack<T>::type padded_tail(const F& f, index_t c0, int width, T identity) {
+  using V = typename simd::Pack<T>::type;
+  T tail[simd::Pack<T>::lanes];
+  for (int i = 0; i < simd::Pack<T>::lanes; ++i) tail[i] = identity;
+  simd::pack_store_n(tail, V(f(c0, width)), width);
+  return simd::pack_load<V>(tail);
+}
+
 // f(c0, width) -> pack of the terms of columns c0 .. c0 + width - 1 (lanes past
 // width are ignored); returns their sum over c < count.
 template <class T, class Member, class F>
@@ -81,12 +92,7 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_sum(const Member& team, index_t count,
     V acc = simd::pack_splat<V>(T(0));
     index_t c0 = 0;
     for (; c0 + lanes <= count; c0 += lanes) acc += f(c0, lanes);
-    if (c0 < count) {
-      const int width = static_cast<int>(count - c0);
-      T tail[lanes] = {};
-      simd::pack_store_n(tail, V(f(c0, width)), width);
-      acc += simd::pack_load<V>(tail);
-    }
+    if (c0 < count) acc += padded_tail(f, c0, static_cast<int>(count - c0), T(0));
     return simd::pack_sum(acc);
   } else {
     T sum = T(0);
@@ -112,10 +118,7 @@ KOKKOS_FORCEINLINE_FUNCTION T team_vector_max(const Member& team, index_t count,
       acc = x > acc ? x : acc;
     }
     if (c0 < count) {
-      T tail[lanes];
-      for (int i = 0; i < lanes; ++i) tail[i] = lowest;
-      simd::pack_store_n(tail, V(f(c0, static_cast<int>(count - c0))), static_cast<int>(count - c0));
-      const V x = simd::pack_load<V>(tail);
+      const V x = padded_tail(f, c0, static_cast<int>(count - c0), lowest);
       acc = x > acc ? x : acc;
     }
     return simd::pack_max(acc);
