@@ -92,7 +92,8 @@ def overrides_missing(snapshot, pairs):
     problems = []
     for key, value in pairs:
         section, _, name = key.partition(".")
-        stored = config.get(section, {}).get(name) if isinstance(config.get(section), dict) else None
+        values = config.get(section)
+        stored = values.get(name) if isinstance(values, dict) else None
         if stored is None:
             problems.append(f"--set {key}: the snapshot's config has no {key}")
         elif not same_setting(stored, value):

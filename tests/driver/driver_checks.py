@@ -418,6 +418,17 @@ run: {mode: train, log_every: 1}
 """
 
 
+def require_plan_and_bytes(r, who):
+    """A run's memory plan equals its allocation and its bytes the exchange model: rank 0's
+    figures, which the report prints, and its flags for every rank (label by label)."""
+    memory = r["memory"]
+    if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"] or not memory["plan_holds_on_every_rank"]:
+        fail(f"{who}: a rank allocated other than its memory plan (rank 0: {memory})")
+    if (r["exchange_bytes_per_step_measured"] != r["exchange_bytes_per_step_model"]
+            or not r["exchange_model_holds_on_every_rank"]):
+        fail(f"{who}: a rank's bytes differ from the exchange model (rank 0: {r['exchange']})")
+
+
 def compare_losses(a, b, rtol):
     la, lb = np.array(a["losses"]), np.array(b["losses"])
     if la.shape != lb.shape:
@@ -457,22 +468,13 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
             fail(f"ran as sp={sp['sp']} tp={sp['tp']} strategy={sp['strategy']}, expected {expected}")
         loss_err = compare_losses(ref, sp, 1e-10)
         worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
-        # The report's figures are rank 0's; the two flags are every rank's.
-        memory = sp["memory"]
-        if memory["planned_bytes_per_rank"] != memory["allocated_bytes_per_rank"]:
-            fail(f"memory plan {memory['planned_bytes_per_rank']} != allocated {memory['allocated_bytes_per_rank']}")
-        if not memory["plan_holds_on_every_rank"]:
-            fail(f"a rank allocated other than its memory plan (rank 0: {memory})")
-        measured, modelled = sp["exchange_bytes_per_step_measured"], sp["exchange_bytes_per_step_model"]
-        if measured != modelled:
-            fail(f"bytes per step: measured {measured} != modelled {modelled}: {sp['exchange']}")
-        if not sp["exchange_model_holds_on_every_rank"]:
-            fail(f"a rank's bytes differ from the exchange model, label by label (rank 0: {sp['exchange']})")
+        require_plan_and_bytes(sp, f"{strategy} {tag}")
         if kernel != "auto" and sp["attention_tiles"]["kernel"] != kernel:
             fail(f"ran the {sp['attention_tiles']['kernel']} attention kernel, asked for {kernel}")
         print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), {kernel} kernel, causal={causal}, window={window}, "
               f"kv_heads={kv_heads}, documents={documents}, {layout}: "
-              f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, {measured:.0f} bytes/step as modelled")
+              f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, "
+              f"{sp['exchange_bytes_per_step_measured']:.0f} bytes/step as modelled")
 
 
 # Chunks of the gemm kernel in the sequence-parallel checks: no rank's rows (20 or
@@ -536,10 +538,7 @@ def pipeline(c, ranks):
             fail(f"ran as (dp, pp, tp, sp, micro-batches) {got}, expected {(dp, pp, tp, sp, micro)}")
         loss_err = compare_losses(refs[tag], run, 1e-10)
         worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"{name}.h5"), 1e-10)
-        if not run["memory"]["plan_holds_on_every_rank"]:
-            fail(f"{name}: a rank allocated other than its memory plan: {run['memory']}")
-        if not run["exchange_model_holds_on_every_rank"]:
-            fail(f"{name}: a rank's bytes differ from the exchange model (rank 0: {run['exchange']})")
+        require_plan_and_bytes(run, name)
         bubble = run["pipeline"]["bubble_fraction_model"]
         if abs(bubble - (pp - 1) / (micro + pp - 1)) > 1e-15:
             fail(f"{name}: modelled bubble {bubble}")
@@ -750,12 +749,7 @@ def bf16(c):
         runs[precision] = c.result(c.run(2, *base, f"model.precision={precision}", f"io.snapshot={precision}.h5",
                                          "io.snapshot_step=5", deck=deck))
         r = runs[precision]
-        if (r["memory"]["planned_bytes_per_rank"] != r["memory"]["allocated_bytes_per_rank"]
-                or not r["memory"]["plan_holds_on_every_rank"]):
-            fail(f"{precision}: memory plan {r['memory']}")
-        if (r["exchange_bytes_per_step_measured"] != r["exchange_bytes_per_step_model"]
-                or not r["exchange_model_holds_on_every_rank"]):
-            fail(f"{precision}: bytes measured {r['exchange']} differ from the model")
+        require_plan_and_bytes(r, precision)
     for label, e in runs["fp32"]["exchange"].items():
         half = label.startswith("ring.")
         want = e["bytes_per_step"] / 2 if half else e["bytes_per_step"]

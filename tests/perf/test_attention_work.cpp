@@ -167,14 +167,14 @@ TEST(AttentionWork, BlockTileShareSplitsTheDiagonalFromTheRest) {
   const TileShare full = block_tile_share(128, 64, 64, false, 0);
   EXPECT_DOUBLE_EQ(full.full, 1.0);
   EXPECT_DOUBLE_EQ(full.edge, 0.0);
+  // Uneven tiles: the same split as the brute force over positions 0 .. n-1.
+  std::vector<index_t> positions(1000);
+  std::iota(positions.begin(), positions.end(), index_t{0});
   for (const index_t qb : {16, 64, 96})
     for (const index_t kb : {16, 64, 96}) {
       const TileShare narrow = block_tile_share(4096, qb, kb, true, kb);
       EXPECT_EQ(narrow.full, 0.0) << qb << " x " << kb;
       EXPECT_GT(narrow.edge, 0.0) << qb << " x " << kb;
-      // Uneven tiles: the same split as the brute force over positions 0 .. n-1.
-      std::vector<index_t> positions(1000);
-      std::iota(positions.begin(), positions.end(), index_t{0});
       for (const index_t window : {0, 100, 333}) {
         ModelConfig m;
         m.causal = true;
