@@ -1,10 +1,12 @@
 #include "perfmodel/attention_work.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
 #include "attention/strategy_record.hpp"
+#include "model/synthetic_task.hpp"
 
 namespace miniattn {
 
@@ -44,18 +46,81 @@ Band visible_band(const ModelConfig& m) {
   return {m.causal ? 0 : (w > 0 ? -(w - 1) : -unbounded), w > 0 ? w - 1 : unbounded};
 }
 
+// Packed documents (data.documents): every position p > 0 starts a document
+// with probability rho = SyntheticTask::kDocumentsPerSample / N, independently,
+// so no document starts in d given positions with probability (1 - rho)^d.
+// The kernel computes a tile pair when the document ids at its ranges' ends
+// meet (kernels::documents_meet): no start between the earlier tile's last
+// position and the later tile's first (their gap); it computes it unmasked by
+// documents when all four ends share one: no start over the pair's whole span.
+// The documents change every step: the model counts expected keys.
+struct DocumentOdds {
+  double log_stay = 0;  // log(1 - rho): 0 without documents, where every weight is 1
+};
+
+DocumentOdds document_odds(const StepConfig& c) {
+  if (!c.documents) return {};
+  return {std::log1p(-static_cast<double>(SyntheticTask::kDocumentsPerSample) / static_cast<double>(c.model.seq_len))};
+}
+
+// sum over u < count of exp(log_x (first + slope u)).
+double geometric_run(double log_x, std::int64_t first, std::int64_t slope, std::int64_t count) {
+  const double head = std::exp(log_x * static_cast<double>(first));
+  if (slope == 0) return head * static_cast<double>(count);
+  const double step = log_x * static_cast<double>(slope);
+  return head * std::expm1(step * static_cast<double>(count)) / std::expm1(step);
+}
+
+// What a tile pair's documents must leave for it to count: ids that meet
+// (the pair is computed), or one id at all four ends (computed unmasked).
+enum class DocumentReach { meets, one_document };
+
+// Key rows of key tiles t0 .. t1 of chunk k against the query tile at
+// positions [qa, qz], each tile weighted by the chance its documents reach so.
+double expected_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int64_t kb, std::int64_t t0,
+                     std::int64_t t1, DocumentOdds odds, DocumentReach reach) {
+  if (t0 > t1) return 0.0;
+  if (odds.log_stay == 0) return static_cast<double>(std::min(k.length, (t1 + 1) * kb) - t0 * kb);
+  const std::int64_t S = k.stride, B = S * kb, E = S * (kb - 1);
+  const auto distance = [&](std::int64_t ka, std::int64_t kz) {  // positions without a start, for the reach
+    return reach == DocumentReach::meets ? std::max<std::int64_t>({0, qa - kz, ka - qz})
+                                         : std::max(qz, kz) - std::min(qa, ka);
+  };
+  const auto tile_distance = [&](std::int64_t t) { return distance(k.offset + B * t, k.offset + B * t + E); };
+  double sum = 0;
+  const std::int64_t last_whole = std::min(t1, k.length / kb - 1);
+  if (t1 > last_whole) {  // the chunk's last, partial tile
+    const double keys = static_cast<double>(k.length - t1 * kb);
+    sum += keys * std::exp(odds.log_stay * static_cast<double>(distance(k.offset + B * t1, k.offset + S * (k.length - 1))));
+  }
+  if (t0 > last_whole) return sum;
+  // Whole tiles: the distance is linear in t between the tiles where a tile's
+  // first or last position passes qa or qz: a geometric run on each stretch.
+  std::array<std::int64_t, 6> cuts = {t0, last_whole + 1};
+  int n = 2;
+  for (const std::int64_t passed : {qa - k.offset, qz - k.offset, qa - k.offset - E, qz - k.offset - E})
+    cuts[n++] = std::clamp(floor_div(passed, B) + 1, t0, last_whole + 1);  // the first tile past it
+  std::sort(cuts.begin(), cuts.end());
+  for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const std::int64_t a = cuts[i], count = cuts[i + 1] - a;
+    if (count <= 0) continue;
+    const std::int64_t first = tile_distance(a), slope = count > 1 ? tile_distance(a + 1) - first : 0;
+    sum += static_cast<double>(kb) * geometric_run(odds.log_stay, first, slope, count);
+  }
+  return sum;
+}
+
 // Elements of the qb x kb tile pairs of chunks q, k (same stride) that the
 // kernel computes, those whose distance range [near, far] meets the band: in
-// tiles wholly inside the band (full) and in tiles on its edge.
-TileShare computed_area(const Chunk& q, const Chunk& k, const Band& band, std::int64_t qb, std::int64_t kb) {
+// tiles wholly inside the band (full) and in tiles on its edge; with packed
+// documents, the expected elements, a tile the documents cut on the edge.
+TileShare computed_area(const Chunk& q, const Chunk& k, const Band& band, std::int64_t qb, std::int64_t kb,
+                        DocumentOdds odds = {}) {
   const std::int64_t S = q.stride, d = q.offset - k.offset;
   // Query row i sees key rows [i - before, i + after].
   const std::int64_t after = floor_div(d - band.lo, S), before = floor_div(band.hi - d, S);
   TileShare area;
   if (q.length - 1 + after < 0 || k.length - 1 < -before) return area;  // the whole chunk pair hidden
-  const auto keys_in = [&](std::int64_t t0, std::int64_t t1) {  // key rows of key tiles t0 .. t1
-    return t0 > t1 ? 0.0 : static_cast<double>(std::min(k.length, (t1 + 1) * kb) - t0 * kb);
-  };
   for (std::int64_t i0 = 0; i0 < q.length; i0 += qb) {
     const std::int64_t i1 = std::min(i0 + qb, q.length);
     const std::int64_t first_key = std::max<std::int64_t>(0, i0 - before), last_start = i1 - 1 + after;
@@ -65,9 +130,11 @@ TileShare computed_area(const Chunk& q, const Chunk& k, const Band& band, std::i
     const std::int64_t seen_lo = i1 - 1 - before, seen_hi = i0 + after;
     const std::int64_t full_min = std::max(t_min, seen_lo <= 0 ? 0 : (seen_lo + kb - 1) / kb);
     const std::int64_t full_max = seen_hi >= k.length - 1 ? t_max : std::min(t_max, floor_div(seen_hi + 1, kb) - 1);
-    const double rows = static_cast<double>(i1 - i0), full = rows * keys_in(full_min, full_max);
+    const std::int64_t qa = q.offset + S * i0, qz = q.offset + S * (i1 - 1);
+    const double rows = static_cast<double>(i1 - i0);
+    const double full = rows * expected_keys(qa, qz, k, kb, full_min, full_max, odds, DocumentReach::one_document);
     area.full += full;
-    area.edge += rows * keys_in(t_min, t_max) - full;
+    area.edge += rows * expected_keys(qa, qz, k, kb, t_min, t_max, odds, DocumentReach::meets) - full;
   }
   return area;
 }
@@ -159,39 +226,47 @@ RingWork counted_ring_work(const StepConfig& c, int U, bool tile_level) {
   const std::int64_t P = c.sp, G = P / U, N = m.seq_len;
   const std::int64_t qb = tile_level ? std::max<std::int64_t>(1, c.blocking.query_tile()) : 1;
   const std::int64_t kb = tile_level ? std::max<std::int64_t>(1, key_tile(c)) : 1;
-  // Chunk offsets are multiples of `unit`; the chunk of index o / unit (offset o) is SP rank owner[o / unit]'s.
+  // Chunk offsets are multiples of `unit`; the chunk of index o / unit (offset o) is ring group key_group[o / unit]'s.
   const Chunk first = group_chunks(layout, N, P, 1, 0)[0];
   const std::int64_t unit = layout == Layout::striped ? 1 : first.length;
   const std::int64_t chunks = layout == Layout::zigzag ? 2 * P : P;
-  std::vector<std::int64_t> owner(chunks);
+  std::vector<std::int64_t> key_group(chunks);
   for (std::int64_t p = 0; p < P; ++p)
-    for (const Chunk& chunk : group_chunks(layout, N, P, 1, p)) owner[chunk.offset / unit] = p;
-  // Every chunk has the same length and stride, so a pair's area depends on
-  // its offset difference alone: the differences whose area is not zero.
-  const Band band = visible_band(m);
-  std::vector<std::pair<std::int64_t, TileShare>> reach;  // (offset difference / unit, area)
-  for (std::int64_t d = -(chunks - 1); d < chunks; ++d) {
-    const TileShare area =
-        computed_area({d * unit, first.stride, first.length}, {0, first.stride, first.length}, band, qb, kb);
-    if (area.computed() > 0) reach.emplace_back(d, area);
-  }
+    for (const Chunk& chunk : group_chunks(layout, N, P, 1, p)) key_group[chunk.offset / unit] = p / U;
   RingWork w;
   w.chunk = static_cast<double>(first.length);
-  const double block = w.chunk * w.chunk;
+  // Every chunk has the same length and stride, so a pair's area (in c x c
+  // blocks) depends on its offset difference d alone: areas[d - lo], for the
+  // differences lo .. hi whose area is not zero.
+  const Band band = visible_band(m);
+  const DocumentOdds odds = document_odds(c);
+  std::vector<TileShare> areas;
+  std::int64_t lo = chunks;
+  for (std::int64_t d = -(chunks - 1); d < chunks; ++d) {
+    TileShare area =
+        computed_area({d * unit, first.stride, first.length}, {0, first.stride, first.length}, band, qb, kb, odds);
+    if (area.computed() == 0 && areas.empty()) continue;
+    lo = std::min(lo, d);
+    areas.push_back({area.full / (w.chunk * w.chunk), area.edge / (w.chunk * w.chunk)});
+  }
+  while (!areas.empty() && areas.back().computed() == 0) areas.pop_back();
+  const std::int64_t hi = lo + static_cast<std::int64_t>(areas.size()) - 1;
   w.steps.assign(G, 0.0);
   w.edge_steps.assign(G, 0.0);
   std::vector<TileShare> work(G);  // group g's chunk pairs per step
   std::vector<std::int64_t> touched;
   for (std::int64_t g = 0; g < G; ++g) {
-    for (const Chunk& q : group_chunks(layout, N, P, U, g))
-      for (const auto& [d, area] : reach) {
-        const std::int64_t k = q.offset / unit - d;  // the key chunk's index
-        if (k < 0 || k >= chunks) continue;
-        const std::int64_t s = (g - owner[k] / U + G) % G;
+    for (const Chunk& q : group_chunks(layout, N, P, U, g)) {
+      const std::int64_t qi = q.offset / unit;
+      for (std::int64_t k = std::max<std::int64_t>(0, qi - hi); k <= std::min(chunks - 1, qi - lo); ++k) {
+        const TileShare& area = areas[static_cast<std::size_t>(qi - k - lo)];
+        if (area.computed() == 0) continue;
+        const std::int64_t s = g >= key_group[k] ? g - key_group[k] : g - key_group[k] + G;
         if (work[s].computed() == 0) touched.push_back(s);
-        work[s].full += area.full / block;
-        work[s].edge += area.edge / block;
+        work[s].full += area.full;
+        work[s].edge += area.edge;
       }
+    }
     TileShare total;
     for (const std::int64_t s : touched) {
       if (slower_work(work[s].computed(), work[s].edge, w.steps[s], w.edge_steps[s])) {

@@ -1,7 +1,8 @@
 #pragma once
 // The attention work of one ring step on the slowest rank, in c x c chunk
 // pairs of the rank's heads: closed forms per layout, and, under a sliding
-// window, a count of the tile pairs the blockwise kernel does not skip.
+// window or packed documents, a count of the tile pairs the blockwise kernel
+// does not skip.
 #include <cstdint>
 #include <vector>
 
@@ -41,14 +42,16 @@ TileShare block_tile_share(std::int64_t n, std::int64_t qb, std::int64_t kb, boo
 
 // Closed forms without a window, counting the tiles the blockwise kernel
 // computes (tile_level) or the elements (RSA's dense kernels skip masked
-// entries). A window makes them an upper bound.
+// entries). A window or packed documents make them an upper bound.
 RingWork ring_work(const StepConfig& config, int U, bool tile_level);
 
 // The same by counting, chunk pair by chunk pair, the tile pairs whose
 // position ranges the model's mask (causal, window) does not wholly hide, as
 // kernels::tiles_meet decides (tile_level; else 1 x 1 tiles: elements). Exact
-// for the kernel when c is a multiple of the tiles; documents are not
-// modelled (they change every step). Its cost grows as G^2: used for windows.
+// for the kernel when c is a multiple of the tiles. With packed documents
+// (config.documents), which change every step, the tiles expected under the
+// data's document starts, those the documents cut counted as edge tiles. Its
+// cost grows as G^2: used for windows and documents.
 RingWork counted_ring_work(const StepConfig& config, int U, bool tile_level);
 
 }  // namespace miniattn

@@ -319,11 +319,17 @@ RingWork dense_ring_work(const StepConfig& c) {
   return ring_work(unmasked, 1, false);
 }
 
+// The tiles the blockwise kernels compute: counted where a window or packed
+// documents skip some (counted_ring_work), else the closed forms.
+RingWork tiled_ring_work(const StepConfig& c, int U) {
+  return c.model.window > 0 || c.documents ? counted_ring_work(c, U, true) : ring_work(c, U, true);
+}
+
 // Attention over a ring of G = sp / U ranks (G = 1: local attention; RSA:
 // U = 1, its dense kernels at RSA's rates), per ring step on the slowest rank,
 // and its K/V transfers, part of each hidden by the step's block compute. A
 // sliding window stops the ring after S <= G steps (ring_steps), and the
-// work of each step is the tiles it leaves (counted_ring_work).
+// work of each step is the tiles it and packed documents leave.
 void add_ring_attention(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool ring_inter,
                         StepPrediction& out) {
   const ModelConfig& m = c.model;
@@ -331,7 +337,7 @@ void add_ring_attention(const MachineDescription& machine, const StepConfig& c, 
   const int U = rsa ? 1 : c.ulysses, G = c.sp / U;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, U);
-  const RingWork work = rsa ? dense_ring_work(c) : m.window > 0 ? counted_ring_work(c, U, true) : ring_work(c, U, true);
+  const RingWork work = rsa ? dense_ring_work(c) : tiled_ring_work(c, U);
   // Forward FLOPs of one c x c block over the rank's heads (H/tp over U); the backward's are 2.5x.
   const double block_flops =
       4.0 * b * (static_cast<double>(m.heads / c.tp) / U) * work.chunk * work.chunk * m.head_dim();
@@ -374,7 +380,7 @@ void add_allgather_attention(const MachineDescription& machine, const StepConfig
   const int G = c.sp;
   const double L = static_cast<double>(w.layers), b = static_cast<double>(w.samples);
   const double X = kv_block_bytes(c, w, 1);
-  const RingWork work = m.window > 0 ? counted_ring_work(c, 1, true) : ring_work(c, 1, true);
+  const RingWork work = tiled_ring_work(c, 1);
   const double blocks = work.slowest_total, edge = work.edge_total;
   const double block_flops = 4.0 * b * static_cast<double>(m.heads / c.tp) * work.chunk * work.chunk * m.head_dim();
   const AttentionRates rates = attention_rates(machine);

@@ -2,16 +2,20 @@
 // under a mask against a brute force over the layout's own positions
 // (owned_positions), tiled as the kernel tiles a group's rows and judged by
 // the kernel's tile rule (kernels::tiles_meet), and against the closed forms
-// where there is no window.
+// where there is no window. With packed documents: against the expectation
+// tile pair by tile pair, and that against documents drawn as the data draws
+// them, judged by the kernel's document rule (kernels::documents_meet).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "comm/process_grid.hpp"
 #include "kernels/attention/attention.hpp"
+#include "model/synthetic_task.hpp"
 #include "perfmodel/attention_work.hpp"
 
 namespace miniattn {
@@ -48,8 +52,11 @@ struct Area {
   double computed = 0, edge = 0;
 };
 
+// With packed documents (log_stay = log(1 - rho), rho the chance a position
+// starts one; 0 without): each tile pair weighted by the chance no document
+// starts in its gap (it is computed) and over its span (no document cuts it).
 Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
-                      index_t kb) {
+                      index_t kb, double log_stay = 0) {
   const kernels::AttentionMask mask(m.causal, m.window);
   Area area;
   for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
@@ -58,12 +65,19 @@ Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>&
       const auto kt = std::minmax_element(k.begin() + j0, k.begin() + std::min(k.size(), j0 + kb));
       bool partly_masked = false;
       if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
+      const index_t gap = std::max<index_t>({0, *qt.first - *kt.second, *kt.first - *qt.second});
+      const index_t span = std::max(*qt.second, *kt.second) - std::min(*qt.first, *kt.first);
+      const double meets = std::exp(log_stay * gap), uncut = std::exp(log_stay * span);
       const double tile =
           static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
-      area.computed += tile;
-      if (partly_masked) area.edge += tile;
+      area.computed += tile * meets;
+      area.edge += tile * (partly_masked ? meets : meets - uncut);
     }
   return area;
+}
+
+double log_stay(const StepConfig& c) {
+  return c.documents ? std::log1p(-double(SyntheticTask::kDocumentsPerSample) / double(c.model.seq_len)) : 0.0;
 }
 
 RingWork brute_force_work(const StepConfig& c, bool tile_level) {
@@ -76,7 +90,8 @@ RingWork brute_force_work(const StepConfig& c, bool tile_level) {
   for (int g = 0; g < G; ++g) {
     Area total;
     for (int s = 0; s < G; ++s) {
-      const Area area = brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb);
+      const Area area =
+          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb, log_stay(c));
       const double blocks = area.computed / (w.chunk * w.chunk), edge = area.edge / (w.chunk * w.chunk);
       if (slower_work(blocks, edge, w.steps[s], w.edge_steps[s])) {
         w.steps[s] = blocks;
@@ -127,6 +142,105 @@ TEST(AttentionWork, CountMatchesBruteForceOverTheLayoutsPositions) {
               expect_same_work(counted, brute);
             }
           }
+}
+
+// Packed documents (about 5 a sample of 2 to 248 positions: short against
+// the tiles): the expected tiles, over the layouts, masks, groups and tile
+// shapes, with chunks of whole and partial tiles; fewer than without documents.
+TEST(AttentionWork, DocumentsCountMatchesTheExpectationTileByTile) {
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    for (const bool causal : {true, false})
+      for (const index_t window : {0, 5})
+        for (const int P : {1, 2, 4})
+          for (const int U : {1, 2, 4}) {
+            if (P % U != 0) continue;
+            for (const auto& [qb, kb] : {std::pair<index_t, index_t>{4, 3}, {3, 5}, {7, 2}, {1, 1}})
+              for (const index_t extra : {0, 1}) {
+                const index_t chunk = 2 * qb * kb + extra;
+                StepConfig c = step_config(layout, causal, window, P, U, chunk * P * (layout == Layout::zigzag ? 2 : 1));
+                c.blocking.query_block = qb;
+                c.blocking.key_block = kb;
+                c.documents = true;
+                SCOPED_TRACE(describe(c) + " tiles " + std::to_string(qb) + " x " + std::to_string(kb) + " chunk " +
+                             std::to_string(chunk) + " documents");
+                const RingWork counted = counted_ring_work(c, U, true);
+                // Partial tiles: exact where a rank holds one chunk (the kernel's tiles straddle zigzag's two).
+                if (extra == 0 || (P == 1 && layout != Layout::zigzag)) expect_same_work(counted, brute_force_work(c, true));
+                c.documents = false;
+                EXPECT_LT(counted.slowest_total, counted_ring_work(c, U, true).slowest_total);
+              }
+          }
+}
+
+// Document ids of the N positions of one sample at `step`, as the data draws them.
+std::vector<index_t> drawn_documents(const SyntheticTask& task, index_t step) {
+  std::vector<index_t> document(static_cast<std::size_t>(task.seq_len), 0);
+  for (index_t p = 1; p < task.seq_len; ++p) document[p] = document[p - 1] + (task.document_starts(step, 0, p) ? 1 : 0);
+  return document;
+}
+
+// The elements of rows x rows the kernel computes under those documents, by
+// its rule on each tile pair (AttentionMask::blocks_meet: ranges_meet on the
+// positions, then documents_meet on the ids at the ranges' ends).
+Area drawn_area(const std::vector<index_t>& rows, const std::vector<index_t>& document, bool causal, index_t qb,
+                index_t kb) {
+  const kernels::AttentionMask mask(causal, 0);
+  Area area;
+  for (std::size_t i0 = 0; i0 < rows.size(); i0 += qb)
+    for (std::size_t j0 = 0; j0 < rows.size(); j0 += kb) {
+      const auto qt = std::minmax_element(rows.begin() + i0, rows.begin() + std::min(rows.size(), i0 + qb));
+      const auto kt = std::minmax_element(rows.begin() + j0, rows.begin() + std::min(rows.size(), j0 + kb));
+      bool partly_masked = false;
+      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked) ||
+          !kernels::documents_meet(document[*qt.first], document[*qt.second], document[*kt.first],
+                                   document[*kt.second], partly_masked))
+        continue;
+      const double tile =
+          static_cast<double>(std::min<std::size_t>(qb, rows.size() - i0) * std::min<std::size_t>(kb, rows.size() - j0));
+      area.computed += tile;
+      if (partly_masked) area.edge += tile;
+    }
+  return area;
+}
+
+// The mean of samples and its standard error.
+struct Mean {
+  double sum = 0, sum_sq = 0;
+  int count = 0;
+  void add(double x) { sum += x, sum_sq += x * x, ++count; }
+  double value() const { return sum / count; }
+  double error() const { return std::sqrt((sum_sq / count - value() * value()) / count); }
+};
+
+// The expectation against documents drawn as the data draws them
+// (SyntheticTask::document_starts), judged by the kernel's rule: the mean
+// over 3000 draws within 5 standard errors, on one ring group (G = 1) so
+// that no maximum over groups enters.
+TEST(AttentionWork, DocumentsExpectationMatchesDrawnDocuments) {
+  SyntheticTask task;
+  task.seed = 7;
+  task.documents = true;
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    for (const bool causal : {true, false})
+      for (const int P : {1, 4}) {
+        StepConfig c = step_config(layout, causal, 0, P, P, 96);
+        c.documents = true;
+        task.seq_len = c.model.seq_len;
+        SCOPED_TRACE(describe(c) + " documents");
+        Mean computed, edge;
+        for (int draw = 0; draw < 3000; ++draw) {
+          const Area area = drawn_area(group_rows(c, 0), drawn_documents(task, draw), causal, c.blocking.query_block,
+                                       c.blocking.key_block);
+          computed.add(area.computed);
+          edge.add(area.edge);
+        }
+        const RingWork counted = counted_ring_work(c, P, true);
+        const double block = counted.chunk * counted.chunk;
+        EXPECT_NEAR(counted.slowest_total * block, computed.value(), 5 * computed.error());
+        EXPECT_NEAR(counted.edge_total * block, edge.value(), 5 * edge.error());
+        EXPECT_GT(computed.error(), 0.0);
+        EXPECT_GT(edge.error(), 0.0);
+      }
 }
 
 // Without a window the count is the closed forms' (contiguous, zigzag, and

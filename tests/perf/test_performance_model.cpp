@@ -186,6 +186,42 @@ TEST(PerformanceModel, SlidingWindowScalesAttentionTime) {
   }
 }
 
+// Packed documents, about 5 a sample: a causal query sees a key d positions
+// back in its own document with chance exp(-4 d / N), so one block computes
+// 2 int_0^1 (1 - x) e^(-4x) dx = 0.3773 of its causal pairs, a little more
+// in whole tiles. Striped ranks share that evenly; zigzag's slowest rank
+// does more (studies/document_balance.py: about 1.13 of the mean on 4 ranks),
+// and each ring step waits for its slowest rank. RSA's dense blocks compute
+// every score whatever hides it.
+TEST(PerformanceModel, PackedDocumentsScaleAttentionTime) {
+  const MachineDescription m = test_machine();
+  const double pairs = 2 * ((1 - std::exp(-4.0)) / 4 - (1 - 5 * std::exp(-4.0)) / 16);
+  struct Case {
+    Strategy strategy;
+    Layout layout;
+    double most;  // of pairs
+  };
+  for (const Case& k : {Case{Strategy::local, Layout::contiguous, 1.05}, Case{Strategy::allgather, Layout::striped, 1.05},
+                        Case{Strategy::allgather, Layout::zigzag, 1.2}, Case{Strategy::ring, Layout::zigzag, 1.5},
+                        Case{Strategy::rsa, Layout::zigzag, 0}}) {
+    StepConfig c = config(k.strategy, k.strategy == Strategy::local ? 1 : 4, 1 << 16);
+    c.layout = k.layout;
+    SCOPED_TRACE(std::string(to_string(k.strategy)) + " " + to_string(k.layout));
+    const StepPrediction causal = predict_step(m, c);
+    c.documents = true;
+    const StepPrediction documents = predict_step(m, c);
+    for (const char* part : {"attention_forward", "attention_backward"}) {
+      const double ratio = documents.compute_parts.at(part) / causal.compute_parts.at(part);
+      if (k.strategy == Strategy::rsa) {
+        EXPECT_DOUBLE_EQ(ratio, 1.0) << part;
+      } else {
+        EXPECT_GT(ratio, pairs) << part;
+        EXPECT_LT(ratio, k.most * pairs) << part;
+      }
+    }
+  }
+}
+
 TEST(PerformanceModel, DoublingBandwidthLowersExchangeTime) {
   MachineDescription m = test_machine();
   const StepConfig c = config(Strategy::ring, 16, 1 << 14);  // crosses nodes
