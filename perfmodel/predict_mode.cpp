@@ -195,6 +195,8 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               kTensorParallelChoice, static_cast<long long>(c.parallel.pp),
               static_cast<long long>(c.train.micro_batches),
               modelled_bubble_fraction(static_cast<int>(c.parallel.pp), c.train.micro_batches));
+  for (const nlohmann::json& warning : result.at("warnings"))
+    std::printf("miniattn: warning: %s\n", warning.get<std::string>().c_str());
   std::printf("%7s %4s %4s %4s %10s", "ranks", "dp", "pp", "tp", "seq_len");
   for (const std::string& name : names) std::printf(" | %-26s", name.c_str());
   std::printf(" | best\n");
@@ -243,6 +245,11 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   // Every rank has checked the deck and the machine file above (an error
   // stops all of them alike); only rank 0 reports, so only it computes.
   if (rank != 0) return result;
+  result["warnings"] = nlohmann::json::array();
+  if (deck.blocking.gemm_fallback)  // the planner has no cuDNN form for them yet (docs/deck.md)
+    result["warnings"].push_back(
+        "data.documents with cudnn: the run computes every block with the gemm kernel, which this machine file has "
+        "no rates for, and attention is timed at cuDNN's rates: the predicted step is too short");
   result["predictions"] = strategy_table(machine, deck, seq_lens, c.run.predict_max_ranks);
   result["longest_seq_len"] = longest_table(machine, deck, c.run.predict_max_ranks);
   result["prediction_for_deck"] = full_json(own, predict_step(machine, own));

@@ -823,6 +823,32 @@ TEST(PredictMode, EntriesSayWhetherTheyRecompute) {
   EXPECT_LT(tight.at("memory_bytes_per_rank").get<double>(), roomy.at("memory_bytes_per_rank").get<double>());
 }
 
+// A cuDNN machine file cannot time packed documents, whose blocks the run
+// sends to the gemm kernel: predict says so, and only then.
+TEST(PredictMode, WarnsThatDocumentsOnCudnnAreTimedAtCudnnRates) {
+  const std::string machine = ::testing::TempDir() + "miniattn_cudnn_machine.yaml";
+  MachineDescription m = test_machine();
+  m.precision = "bf16";
+  m.attention_kernel = "cudnn";
+  std::ofstream(machine) << machine_to_yaml(m, "test");
+  Config c;
+  c.model = config(Strategy::local, 1, 4096).model;
+  c.model.precision = Precision::bf16;
+  c.run.mode = RunMode::predict;
+  c.run.machine = machine;
+  c.run.predict_max_ranks = 1;
+  c.run.predict_seq_lens = "4096";
+  EXPECT_TRUE(run_predict(c, MPI_COMM_WORLD).at("warnings").empty());
+  c.data.documents = true;
+  const nlohmann::json warnings = run_predict(c, MPI_COMM_WORLD).at("warnings");
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].get<std::string>().find("gemm kernel"), std::string::npos) << warnings;
+  m.attention_kernel = "gemm";
+  std::ofstream(machine) << machine_to_yaml(m, "test");
+  EXPECT_TRUE(run_predict(c, MPI_COMM_WORLD).at("warnings").empty());
+  std::remove(machine.c_str());
+}
+
 TEST(MachineFile, RoundTripAndErrors) {
   const MachineDescription m = test_machine();
   const std::string text = machine_to_yaml(m, "a test machine", "calibration:\n  note: 1\n");
