@@ -176,7 +176,7 @@ def main():
     print()
     print(f"Predicted vs measured step time (N={args.seq_len}, D={args.d_model}, H={args.heads}, L={args.layers}, "
           f"V={args.vocab}, batch 1 per DP group, {args.precision}, causal; median of {args.repeats} bench run(s) x "
-          f"{args.steps - 1} steps; docs cases: batch 2, the mean of 15 steps)")
+          f"{args.steps - 1} steps; docs cases: {' '.join(DOCUMENTS)}, the mean of the steps after the first)")
     print("(attention: forward + backward of all layers, in the step; exch.: exchanges, of which `hidden` overlap"
           " compute; meas. wait: seconds inside Comm calls, load imbalance included)")
     print(f"{'case':12s} {'ranks':>5s} {'predicted s':>12s} {'measured s':>11s} {'error':>8s}   "
