@@ -1,7 +1,9 @@
 // simd::pack_exp, the exponential every host kernel's softmax and loss use,
-// against long double expl lane by lane: within one unit in the last place over
-// the range the kernels call it on, 0 below the smallest normal result, exactly
-// 1 at 0, and a NaN kept as NaN (the step's NaN check must still see it).
+// against long double expl lane by lane: within 1.5 units in the last place
+// over the range the kernels call it on (measured: under 1 with FMA, 1.2 in the
+// sanitizer build's code without it; a polynomial one degree short is off by
+// 2.3 in double, 2.7 in float), 0 below the smallest normal result, exactly 1
+// at 0, and a NaN kept as NaN (the step's NaN check must still see it).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,7 +46,7 @@ long double ulps_off(T x, T y) {
 }
 
 template <class T>
-void expect_within_an_ulp(const char* type) {
+void expect_within_one_and_a_half_ulps(const char* type) {
   SCOPED_TRACE(type);
   // From just above log(smallest normal) (at it, the result rounds below the
   // smallest normal) to 10: the kernels pass x <= 0 up to rounding.
@@ -61,12 +63,12 @@ void expect_within_an_ulp(const char* type) {
     const long double off = ulps_off(x[i], y[i]);
     if (off > worst) worst = off, worst_at = i;
   }
-  EXPECT_LE(worst, 1.0L) << "at x = " << x[worst_at] << ": " << y[worst_at];
+  EXPECT_LE(worst, 1.5L) << "at x = " << x[worst_at] << ": " << y[worst_at];
 }
 
-TEST(PackExp, WithinAnUlpOverTheKernelsRange) {
-  expect_within_an_ulp<float>("float");
-  expect_within_an_ulp<double>("double");
+TEST(PackExp, WithinOneAndAHalfUlpsOverTheKernelsRange) {
+  expect_within_one_and_a_half_ulps<float>("float");
+  expect_within_one_and_a_half_ulps<double>("double");
 }
 
 template <class T>
