@@ -60,11 +60,15 @@ struct DocumentOdds {
 
 DocumentOdds document_odds(const StepConfig& c) {
   if (!c.documents) return {};
-  return {std::log1p(-static_cast<double>(SyntheticTask::kDocumentsPerSample) / static_cast<double>(c.model.seq_len))};
+  const double rho = static_cast<double>(SyntheticTask::kDocumentsPerSample) / static_cast<double>(c.model.seq_len);
+  // N <= 4: every position starts a document; a finite log keeps 0 positions at chance 1 (exp(0)), any more at 0.
+  return {rho < 1 ? std::log1p(-rho) : -1000.0};
 }
 
-// sum over u < count of exp(log_x (first + slope u)).
+// sum over u < count of exp(log_x (first + slope u)), log_x <= 0: summed from
+// the largest term, so that no partial sum overflows.
 double geometric_run(double log_x, std::int64_t first, std::int64_t slope, std::int64_t count) {
+  if (slope < 0) first += slope * (count - 1), slope = -slope;
   const double head = std::exp(log_x * static_cast<double>(first));
   if (slope == 0) return head * static_cast<double>(count);
   const double step = log_x * static_cast<double>(slope);

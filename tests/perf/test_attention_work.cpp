@@ -52,11 +52,11 @@ struct Area {
   double computed = 0, edge = 0;
 };
 
-// With packed documents (log_stay = log(1 - rho), rho the chance a position
-// starts one; 0 without): each tile pair weighted by the chance no document
-// starts in its gap (it is computed) and over its span (no document cuts it).
+// With packed documents (stay = 1 - rho, rho the chance a position starts
+// one; 1 without): each tile pair weighted by the chance no document starts
+// in its gap (it is computed) and over its span (no document cuts it).
 Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
-                      index_t kb, double log_stay = 0) {
+                      index_t kb, double stay = 1) {
   const kernels::AttentionMask mask(m.causal, m.window);
   Area area;
   for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
@@ -67,7 +67,7 @@ Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>&
       if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
       const index_t gap = std::max<index_t>({0, *qt.first - *kt.second, *kt.first - *qt.second});
       const index_t span = std::max(*qt.second, *kt.second) - std::min(*qt.first, *kt.first);
-      const double meets = std::exp(log_stay * gap), uncut = std::exp(log_stay * span);
+      const double meets = std::pow(stay, gap), uncut = std::pow(stay, span);
       const double tile =
           static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
       area.computed += tile * meets;
@@ -76,8 +76,8 @@ Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>&
   return area;
 }
 
-double log_stay(const StepConfig& c) {
-  return c.documents ? std::log1p(-double(SyntheticTask::kDocumentsPerSample) / double(c.model.seq_len)) : 0.0;
+double stay(const StepConfig& c) {
+  return c.documents ? std::max(0.0, 1 - double(SyntheticTask::kDocumentsPerSample) / double(c.model.seq_len)) : 1.0;
 }
 
 RingWork brute_force_work(const StepConfig& c, bool tile_level) {
@@ -91,7 +91,7 @@ RingWork brute_force_work(const StepConfig& c, bool tile_level) {
     Area total;
     for (int s = 0; s < G; ++s) {
       const Area area =
-          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb, log_stay(c));
+          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb, stay(c));
       const double blocks = area.computed / (w.chunk * w.chunk), edge = area.edge / (w.chunk * w.chunk);
       if (slower_work(blocks, edge, w.steps[s], w.edge_steps[s])) {
         w.steps[s] = blocks;
@@ -164,12 +164,30 @@ TEST(AttentionWork, DocumentsCountMatchesTheExpectationTileByTile) {
                 SCOPED_TRACE(describe(c) + " tiles " + std::to_string(qb) + " x " + std::to_string(kb) + " chunk " +
                              std::to_string(chunk) + " documents");
                 const RingWork counted = counted_ring_work(c, U, true);
+                EXPECT_GT(counted.slowest_total, 0.0);  // a rank's own diagonal tiles are always computed
                 // Partial tiles: exact where a rank holds one chunk (the kernel's tiles straddle zigzag's two).
                 if (extra == 0 || (P == 1 && layout != Layout::zigzag)) expect_same_work(counted, brute_force_work(c, true));
                 c.documents = false;
                 EXPECT_LT(counted.slowest_total, counted_ring_work(c, U, true).slowest_total);
               }
           }
+}
+
+// At most 4 positions, each starts a document of its own (4 / N >= 1): only
+// tile pairs that share a position are computed, all of them cut but for
+// single positions. 1 x 1 tiles: the 4 diagonal pairs of 16, uncut; 2 x 2
+// tiles: the 2 diagonal tiles, cut.
+TEST(AttentionWork, DocumentsOfOnePositionEach) {
+  for (const index_t side : {1, 2}) {
+    StepConfig c = step_config(Layout::contiguous, true, 0, 1, 1, 4);
+    c.blocking.query_block = c.blocking.key_block = side;
+    c.documents = true;
+    SCOPED_TRACE("tiles " + std::to_string(side));
+    const RingWork counted = counted_ring_work(c, 1, true);
+    expect_same_work(counted, brute_force_work(c, true));
+    EXPECT_DOUBLE_EQ(counted.slowest_total, side == 1 ? 0.25 : 0.5);
+    EXPECT_DOUBLE_EQ(counted.edge_total, side == 1 ? 0.0 : 0.5);
+  }
 }
 
 // Document ids of the N positions of one sample at `step`, as the data draws them.
