@@ -53,16 +53,29 @@ Band visible_band(const ModelConfig& m) {
 // meet (kernels::documents_meet): no start between the earlier tile's last
 // position and the later tile's first (their gap); it computes it unmasked by
 // documents when all four ends share one: no start over the pair's whole span.
-// The documents change every step: the model counts expected keys.
+// The documents change every step: the model counts expected keys. The gemm
+// kernel's chunk pairs serve every sample of a micro-batch (its GEMMs span
+// them): a pair runs when any of its b samples' documents meet, chance
+// 1 - (1 - y)^b for one sample's chance y, which is
+// sum_j (-1)^(j+1) C(b, j) y^j, and runs unmasked when none is cut, chance
+// (1 - rho)^(b span). The fused kernel's tiles are one sample's (b = 1).
 struct DocumentOdds {
   double log_stay = 0;  // log(1 - rho): 0 without documents, where every weight is 1
+  int samples = 1;      // b
 };
+
+// Past 16 samples the alternating sum above would lose its digits: a larger
+// micro-batch is counted as 16 samples, somewhat fewer pairs than run.
+constexpr int kMostSharingSamples = 16;
 
 DocumentOdds document_odds(const StepConfig& c) {
   if (!c.documents) return {};
   const double rho = static_cast<double>(SyntheticTask::kDocumentsPerSample) / static_cast<double>(c.model.seq_len);
+  const std::int64_t micro_batch = c.model.batch / (static_cast<std::int64_t>(c.dp) * c.micro_batches);
+  const int samples =
+      c.blocking.runs_gemm() ? static_cast<int>(std::clamp<std::int64_t>(micro_batch, 1, kMostSharingSamples)) : 1;
   // N <= 4: every position starts a document; a finite log keeps 0 positions at chance 1 (exp(0)), any more at 0.
-  return {rho < 1 ? std::log1p(-rho) : -1000.0};
+  return {rho < 1 ? std::log1p(-rho) : -1000.0, samples};
 }
 
 // sum over u < count of exp(log_x (first + slope u)), log_x <= 0: summed from
@@ -80,11 +93,10 @@ double geometric_run(double log_x, std::int64_t first, std::int64_t slope, std::
 enum class DocumentReach { meets, one_document };
 
 // Key rows of key tiles t0 .. t1 of chunk k against the query tile at
-// positions [qa, qz], each tile weighted by the chance its documents reach so.
-double expected_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int64_t kb, std::int64_t t0,
-                     std::int64_t t1, DocumentOdds odds, DocumentReach reach) {
-  if (t0 > t1) return 0.0;
-  if (odds.log_stay == 0) return static_cast<double>(std::min(k.length, (t1 + 1) * kb) - t0 * kb);
+// positions [qa, qz], each tile weighted by exp(log_x d), d its distance for
+// the reach: the positions where no document may start.
+double weighted_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int64_t kb, std::int64_t t0,
+                     std::int64_t t1, double log_x, DocumentReach reach) {
   const std::int64_t S = k.stride, B = S * kb, E = S * (kb - 1);
   const auto distance = [&](std::int64_t ka, std::int64_t kz) {  // positions without a start, for the reach
     return reach == DocumentReach::meets ? std::max<std::int64_t>({0, qa - kz, ka - qz})
@@ -95,7 +107,7 @@ double expected_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int6
   const std::int64_t last_whole = std::min(t1, k.length / kb - 1);
   if (t1 > last_whole) {  // the chunk's last, partial tile
     const double keys = static_cast<double>(k.length - t1 * kb);
-    sum += keys * std::exp(odds.log_stay * static_cast<double>(distance(k.offset + B * t1, k.offset + S * (k.length - 1))));
+    sum += keys * std::exp(log_x * static_cast<double>(distance(k.offset + B * t1, k.offset + S * (k.length - 1))));
   }
   if (t0 > last_whole) return sum;
   // Whole tiles: the distance is linear in t between the tiles where a tile's
@@ -109,7 +121,23 @@ double expected_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int6
     const std::int64_t a = cuts[i], count = cuts[i + 1] - a;
     if (count <= 0) continue;
     const std::int64_t first = tile_distance(a), slope = count > 1 ? tile_distance(a + 1) - first : 0;
-    sum += static_cast<double>(kb) * geometric_run(odds.log_stay, first, slope, count);
+    sum += static_cast<double>(kb) * geometric_run(log_x, first, slope, count);
+  }
+  return sum;
+}
+
+// The same weighted by the chance that the tiles' documents reach so in
+// one of the samples a tile serves (meets) or in all of them (one_document).
+double expected_keys(std::int64_t qa, std::int64_t qz, const Chunk& k, std::int64_t kb, std::int64_t t0,
+                     std::int64_t t1, DocumentOdds odds, DocumentReach reach) {
+  if (t0 > t1) return 0.0;
+  if (odds.log_stay == 0) return static_cast<double>(std::min(k.length, (t1 + 1) * kb) - t0 * kb);
+  const int b = odds.samples;
+  if (reach == DocumentReach::one_document) return weighted_keys(qa, qz, k, kb, t0, t1, b * odds.log_stay, reach);
+  double sum = 0, coefficient = 0;  // (-1)^(j+1) C(b, j)
+  for (int j = 1; j <= b; ++j) {
+    coefficient = j == 1 ? b : -coefficient * (b - j + 1) / j;
+    sum += coefficient * weighted_keys(qa, qz, k, kb, t0, t1, j * odds.log_stay, reach);
   }
   return sum;
 }

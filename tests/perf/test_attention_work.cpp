@@ -54,9 +54,11 @@ struct Area {
 
 // With packed documents (stay = 1 - rho, rho the chance a position starts
 // one; 1 without): each tile pair weighted by the chance no document starts
-// in its gap (it is computed) and over its span (no document cuts it).
+// in its gap (it is computed) and over its span (no document cuts it); for
+// the gemm kernel, whose tiles serve `samples` samples at once, in the gap of
+// any sample and over the span of every one.
 Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
-                      index_t kb, double stay = 1) {
+                      index_t kb, double stay = 1, int samples = 1) {
   const kernels::AttentionMask mask(m.causal, m.window);
   Area area;
   for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
@@ -67,7 +69,7 @@ Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>&
       if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
       const index_t gap = std::max<index_t>({0, *qt.first - *kt.second, *kt.first - *qt.second});
       const index_t span = std::max(*qt.second, *kt.second) - std::min(*qt.first, *kt.first);
-      const double meets = std::pow(stay, gap), uncut = std::pow(stay, span);
+      const double meets = 1 - std::pow(1 - std::pow(stay, gap), samples), uncut = std::pow(stay, span * samples);
       const double tile =
           static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
       area.computed += tile * meets;
@@ -82,7 +84,8 @@ double stay(const StepConfig& c) {
 
 RingWork brute_force_work(const StepConfig& c, bool tile_level) {
   const int G = c.sp / c.ulysses;
-  const index_t qb = tile_level ? c.blocking.query_block : 1, kb = tile_level ? c.blocking.key_block : 1;
+  const index_t qb = tile_level ? c.blocking.query_tile() : 1, kb = tile_level ? c.blocking.key_tile(false) : 1;
+  const int samples = c.blocking.runs_gemm() ? static_cast<int>(c.model.batch) : 1;
   RingWork w;
   w.chunk = static_cast<double>(c.layout == Layout::zigzag ? c.model.seq_len / (2 * c.sp) : c.model.seq_len / c.sp);
   w.steps.assign(G, 0.0);
@@ -91,7 +94,7 @@ RingWork brute_force_work(const StepConfig& c, bool tile_level) {
     Area total;
     for (int s = 0; s < G; ++s) {
       const Area area =
-          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb, stay(c));
+          brute_force_area(group_rows(c, g), group_rows(c, (g - s + G) % G), c.model, qb, kb, stay(c), samples);
       const double blocks = area.computed / (w.chunk * w.chunk), edge = area.edge / (w.chunk * w.chunk);
       if (slower_work(blocks, edge, w.steps[s], w.edge_steps[s])) {
         w.steps[s] = blocks;
@@ -157,7 +160,8 @@ TEST(AttentionWork, DocumentsCountMatchesTheExpectationTileByTile) {
             for (const auto& [qb, kb] : {std::pair<index_t, index_t>{4, 3}, {3, 5}, {7, 2}, {1, 1}})
               for (const index_t extra : {0, 1}) {
                 const index_t chunk = 2 * qb * kb + extra;
-                StepConfig c = step_config(layout, causal, window, P, U, chunk * P * (layout == Layout::zigzag ? 2 : 1));
+                const index_t seq_len = chunk * P * (layout == Layout::zigzag ? 2 : 1);
+                StepConfig c = step_config(layout, causal, window, P, U, seq_len);
                 c.blocking.query_block = qb;
                 c.blocking.key_block = kb;
                 c.documents = true;
@@ -166,10 +170,42 @@ TEST(AttentionWork, DocumentsCountMatchesTheExpectationTileByTile) {
                 const RingWork counted = counted_ring_work(c, U, true);
                 EXPECT_GT(counted.slowest_total, 0.0);  // a rank's own diagonal tiles are always computed
                 // Partial tiles: exact where a rank holds one chunk (the kernel's tiles straddle zigzag's two).
-                if (extra == 0 || (P == 1 && layout != Layout::zigzag)) expect_same_work(counted, brute_force_work(c, true));
+                if (extra == 0 || (P == 1 && layout != Layout::zigzag))
+                  expect_same_work(counted, brute_force_work(c, true));
                 c.documents = false;
                 EXPECT_LT(counted.slowest_total, counted_ring_work(c, U, true).slowest_total);
               }
+          }
+}
+
+// The gemm kernel's chunk pairs serve every sample of the micro-batch: one
+// runs where any sample's documents meet, uncut only where none is cut. Tiles
+// of 4 x 4 over chunks of 8 and 9 rows, micro-batches of 1 to 3 samples
+// (2 micro-batches of a batch of 6 on 1 data-parallel rank: 3).
+TEST(AttentionWork, DocumentsOnTheGemmKernelCountEverySampleOfAPair) {
+  for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+    for (const bool causal : {true, false})
+      for (const int P : {1, 2, 4})
+        for (const int U : {1, P})
+          for (const index_t chunk : {8, 9}) {
+            StepConfig c = step_config(layout, causal, 0, P, U, chunk * P * (layout == Layout::zigzag ? 2 : 1));
+            c.blocking.kernel = AttentionKernel::gemm;
+            c.blocking.chunk = 4;
+            c.documents = true;
+            double fewer_samples = 0;
+            for (const index_t batch : {1, 2, 6}) {
+              c.model.batch = batch;
+              c.micro_batches = batch == 6 ? 2 : 1;
+              SCOPED_TRACE(describe(c) + " chunk " + std::to_string(chunk) + " batch " + std::to_string(batch));
+              const RingWork counted = counted_ring_work(c, U, true);
+              if (chunk == 8 || (P == 1 && layout != Layout::zigzag)) {
+                StepConfig one_micro_batch = c;  // the brute force reads the samples from the batch
+                one_micro_batch.model.batch = batch / c.micro_batches;
+                expect_same_work(counted, brute_force_work(one_micro_batch, true));
+              }
+              EXPECT_GT(counted.slowest_total, fewer_samples);
+              fewer_samples = counted.slowest_total;
+            }
           }
 }
 
@@ -190,33 +226,40 @@ TEST(AttentionWork, DocumentsOfOnePositionEach) {
   }
 }
 
-// Document ids of the N positions of one sample at `step`, as the data draws them.
-std::vector<index_t> drawn_documents(const SyntheticTask& task, index_t step) {
+// Document ids of the N positions of sample b at `step`, as the data draws them.
+std::vector<index_t> drawn_documents(const SyntheticTask& task, index_t step, index_t b) {
   std::vector<index_t> document(static_cast<std::size_t>(task.seq_len), 0);
-  for (index_t p = 1; p < task.seq_len; ++p) document[p] = document[p - 1] + (task.document_starts(step, 0, p) ? 1 : 0);
+  for (index_t p = 1; p < task.seq_len; ++p) document[p] = document[p - 1] + (task.document_starts(step, b, p) ? 1 : 0);
   return document;
 }
 
 // The elements of rows x rows the kernel computes under those documents, by
-// its rule on each tile pair (AttentionMask::blocks_meet: ranges_meet on the
-// positions, then documents_meet on the ids at the ranges' ends).
-Area drawn_area(const std::vector<index_t>& rows, const std::vector<index_t>& document, bool causal, index_t qb,
-                index_t kb) {
+// its rule on each tile pair: ranges_meet on the positions, then
+// documents_meet on the ids at the ranges' ends of each sample the tile
+// serves, run if any sample's meet, masked if any is cut or not all meet
+// (AttentionMask::blocks_meet for one sample; the gemm kernel's
+// ChunkPairs::meet, chunked_attention.cpp, for a micro-batch).
+Area drawn_area(const std::vector<index_t>& rows, const std::vector<std::vector<index_t>>& samples, bool causal,
+                index_t qb, index_t kb) {
   const kernels::AttentionMask mask(causal, 0);
   Area area;
   for (std::size_t i0 = 0; i0 < rows.size(); i0 += qb)
     for (std::size_t j0 = 0; j0 < rows.size(); j0 += kb) {
       const auto qt = std::minmax_element(rows.begin() + i0, rows.begin() + std::min(rows.size(), i0 + qb));
       const auto kt = std::minmax_element(rows.begin() + j0, rows.begin() + std::min(rows.size(), j0 + kb));
-      bool partly_masked = false;
-      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked) ||
-          !kernels::documents_meet(document[*qt.first], document[*qt.second], document[*kt.first],
-                                   document[*kt.second], partly_masked))
-        continue;
-      const double tile =
-          static_cast<double>(std::min<std::size_t>(qb, rows.size() - i0) * std::min<std::size_t>(kb, rows.size() - j0));
+      bool partly_masked = false, any = false, all = true;
+      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
+      for (const std::vector<index_t>& d : samples) {
+        const bool meets =
+            kernels::documents_meet(d[*qt.first], d[*qt.second], d[*kt.first], d[*kt.second], partly_masked);
+        any = any || meets;
+        all = all && meets;
+      }
+      if (!any) continue;
+      const std::size_t tile_rows = std::min<std::size_t>(qb, rows.size() - i0);
+      const double tile = static_cast<double>(tile_rows * std::min<std::size_t>(kb, rows.size() - j0));
       area.computed += tile;
-      if (partly_masked) area.edge += tile;
+      if (partly_masked || !all) area.edge += tile;
     }
   return area;
 }
@@ -231,34 +274,43 @@ struct Mean {
 };
 
 // The expectation against documents drawn as the data draws them
-// (SyntheticTask::document_starts), judged by the kernel's rule: the mean
-// over 3000 draws within 5 standard errors, on one ring group (G = 1) so
-// that no maximum over groups enters.
+// (SyntheticTask::document_starts), judged by the kernels' rules (the fused
+// kernel's tiles of one sample, the gemm kernel's of 2): the mean over 3000
+// draws within 5 standard errors, on one ring group (G = 1) so that no
+// maximum over groups enters.
 TEST(AttentionWork, DocumentsExpectationMatchesDrawnDocuments) {
   SyntheticTask task;
   task.seed = 7;
   task.documents = true;
   for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
     for (const bool causal : {true, false})
-      for (const int P : {1, 4}) {
-        StepConfig c = step_config(layout, causal, 0, P, P, 96);
-        c.documents = true;
-        task.seq_len = c.model.seq_len;
-        SCOPED_TRACE(describe(c) + " documents");
-        Mean computed, edge;
-        for (int draw = 0; draw < 3000; ++draw) {
-          const Area area = drawn_area(group_rows(c, 0), drawn_documents(task, draw), causal, c.blocking.query_block,
-                                       c.blocking.key_block);
-          computed.add(area.computed);
-          edge.add(area.edge);
+      for (const int P : {1, 4})
+        for (const index_t batch : {1, 2}) {
+          StepConfig c = step_config(layout, causal, 0, P, P, 96);
+          c.documents = true;
+          c.model.batch = batch;
+          if (batch == 2) {
+            c.blocking.kernel = AttentionKernel::gemm;
+            c.blocking.chunk = 4;
+          }
+          task.seq_len = c.model.seq_len;
+          SCOPED_TRACE(describe(c) + " documents, " + to_string(c.blocking.kernel) + " batch " + std::to_string(batch));
+          Mean computed, edge;
+          for (int draw = 0; draw < 3000; ++draw) {
+            std::vector<std::vector<index_t>> samples;
+            for (index_t b = 0; b < batch; ++b) samples.push_back(drawn_documents(task, draw, b));
+            const Area area =
+                drawn_area(group_rows(c, 0), samples, causal, c.blocking.query_tile(), c.blocking.key_tile(false));
+            computed.add(area.computed);
+            edge.add(area.edge);
+          }
+          const RingWork counted = counted_ring_work(c, P, true);
+          const double block = counted.chunk * counted.chunk;
+          EXPECT_NEAR(counted.slowest_total * block, computed.value(), 5 * computed.error());
+          EXPECT_NEAR(counted.edge_total * block, edge.value(), 5 * edge.error());
+          EXPECT_GT(computed.error(), 0.0);
+          EXPECT_GT(edge.error(), 0.0);
         }
-        const RingWork counted = counted_ring_work(c, P, true);
-        const double block = counted.chunk * counted.chunk;
-        EXPECT_NEAR(counted.slowest_total * block, computed.value(), 5 * computed.error());
-        EXPECT_NEAR(counted.edge_total * block, edge.value(), 5 * edge.error());
-        EXPECT_GT(computed.error(), 0.0);
-        EXPECT_GT(edge.error(), 0.0);
-      }
 }
 
 // Without a window the count is the closed forms' (contiguous, zigzag, and

@@ -201,9 +201,10 @@ TEST(PerformanceModel, PackedDocumentsScaleAttentionTime) {
     Layout layout;
     double most;  // of pairs
   };
-  for (const Case& k : {Case{Strategy::local, Layout::contiguous, 1.05}, Case{Strategy::allgather, Layout::striped, 1.05},
-                        Case{Strategy::allgather, Layout::zigzag, 1.2}, Case{Strategy::ring, Layout::zigzag, 1.5},
-                        Case{Strategy::rsa, Layout::zigzag, 0}}) {
+  for (const Case& k :
+       {Case{Strategy::local, Layout::contiguous, 1.05}, Case{Strategy::allgather, Layout::striped, 1.05},
+        Case{Strategy::allgather, Layout::zigzag, 1.2}, Case{Strategy::ring, Layout::zigzag, 1.5},
+        Case{Strategy::rsa, Layout::zigzag, 0}}) {
     StepConfig c = config(k.strategy, k.strategy == Strategy::local ? 1 : 4, 1 << 16);
     c.layout = k.layout;
     SCOPED_TRACE(std::string(to_string(k.strategy)) + " " + to_string(k.layout));
