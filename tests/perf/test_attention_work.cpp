@@ -52,6 +52,25 @@ struct Area {
   double computed = 0, edge = 0;
 };
 
+// The tile pairs of q x k, tiled qb x kb as the kernel tiles them, that the
+// mask's position rule does not hide wholly (AttentionMask::ranges_meet):
+// visit(q_lo, q_hi, k_lo, k_hi, partly_masked, elements) with each tile's
+// position ranges, whether the rule hides some of its pairs, and its size.
+template <class Visit>
+void tile_pairs_seen(const std::vector<index_t>& q, const std::vector<index_t>& k, const kernels::AttentionMask& mask,
+                     index_t qb, index_t kb, const Visit& visit) {
+  for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
+    for (std::size_t j0 = 0; j0 < k.size(); j0 += kb) {
+      const auto qt = std::minmax_element(q.begin() + i0, q.begin() + std::min(q.size(), i0 + qb));
+      const auto kt = std::minmax_element(k.begin() + j0, k.begin() + std::min(k.size(), j0 + kb));
+      bool partly_masked = false;
+      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
+      const std::size_t rows = std::min<std::size_t>(qb, q.size() - i0);
+      visit(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked,
+            static_cast<double>(rows * std::min<std::size_t>(kb, k.size() - j0)));
+    }
+}
+
 // With packed documents (stay = 1 - rho, rho the chance a position starts
 // one; 1 without): each tile pair weighted by the chance no document starts
 // in its gap (it is computed) and over its span (no document cuts it); for
@@ -59,22 +78,16 @@ struct Area {
 // any sample and over the span of every one.
 Area brute_force_area(const std::vector<index_t>& q, const std::vector<index_t>& k, const ModelConfig& m, index_t qb,
                       index_t kb, double stay = 1, int samples = 1) {
-  const kernels::AttentionMask mask(m.causal, m.window);
   Area area;
-  for (std::size_t i0 = 0; i0 < q.size(); i0 += qb)
-    for (std::size_t j0 = 0; j0 < k.size(); j0 += kb) {
-      const auto qt = std::minmax_element(q.begin() + i0, q.begin() + std::min(q.size(), i0 + qb));
-      const auto kt = std::minmax_element(k.begin() + j0, k.begin() + std::min(k.size(), j0 + kb));
-      bool partly_masked = false;
-      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
-      const index_t gap = std::max<index_t>({0, *qt.first - *kt.second, *kt.first - *qt.second});
-      const index_t span = std::max(*qt.second, *kt.second) - std::min(*qt.first, *kt.first);
-      const double meets = 1 - std::pow(1 - std::pow(stay, gap), samples), uncut = std::pow(stay, span * samples);
-      const double tile =
-          static_cast<double>(std::min<std::size_t>(qb, q.size() - i0) * std::min<std::size_t>(kb, k.size() - j0));
-      area.computed += tile * meets;
-      area.edge += tile * (partly_masked ? meets : meets - uncut);
-    }
+  tile_pairs_seen(q, k, kernels::AttentionMask(m.causal, m.window), qb, kb,
+                  [&](index_t q_lo, index_t q_hi, index_t k_lo, index_t k_hi, bool partly_masked, double tile) {
+                    const index_t gap = std::max<index_t>({0, q_lo - k_hi, k_lo - q_hi});
+                    const index_t span = std::max(q_hi, k_hi) - std::min(q_lo, k_lo);
+                    const double meets = 1 - std::pow(1 - std::pow(stay, gap), samples);
+                    const double uncut = std::pow(stay, span * samples);
+                    area.computed += tile * meets;
+                    area.edge += tile * (partly_masked ? meets : meets - uncut);
+                  });
   return area;
 }
 
@@ -241,26 +254,19 @@ std::vector<index_t> drawn_documents(const SyntheticTask& task, index_t step, in
 // ChunkPairs::meet, chunked_attention.cpp, for a micro-batch).
 Area drawn_area(const std::vector<index_t>& rows, const std::vector<std::vector<index_t>>& samples, bool causal,
                 index_t qb, index_t kb) {
-  const kernels::AttentionMask mask(causal, 0);
   Area area;
-  for (std::size_t i0 = 0; i0 < rows.size(); i0 += qb)
-    for (std::size_t j0 = 0; j0 < rows.size(); j0 += kb) {
-      const auto qt = std::minmax_element(rows.begin() + i0, rows.begin() + std::min(rows.size(), i0 + qb));
-      const auto kt = std::minmax_element(rows.begin() + j0, rows.begin() + std::min(rows.size(), j0 + kb));
-      bool partly_masked = false, any = false, all = true;
-      if (!mask.ranges_meet(*qt.first, *qt.second, *kt.first, *kt.second, partly_masked)) continue;
-      for (const std::vector<index_t>& d : samples) {
-        const bool meets =
-            kernels::documents_meet(d[*qt.first], d[*qt.second], d[*kt.first], d[*kt.second], partly_masked);
-        any = any || meets;
-        all = all && meets;
-      }
-      if (!any) continue;
-      const std::size_t tile_rows = std::min<std::size_t>(qb, rows.size() - i0);
-      const double tile = static_cast<double>(tile_rows * std::min<std::size_t>(kb, rows.size() - j0));
-      area.computed += tile;
-      if (partly_masked || !all) area.edge += tile;
-    }
+  tile_pairs_seen(rows, rows, kernels::AttentionMask(causal, 0), qb, kb,
+                  [&](index_t q_lo, index_t q_hi, index_t k_lo, index_t k_hi, bool partly_masked, double tile) {
+                    bool any = false, all = true;
+                    for (const std::vector<index_t>& d : samples) {
+                      const bool meets = kernels::documents_meet(d[q_lo], d[q_hi], d[k_lo], d[k_hi], partly_masked);
+                      any = any || meets;
+                      all = all && meets;
+                    }
+                    if (!any) return;
+                    area.computed += tile;
+                    if (partly_masked || !all) area.edge += tile;
+                  });
   return area;
 }
 
