@@ -108,6 +108,20 @@ TEST(CudnnGraphs, NonDeterministicBackwardValidatesForHopper) {
     }
 }
 
+// bench_cudnn_documents builds a graph per document length with dynamic
+// shapes and one kernel cache (CudnnSdpa's shared_kernels): cudnn-frontend
+// must take such graphs, both directions and both backward algorithms.
+TEST(CudnnGraphs, GraphsSharingKernelsValidateForHopper) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  for (const Mask& mask : {kMasks[0], kMasks[1]})
+    for (bool backward : {false, true})
+      for (bool deterministic : {true, false}) {
+        const SdpaCallShape s = call_shape(1, 4, 4, 64, 300, 300, mask);
+        EXPECT_EQ(validate_sdpa_graph(s, backward, kHopper, deterministic, /*shared_kernels=*/true), "")
+            << label(s, mask, backward) << (deterministic ? "" : " non-deterministic");
+      }
+}
+
 TEST(CudnnGraphs, OffsetsDoNotChangeTheGraph) {
   const Mask& causal = kMasks[1];
   SdpaCallShape s = call_shape(1, 4, 2, 64, 64, 64, causal);
@@ -159,6 +173,60 @@ TEST(CudnnGraphs, RefusesWhatCudnnCannotRun) {
   EXPECT_NE(wide.find("less than or equal to 256"), std::string::npos) << wide;
   const std::string single = validate_sdpa_graph(call_shape(1, 4, 4, 64, 1, 1, kMasks[0]), true, kHopper);
   EXPECT_NE(single.find("s_q = s_kv = 1"), std::string::npos) << single;
+}
+
+// The ragged calls tests/attention/bench_cudnn_documents.cpp times on a GPU:
+// packed documents of a [B, H, N, Dh] block in place (head stride N Dh, row
+// stride Dh) and in a packed [tokens, H, Dh] copy, causal or not, both
+// backward algorithms. validate() passes both strides; which ones cuDNN's
+// kernels take only a GPU tells.
+SdpaRaggedShape ragged_shape(index_t kv_heads, bool in_place, bool causal) {
+  SdpaRaggedShape s;
+  s.sequences = 5;
+  s.heads = 4;
+  s.kv_heads = kv_heads;
+  s.head_dim = 64;
+  s.max_query_count = s.max_key_count = 512;
+  const index_t block_rows = 4096;
+  s.query_head_stride = in_place ? block_rows * s.head_dim : s.head_dim;
+  s.query_row_stride = in_place ? s.head_dim : s.heads * s.head_dim;
+  s.key_head_stride = in_place ? block_rows * s.head_dim : s.head_dim;
+  s.key_row_stride = in_place ? s.head_dim : kv_heads * s.head_dim;
+  s.causal = causal;
+  return s;
+}
+
+TEST(CudnnGraphs, RaggedDocumentGraphsValidateForHopper) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  for (index_t kv_heads : {4, 1})
+    for (bool in_place : {true, false})
+      for (bool causal : {true, false}) {
+        const SdpaRaggedShape s = ragged_shape(kv_heads, in_place, causal);
+        const std::string what = std::string(in_place ? "in place" : "packed") + (causal ? " causal" : " full") +
+                                 " KV=" + std::to_string(kv_heads);
+        EXPECT_EQ(validate_sdpa_ragged_graph(s, false, kHopper), "") << "forward " << what;
+        EXPECT_EQ(validate_sdpa_ragged_graph(s, true, kHopper), "") << "backward " << what;
+        EXPECT_EQ(validate_sdpa_ragged_graph(s, true, kHopper, /*deterministic=*/false), "")
+            << "non-deterministic backward " << what;
+      }
+}
+
+// The ragged graphs reach the frontend's checks (a head dim it refuses), and our own come first.
+TEST(CudnnGraphs, RaggedGraphsRefuseWhatCudnnCannotRun) {
+  ASSERT_EQ(cudnn_unavailable_reason(), "");
+  SdpaRaggedShape s = ragged_shape(4, true, true);
+  s.head_dim = 260;
+  for (bool backward : {false, true}) {
+    const std::string head_dim = validate_sdpa_ragged_graph(s, backward, kHopper);
+    EXPECT_NE(head_dim.find("multiple of 8"), std::string::npos) << head_dim;
+  }
+  s = ragged_shape(3, true, true);
+  const std::string gqa = validate_sdpa_ragged_graph(s, false, kHopper);
+  EXPECT_NE(gqa.find("group-query attention"), std::string::npos) << gqa;
+  s = ragged_shape(4, true, true);
+  s.key_row_stride = 0;
+  const std::string stride = validate_sdpa_ragged_graph(s, false, kHopper);
+  EXPECT_NE(stride.find("strides must be positive"), std::string::npos) << stride;
 }
 
 // Our own contract, checked before cuDNN sees the graph.

@@ -30,8 +30,40 @@ long cudnn_library_version();
 // algorithm unless `deterministic` is false) SDPA graph of a call for
 // sm_<sm_version> and runs validate() only: no GPU needed, only a loadable
 // libcudnn. "" when valid, else the frontend's message (or cudnn_unavailable_reason()).
+// shared_kernels: built as CudnnSdpa's shared_kernels builds them.
 std::string validate_sdpa_graph(const SdpaCallShape& shape, bool backward, int sm_version,
-                                bool deterministic = true);
+                                bool deterministic = true, bool shared_kernels = false);
+
+// Several sequences in one call: cuDNN's ragged ("THD") form with its
+// padding mask, one graph for any lengths up to the graph's maxima (the
+// lengths and the offsets are device arrays read at execution). Entry e reads
+// query_counts[e] rows from query_offsets[e] elements into q, out, dout, dq,
+// and key_counts[e] rows from key_offsets[e] elements into k, v, dk, dv; an
+// entry's rows and heads lie row_stride and head_stride elements apart:
+// miniattn's BHSD block in place (head stride rows x Dh, row stride Dh) or a
+// packed [tokens, heads, Dh] copy (head stride Dh, row stride heads x Dh).
+// Each entry is masked on its own: top-left causal, or not at all. Stats and
+// LSE are [sequences, H, max_query_count] fp32, dense. Packed documents are
+// what it is for (tests/attention/bench_cudnn_documents.cpp times it against
+// a call per document); which strides cuDNN's kernels take is for a GPU to say.
+struct SdpaRaggedShape {
+  index_t sequences = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  index_t max_query_count = 0, max_key_count = 0;  // the graph's s_q, s_kv
+  index_t query_head_stride = 0, query_row_stride = 0, key_head_stride = 0, key_row_stride = 0;
+  bool causal = false;
+};
+
+// A ragged call's device arrays: int32 counts [sequences], int64 element offsets [sequences + 1].
+struct SdpaRaggedRows {
+  const void* query_counts = nullptr;
+  const void* key_counts = nullptr;
+  const void* query_offsets = nullptr;
+  const void* key_offsets = nullptr;
+};
+
+// validate_sdpa_graph for a ragged call.
+std::string validate_sdpa_ragged_graph(const SdpaRaggedShape& shape, bool backward, int sm_version,
+                                       bool deterministic = true);
 
 // Runs calls on one CUDA stream. Graphs are built per (shape minus the row
 // offsets, direction) and cached: the offsets only move the pointers.
@@ -42,7 +74,10 @@ class CudnnSdpa {
   // Throws std::runtime_error with the reason when cuDNN cannot run.
   // deterministic_backward false (kernels.deterministic: false) runs cuDNN's
   // faster backward that sums dQ with atomics: repeats may differ in the last bits.
-  explicit CudnnSdpa(void* cuda_stream, bool deterministic_backward = true);
+  // shared_kernels: graphs are built with dynamic shapes and one kernel cache,
+  // so that a graph of a new shape reuses the kernels of earlier ones (what a
+  // call per packed document would need; bench_cudnn_documents times it).
+  explicit CudnnSdpa(void* cuda_stream, bool deterministic_backward = true, bool shared_kernels = false);
   ~CudnnSdpa();
   CudnnSdpa(const CudnnSdpa&) = delete;
   CudnnSdpa& operator=(const CudnnSdpa&) = delete;
@@ -66,7 +101,15 @@ class CudnnSdpa {
   void backward(const SdpaCallShape& shape, const void* q, const void* k, const void* v, const void* out,
                 const void* dout, const float* lse, void* dq, void* dk, void* dv, void* workspace);
 
-  // Graphs built so far (both directions).
+  // The same for ragged calls (SdpaRaggedShape); stats and lse [sequences, H, max_query_count].
+  std::size_t prepare_ragged(const SdpaRaggedShape& shape, bool backward);
+  void ragged_forward(const SdpaRaggedShape& shape, const SdpaRaggedRows& rows, const void* q, const void* k,
+                      const void* v, void* out, float* stats, void* workspace);
+  void ragged_backward(const SdpaRaggedShape& shape, const SdpaRaggedRows& rows, const void* q, const void* k,
+                       const void* v, const void* out, const void* dout, const float* lse, void* dq, void* dk,
+                       void* dv, void* workspace);
+
+  // Graphs built so far (both directions, ragged ones included).
   int graphs_built() const;
 
  private:
