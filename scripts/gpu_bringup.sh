@@ -28,6 +28,10 @@
 #       long       bf16 calibration with cuDNN (h200-bf16.yaml), a million tokens on one GPU in
 #                  both backward modes, the longest N under 16 GiB, PyTorch at a million tokens,
 #                  predicted against measured (not part of all; the second call of a lease)
+#       documents  packed documents on cuDNN: a call per document against one ragged call, in
+#                  place and on a packed copy, at documents of 512, 4096, 32768 and drawn
+#                  lengths, both backward modes (bench_cudnn_documents; not part of all; after
+#                  long in the second call)
 #   scripts/gpu_bringup.sh session      the one-lease list: check unpack kokkos build cudnn bench,
 #                                       building only what cudnn and bench run, with the bench
 #                                       narrowed to N = 32768 and the gemm kernel
@@ -655,6 +659,21 @@ step_long() {
   "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 
+# Packed documents on cuDNN (docs/gpu_bringup.md, "documents"): the ways the
+# cudnn kernel could run them, timed beside one causal call over the whole
+# block, the ragged ones checked against a call per document. A failing run is
+# reported, not fatal.
+step_documents() {
+  setup_env
+  grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
+  local mode
+  for mode in deterministic nondeterministic; do
+    say "packed documents on cuDNN, $mode backward (N = 32768, Dh = 64, H = 4)"
+    "$build/tests/attention/bench_cudnn_documents" 32768 64 4 $([ $mode = deterministic ] || echo --nondeterministic) |
+      tee "$results/documents_cudnn_$mode.txt" || say "WARNING: bench_cudnn_documents $mode exit $?"
+  done
+}
+
 # Predict on the calibrated file: the 32768 bench step, the million-token
 # step in both modes, and the longest N under 16 GiB (predict_*.json).
 long_predictions() {
@@ -745,7 +764,7 @@ torch.cuda.synchronize()' > "$results/ncu_sdpa.txt"
 
 # ------------------------------------------------------------------ driver
 # What the session's cudnn and bench steps run: the rest of the suite is left unbuilt.
-session_targets="miniattn bench_attention test_attention test_cudnn_plan test_cudnn_graphs"
+session_targets="miniattn bench_attention bench_cudnn_documents test_attention test_cudnn_plan test_cudnn_graphs"
 summary=$results/summary.txt
 
 bundle_out() {
@@ -793,8 +812,8 @@ case "${1:-all}" in
            run_steps check unpack kokkos build cudnn bench ;;
   *)
     for s in "$@"; do
-      [[ " ${all_steps[*]} cudnn profile kernels stepkernels long " == *" $s "* ]] ||
-        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, stepkernels, long, cmake-args, env)"
+      [[ " ${all_steps[*]} cudnn profile kernels stepkernels long documents " == *" $s "* ]] ||
+        die "unknown step '$s' (fetch, all, session, ${all_steps[*]}, cudnn, profile, kernels, stepkernels, long, documents, cmake-args, env)"
     done
     run_steps "$@" ;;
 esac
