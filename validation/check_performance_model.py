@@ -84,8 +84,14 @@ CASES = [
 ]
 
 
-def tolerance_of(case, default):
-    return WINDOW_TOLERANCE if "w=" in case else DOCUMENTS_TOLERANCE if "docs" in case else default
+def has_documents(sets):
+    return "data.documents=true" in sets
+
+
+def tolerance_of(sets, default):
+    if any(s.startswith("model.window=") for s in sets):
+        return WINDOW_TOLERANCE
+    return DOCUMENTS_TOLERANCE if has_documents(sets) else default
 
 
 def result_of(args, ranks, mpiexec, env):
@@ -146,12 +152,12 @@ def main():
             measured_runs, exchange_runs, attention_runs = [], [], []
             for _ in range(args.repeats):
                 bench = result_of(base + overrides, ranks, args.mpiexec, env)
-                measured_runs.append(bench["step_seconds_mean" if "docs" in name else "step_seconds_median"])
+                measured_runs.append(bench["step_seconds_mean" if has_documents(sets) else "step_seconds_median"])
                 exchange_runs.append(bench.get("exchange_seconds_per_step", 0.0))
                 phases = bench["phases"]
                 attention_runs.append({part: args.layers * phases.get("attention_" + part, {}).get("median_s", 0.0)
                                        for part in ("forward", "backward")})
-                if "docs" in name:  # the mean: every call's total over the calls, the first step's included
+                if has_documents(sets):  # the mean: every call's total over the calls, the first step's included
                     attention_runs[-1] = {part: args.layers * phases["attention_" + part]["total_s"] /
                                           phases["attention_" + part]["calls"] for part in ("forward", "backward")}
             predict = result_of(base + overrides + ["--set", "run.mode=predict", "--set", f"run.machine={args.machine}",
@@ -161,7 +167,8 @@ def main():
             p = predict["prediction_for_deck"]
             measured = statistics.median(measured_runs)
             error = 100.0 * (p["step_seconds"] - measured) / measured
-            rows.append({"case": name, "ranks": ranks, "predicted_s": p["step_seconds"], "measured_s": measured,
+            rows.append({"case": name, "ranks": ranks, "overrides": sets,
+                         "predicted_s": p["step_seconds"], "measured_s": measured,
                          "measured_runs_s": measured_runs, "error_percent": error,
                          "predicted_compute_s": p["compute_seconds"], "predicted_exchange_s": p["exchange_seconds"],
                          "predicted_hidden_s": p["hidden_seconds"],
@@ -187,7 +194,7 @@ def main():
         print(f"{r['case']:12s} {r['ranks']:5d} {r['predicted_s']:12.3f} {r['measured_s']:11.3f} "
               f"{r['error_percent']:+7.1f}%   {pa['forward'] + pa['backward']:10.3f} {ma['forward'] + ma['backward']:10.3f} "
               f"{r['predicted_exchange_s']:11.4f} {r['predicted_hidden_s']:12.4f} {r['measured_exchange_wait_s']:10.4f}")
-        tolerance = tolerance_of(r["case"], args.tolerance)
+        tolerance = tolerance_of(r["overrides"], args.tolerance)
         if abs(r["error_percent"]) > tolerance:
             failed.append(f"{r['case']} {r['error_percent']:+.1f}% (tolerance {tolerance:.0f}%)")
     if args.json:
