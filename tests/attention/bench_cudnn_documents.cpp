@@ -10,7 +10,7 @@
 //   --reps=R            timed repeats after one warm-up; best of R (5)
 //   --nondeterministic  cuDNN's non-deterministic backward (dQ summed with atomics)
 //
-// For each set of documents, four ways, each forward and forward+backward:
+// For each set of documents, six ways, each forward and forward+backward:
 //   per-document   one dense causal call per document (the graphs miniattn runs
 //                  today, a graph per document length: the warm-up builds them);
 //   per-doc shared the same, its graphs built with dynamic shapes and one
@@ -20,7 +20,11 @@
 //                  a packed [n, H, Dh] copy (the layout cuDNN's own THD tests
 //                  use), the copies in and out timed with it;
 //   ragged         the same on the [1, H, n, Dh] block in place (head stride
-//                  n Dh): no copies, if cuDNN's kernels take those strides.
+//                  n Dh): no copies, if cuDNN's kernels take those strides;
+//   ... bucketed   either ragged call with the sequences padded with empty ones
+//                  to a power of two and the graph's length rounded up to one,
+//                  so that one graph would serve every step's documents of a
+//                  bucket (if cuDNN takes empty sequences).
 // Rates are in model FLOP (forward 4 Dh H per shown pair, backward 2.5x that)
 // and beside the rate of one causal call over the whole block, the rate
 // documents should come near (the goal: 0.9 of it). The other ways' outputs
@@ -151,14 +155,15 @@ Way per_document(CudnnSdpa& sdpa, Workspace& ws, miniattn::AttentionOperands<bf1
 struct DeviceRows {
   View1<std::int32_t> counts;
   View1<std::int64_t> offsets;
-  index_t longest = 0;
+  index_t sequences = 0, longest = 0;
   miniattn::kernels::SdpaRaggedRows rows() const { return {counts.data(), counts.data(), offsets.data(), offsets.data()}; }
 };
 
-DeviceRows device_rows(const std::vector<Document>& documents, const miniattn::bench::BlockStrides& strides) {
-  const miniattn::bench::RaggedRows host = miniattn::bench::ragged_rows(documents, strides);
+DeviceRows device_rows(const std::vector<Document>& documents, const miniattn::bench::BlockStrides& strides,
+                       bool bucketed) {
+  const miniattn::bench::RaggedRows host = miniattn::bench::ragged_rows(documents, strides, bucketed);
   DeviceRows rows{View1<std::int32_t>("counts", host.counts.size()), View1<std::int64_t>("offsets", host.offsets.size()),
-                  host.longest};
+                  static_cast<index_t>(host.counts.size()), host.longest};
   Kokkos::deep_copy(rows.counts, Kokkos::View<const std::int32_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
                                      host.counts.data(), host.counts.size()));
   Kokkos::deep_copy(rows.offsets, Kokkos::View<const std::int64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
@@ -166,13 +171,13 @@ DeviceRows device_rows(const std::vector<Document>& documents, const miniattn::b
   return rows;
 }
 
-miniattn::kernels::SdpaRaggedShape ragged_shape(const miniattn::AttentionOperands<bf16>& x, index_t sequences,
-                                                index_t longest, const miniattn::bench::BlockStrides& strides) {
+miniattn::kernels::SdpaRaggedShape ragged_shape(const miniattn::AttentionOperands<bf16>& x, const DeviceRows& rows,
+                                                const miniattn::bench::BlockStrides& strides) {
   miniattn::kernels::SdpaRaggedShape s;
-  s.sequences = sequences;
+  s.sequences = rows.sequences;
   s.heads = s.kv_heads = x.heads;
   s.head_dim = x.dh;
-  s.max_query_count = s.max_key_count = longest;
+  s.max_query_count = s.max_key_count = rows.longest;
   s.query_head_stride = s.key_head_stride = strides.head;
   s.query_row_stride = s.key_row_stride = strides.row;
   s.causal = true;
@@ -193,12 +198,13 @@ void unpack(const View1<bf16>& packed, const View4<bf16>& block) {
       KOKKOS_LAMBDA(index_t p, index_t h, index_t d) { block(0, h, p, d) = packed((p * heads + h) * dh + d); });
 }
 
+// bucketed (ragged_documents.hpp): sequences and lengths rounded up to powers of two, empty sequences added.
 Way ragged_in_place(CudnnSdpa& sdpa, Workspace& ws, miniattn::AttentionOperands<bf16>& x,
-                    const std::vector<Document>& documents) {
-  const DeviceRows rows = device_rows(documents, miniattn::bench::in_place_strides(x.heads, x.n, x.dh));
-  const auto s = ragged_shape(x, static_cast<index_t>(documents.size()), rows.longest,
-                              miniattn::bench::in_place_strides(x.heads, x.n, x.dh));
-  Way way{"ragged", {}, {}};
+                    const std::vector<Document>& documents, bool bucketed) {
+  const auto strides = miniattn::bench::in_place_strides(x.heads, x.n, x.dh);
+  const DeviceRows rows = device_rows(documents, strides, bucketed);
+  const auto s = ragged_shape(x, rows, strides);
+  Way way{bucketed ? "ragged bucketed" : "ragged", {}, {}};
   way.forward = [&sdpa, &ws, &x, rows, s](Outputs& o) {
     sdpa.ragged_forward(s, rows.rows(), x.q.data(), x.k.data(), x.v.data(), o.out.data(), o.stats.data(),
                         ws.at_least(sdpa.prepare_ragged(s, false)));
@@ -220,12 +226,12 @@ struct Packed {
 };
 
 Way ragged_packed(CudnnSdpa& sdpa, Workspace& ws, miniattn::AttentionOperands<bf16>& x,
-                  const std::vector<Document>& documents) {
+                  const std::vector<Document>& documents, bool bucketed) {
   const auto strides = miniattn::bench::packed_strides(x.heads, x.n, x.dh);
-  const DeviceRows rows = device_rows(documents, strides);
-  const auto s = ragged_shape(x, static_cast<index_t>(documents.size()), rows.longest, strides);
+  const DeviceRows rows = device_rows(documents, strides, bucketed);
+  const auto s = ragged_shape(x, rows, strides);
   const Packed p(static_cast<std::size_t>(x.n * x.heads * x.dh));
-  Way way{"ragged-packed", {}, {}};
+  Way way{bucketed ? "packed bucketed" : "ragged-packed", {}, {}};
   way.forward = [&sdpa, &ws, &x, rows, s, p](Outputs& o) {
     pack(x.q, p.q);
     pack(x.k, p.k);
@@ -293,7 +299,7 @@ Rates rates(const Timing& t, double flop) { return {flop / t.forward / 1e12, 3.5
 void print_row(const char* documents, const std::string& way, const Timing& t, double flop, const Rates& whole,
                std::size_t workspace, const std::string& agreement) {
   const double fwd = rates(t, flop).forward, both = rates(t, flop).both;
-  std::printf("%-14s %-14s fwd %8.3f ms %6.1f TFLOP/s (%.2f)  fwd+bwd %8.3f ms %6.1f TFLOP/s (%.2f)  "
+  std::printf("%-14s %-16s fwd %8.3f ms %6.1f TFLOP/s (%.2f)  fwd+bwd %8.3f ms %6.1f TFLOP/s (%.2f)  "
               "first pass %7.3f s  workspace %zu B  %s\n",
               documents, way.c_str(), 1e3 * t.forward, fwd, fwd / whole.forward, 1e3 * t.both, both, both / whole.both,
               t.first, workspace, agreement.c_str());
@@ -325,14 +331,15 @@ struct DocumentSet {
   std::string label;
   std::vector<Document> documents;
   double flop = 0;
-  index_t stats_values = 0;  // per-document stats at their places, or a ragged call's [documents, H, longest]
+  index_t stats_values = 0;  // per-document stats at their places, or a ragged call's [sequences, H, longest]
 };
 
 DocumentSet document_set(std::string label, std::vector<Document> documents, const Options& o) {
   index_t longest = 0;
   for (const Document& d : documents) longest = std::max(longest, d.count);
   const index_t places = stats_places(documents, o.heads).back();
-  const index_t ragged = static_cast<index_t>(documents.size()) * o.heads * longest;
+  const index_t ragged = miniattn::bench::power_of_two_at_least(static_cast<index_t>(documents.size())) * o.heads *
+                         miniattn::bench::power_of_two_at_least(longest);
   const double flop = forward_flop(documents, o);
   return {std::move(label), std::move(documents), flop, std::max(places, ragged)};
 }
@@ -356,7 +363,7 @@ bool compare_way(const std::function<Way(Workspace&)>& make, const DocumentSet& 
     print_row(set.label.c_str(), name, t, set.flop, whole, ws.bytes(), agreement);
     return worst < 1e-2;
   } catch (const std::exception& e) {
-    std::printf("%-14s %-14s refused: %s\n", set.label.c_str(), name.c_str(), e.what());
+    std::printf("%-14s %-16s refused: %s\n", set.label.c_str(), name.c_str(), e.what());
     return true;
   }
 }
@@ -378,8 +385,10 @@ bool time_documents(const Sdpas& sdpa, miniattn::AttentionOperands<bf16>& x, con
       },
       // The packed layout first: it is the one cuDNN's own THD tests run, and
       // a fault in the other would leave the device unusable for it.
-      [&](Workspace& w) { return ragged_packed(sdpa.own, w, x, set.documents); },
-      [&](Workspace& w) { return ragged_in_place(sdpa.own, w, x, set.documents); },
+      [&](Workspace& w) { return ragged_packed(sdpa.own, w, x, set.documents, false); },
+      [&](Workspace& w) { return ragged_packed(sdpa.own, w, x, set.documents, true); },
+      [&](Workspace& w) { return ragged_in_place(sdpa.own, w, x, set.documents, false); },
+      [&](Workspace& w) { return ragged_in_place(sdpa.own, w, x, set.documents, true); },
   };
   bool agree = true;
   for (const auto& make : ways) agree = compare_way(make, set, reference, x, whole, o) && agree;

@@ -56,24 +56,41 @@ inline BlockStrides in_place_strides(index_t heads, index_t n, index_t dh) { ret
 inline BlockStrides packed_strides(index_t heads, index_t n, index_t dh) { return {n * heads * dh, dh, heads * dh}; }
 
 // The call's device arrays on the host: lengths, and each document's first
-// element (one more entry: where the last document's rows end).
+// element (one more entry: where the last document's rows end). `longest`
+// is the graph's s_q = s_kv.
 struct RaggedRows {
   std::vector<std::int32_t> counts;
   std::vector<std::int64_t> offsets;
   index_t longest = 0;
 };
 
-inline RaggedRows ragged_rows(const std::vector<Document>& documents, const BlockStrides& strides) {
+inline index_t power_of_two_at_least(index_t x) {
+  index_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// bucketed: the sequences padded with empty ones to a power of two and the
+// longest rounded up to one, so that one graph serves every set of documents
+// of the same bucket (whether cuDNN takes empty sequences, a GPU says).
+inline RaggedRows ragged_rows(const std::vector<Document>& documents, const BlockStrides& strides,
+                              bool bucketed = false) {
   RaggedRows rows;
   for (const Document& d : documents) {
     rows.counts.push_back(static_cast<std::int32_t>(d.count));
     rows.offsets.push_back(strides.element(d.sample, 0, d.first, 0));
     rows.longest = std::max(rows.longest, d.count);
   }
-  if (!documents.empty()) {
-    const Document& last = documents.back();
-    rows.offsets.push_back(strides.element(last.sample, 0, last.first + last.count, 0));
+  if (documents.empty()) return rows;
+  const Document& last = documents.back();
+  const std::int64_t end = strides.element(last.sample, 0, last.first + last.count, 0);
+  if (bucketed) {
+    const std::size_t sequences = static_cast<std::size_t>(power_of_two_at_least(static_cast<index_t>(documents.size())));
+    rows.counts.resize(sequences, 0);
+    rows.offsets.resize(sequences, end);
+    rows.longest = power_of_two_at_least(rows.longest);
   }
+  rows.offsets.push_back(end);
   return rows;
 }
 

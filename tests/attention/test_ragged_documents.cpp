@@ -40,12 +40,24 @@ TEST(RaggedDocuments, DocumentsTileEverySample) {
   }
 }
 
-// Each element reached through ragged_element: counted, and compared with where `layout` puts it.
+// Each element reached through ragged_element: counted, and compared with
+// where `layout` puts it; bucketed, the empty sequences after the documents
+// reach nothing and keep the offsets from decreasing.
 void expect_every_element_once(const std::vector<Document>& documents, const BlockStrides& strides,
-                               const std::function<std::int64_t(index_t, index_t, index_t, index_t)>& layout) {
-  const RaggedRows rows = ragged_rows(documents, strides);
-  ASSERT_EQ(rows.counts.size(), documents.size());
-  ASSERT_EQ(rows.offsets.size(), documents.size() + 1);
+                               const std::function<std::int64_t(index_t, index_t, index_t, index_t)>& layout,
+                               bool bucketed = false) {
+  const RaggedRows rows = ragged_rows(documents, strides, bucketed);
+  const std::size_t sequences = bucketed ? static_cast<std::size_t>(power_of_two_at_least(static_cast<index_t>(documents.size())))
+                                         : documents.size();
+  ASSERT_EQ(rows.counts.size(), sequences);
+  ASSERT_EQ(rows.offsets.size(), sequences + 1);
+  for (std::size_t e = documents.size(); e < sequences; ++e) {
+    EXPECT_EQ(rows.counts[e], 0) << "padding sequence " << e;
+    EXPECT_EQ(rows.offsets[e], rows.offsets[e + 1]) << "padding sequence " << e;
+  }
+  if (bucketed) {
+    EXPECT_EQ(rows.longest, power_of_two_at_least(rows.longest));
+  }
   std::vector<int> reached(static_cast<std::size_t>(kSamples * kHeads * kRows * kDh), 0);
   for (std::size_t e = 0; e < documents.size(); ++e) {
     const Document& doc = documents[e];
@@ -69,8 +81,13 @@ TEST(RaggedDocuments, InPlaceRowsAreTheBlocksOwn) {
     return ((b * kHeads + h) * kRows + p) * kDh + d;
   };
   const BlockStrides strides = in_place_strides(kHeads, kRows, kDh);
-  expect_every_element_once(documents_of_length(kSamples, kRows, 16), strides, block);
-  expect_every_element_once(documents_of_random_length(kSamples, kRows, 7), strides, block);
+  // 10 documents: bucketed to 16 sequences, 6 of them empty.
+  ASSERT_EQ(documents_of_length(kSamples, kRows, 12).size(), 10u);
+  for (bool bucketed : {false, true}) {
+    expect_every_element_once(documents_of_length(kSamples, kRows, 12), strides, block, bucketed);
+    expect_every_element_once(documents_of_length(kSamples, kRows, 16), strides, block, bucketed);
+    expect_every_element_once(documents_of_random_length(kSamples, kRows, 7), strides, block, bucketed);
+  }
 }
 
 TEST(RaggedDocuments, PackedRowsAreTokensHeadsValues) {
@@ -78,8 +95,11 @@ TEST(RaggedDocuments, PackedRowsAreTokensHeadsValues) {
     return ((b * kRows + p) * kHeads + h) * kDh + d;
   };
   const BlockStrides strides = packed_strides(kHeads, kRows, kDh);
-  expect_every_element_once(documents_of_length(kSamples, kRows, 16), strides, packed);
-  expect_every_element_once(documents_of_random_length(kSamples, kRows, 7), strides, packed);
+  for (bool bucketed : {false, true}) {
+    expect_every_element_once(documents_of_length(kSamples, kRows, 12), strides, packed, bucketed);
+    expect_every_element_once(documents_of_length(kSamples, kRows, 16), strides, packed, bucketed);
+    expect_every_element_once(documents_of_random_length(kSamples, kRows, 7), strides, packed, bucketed);
+  }
   // The packed copy's rows follow one another: the last offset is where the block ends.
   EXPECT_EQ(ragged_rows(documents_of_length(kSamples, kRows, 16), strides).offsets.back(),
             kSamples * kRows * kHeads * kDh);
