@@ -27,7 +27,7 @@ kernels::AttentionBlocking predicted_blocking(const Config& c, const MachineDesc
   requested.attention = kernel == AttentionKernel::cudnn ? AttentionKernel::gemm : kernel;
   kernels::AttentionBlocking blocking = kernels::choose_attention_tiles<T>(requested, c.model.head_dim()).blocking;
   if (kernel == AttentionKernel::cudnn) blocking.kernel = AttentionKernel::cudnn;
-  blocking.gemm_fallback = blocking.kernel == AttentionKernel::cudnn && c.data.documents;
+  kernels::route_documents(blocking, c.data.documents, c.kernels.cudnn_documents);
   blocking.deterministic = c.kernels.deterministic;
   return blocking;
 }
@@ -246,10 +246,14 @@ nlohmann::json run_predict(const Config& c, MPI_Comm world) {
   // stops all of them alike); only rank 0 reports, so only it computes.
   if (rank != 0) return result;
   result["warnings"] = nlohmann::json::array();
-  if (deck.blocking.gemm_fallback)  // the planner has no cuDNN form for them yet (docs/deck.md)
+  if (deck.blocking.gemm_fallback)  // kernels.cudnn_documents: gemm (docs/deck.md)
     result["warnings"].push_back(
         "data.documents with cudnn: the run computes every block with the gemm kernel, which this machine file has "
         "no rates for, and attention is timed at cuDNN's rates: the predicted step is too short");
+  if (deck.blocking.cudnn_document_calls)
+    result["warnings"].push_back(
+        "data.documents with kernels.cudnn_documents: calls: cuDNN builds a graph for every new document length "
+        "(about 0.4 s each), which the predicted step leaves out");
   result["predictions"] = strategy_table(machine, deck, seq_lens, c.run.predict_max_ranks);
   result["longest_seq_len"] = longest_table(machine, deck, c.run.predict_max_ranks);
   result["prediction_for_deck"] = full_json(own, predict_step(machine, own));

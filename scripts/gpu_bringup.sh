@@ -672,6 +672,14 @@ step_documents() {
     "$build/tests/attention/bench_cudnn_documents" 32768 64 4 $([ $mode = deterministic ] || echo --nondeterministic) |
       tee "$results/documents_cudnn_$mode.txt" || say "WARNING: bench_cudnn_documents $mode exit $?"
   done
+  # The bench step with packed documents, their blocks on the gemm kernel and as calls per document.
+  for mode in gemm calls; do
+    say "miniattn bench N=32768 causal bf16 cudnn, packed documents, kernels.cudnn_documents $mode"
+    miniattn "$root/inputs/example.yaml" "${bench_model[@]}" --set model.seq_len=32768 --set model.causal=true \
+             --set model.precision=bf16 --set kernels.attention=cudnn --set data.documents=true \
+             --set kernels.cudnn_documents=$mode --set train.steps=4 \
+             --set run.result="$results/bench_documents_cudnn_$mode.json" || say "WARNING: documents $mode exit $?"
+  done
 }
 
 # Predict on the calibrated file: the 32768 bench step, the million-token

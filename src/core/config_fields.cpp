@@ -76,6 +76,7 @@ const std::vector<Field>& fields() {
       {"kernels", "key_block", MINIATTN_CONFIG_REF(kernels, key_block)},
       {"kernels", "deterministic", MINIATTN_CONFIG_REF(kernels, deterministic)},
       {"kernels", "cudnn_workspace_mib", MINIATTN_CONFIG_REF(kernels, cudnn_workspace_mib)},
+      {"kernels", "cudnn_documents", MINIATTN_CONFIG_ENUM(kernels, cudnn_documents)},
       {"data", "task", MINIATTN_CONFIG_ENUM(data, task)},
       {"data", "documents", MINIATTN_CONFIG_REF(data, documents)},
   };

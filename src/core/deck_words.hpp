@@ -50,6 +50,10 @@ MINIATTN_DECK_WORDS(AttentionKernel, "auto", "fused", "gemm", "cudnn")
 // the memory plan fits (perf/memory_plan.hpp, plan_memory_within).
 enum class Recompute { automatic, always, never };
 MINIATTN_DECK_WORDS(Recompute, "auto", "always", "never")
+
+// kernels.cudnn_documents: how the cudnn kernel runs blocks with packed documents.
+enum class CudnnDocuments { gemm, calls };
+MINIATTN_DECK_WORDS(CudnnDocuments, "gemm", "calls")
 // The synthetic task (model/synthetic_task.hpp): copy (each sample's second
 // half repeats its first) or lookup (key-value pairs defined in the first
 // quarter, then retrieved from context).
@@ -93,6 +97,9 @@ struct KernelConfig {
   bool deterministic = true;
   // cudnn, deterministic: the most MiB of cuDNN's workspace (0: what the memory plan leaves).
   double cudnn_workspace_mib = 0.0;
+  // cudnn: blocks with packed documents on the gemm kernel whole, or as cuDNN
+  // calls of one document each (a graph per new call shape).
+  CudnnDocuments cudnn_documents = CudnnDocuments::gemm;
   std::size_t cudnn_workspace_limit_bytes() const {
     return static_cast<std::size_t>(cudnn_workspace_mib * 1024.0 * 1024.0);
   }

@@ -180,7 +180,7 @@ kernels::AttentionTiles agreed_attention_tiles(const Config& c, const ProcessGri
     tiles = kernels::choose_attention_tiles<T>(c.kernels, c.model.head_dim(), kernels::TeamScratchLimits::of_backend(),
                                                cudnn_everywhere);
   });
-  tiles.blocking.gemm_fallback = tiles.blocking.kernel == AttentionKernel::cudnn && c.data.documents;
+  kernels::route_documents(tiles.blocking, c.data.documents, c.kernels.cudnn_documents);
   tiles.blocking.deterministic = c.kernels.deterministic;
   return tiles;
 }

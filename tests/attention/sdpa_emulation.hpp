@@ -75,11 +75,15 @@ class EmulatedSdpa final : public kernels::SdpaRunner {
     kernels::SdpaCallShape s;
     const void *q, *k, *v;
     double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+    // b: the call's sample b (a call of one sample reads that sample's rows).
+    index_t sample(index_t b) const { return s.call.sample < 0 ? b : s.call.sample + b; }
     std::size_t query(index_t b, index_t h, index_t i, index_t d) const {
-      return static_cast<std::size_t>(((b * s.heads + h) * s.query_rows + s.call.query_offset + i) * s.head_dim + d);
+      return static_cast<std::size_t>(((sample(b) * s.heads + h) * s.query_rows + s.call.query_offset + i) *
+                                          s.head_dim + d);
     }
     std::size_t key(index_t b, index_t g, index_t j, index_t d) const {
-      return static_cast<std::size_t>(((b * s.kv_heads + g) * s.key_rows + s.call.key_offset + j) * s.head_dim + d);
+      return static_cast<std::size_t>(((sample(b) * s.kv_heads + g) * s.key_rows + s.call.key_offset + j) *
+                                          s.head_dim + d);
     }
     std::size_t row(index_t b, index_t h, index_t i) const {  // stats and lse: the call's rows only
       return static_cast<std::size_t>((b * s.heads + h) * s.call.query_count + i);

@@ -289,6 +289,7 @@ struct KernelUnderTest {
   AttentionKernel kernel;
   bool one_launch_backward;
   const char* name;
+  bool cudnn_document_calls = false;  // cudnn: packed documents as calls, else on the gemm fallback
 };
 const KernelUnderTest kKernels[] = {{AttentionKernel::fused, false, "fused_waves"},
                                     {AttentionKernel::fused, true, "fused_one_launch"},
@@ -304,8 +305,9 @@ AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.kernel = kernel_under_test.kernel;
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
-  if (tiles.kernel == AttentionKernel::cudnn) {  // no tiles of its own; documents run the gemm fallback
-    tiles.gemm_fallback = true;
+  if (tiles.kernel == AttentionKernel::cudnn) {  // no tiles of its own; documents as calls or on the gemm fallback
+    tiles.cudnn_document_calls = kernel_under_test.cudnn_document_calls;
+    tiles.gemm_fallback = !tiles.cudnn_document_calls;
     return tiles;
   }
   for (;;) {
@@ -975,9 +977,12 @@ PlainBf16 plain_bf16_attention(const Problem& p, const MaskCase& mask, const std
 
 // bf16 kernels: gemm on every backend; cudnn runs cuDNN where the build has
 // it, else its host emulation (sdpa_emulation.hpp): the planner, the merges
-// and the gemm fallback are the kernel's own either way.
+// and the gemm fallback are the kernel's own either way. Packed documents go
+// to the gemm fallback (cudnn) or run as calls of one sample and document
+// each (cudnn_document_calls).
 const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
-                                        {AttentionKernel::cudnn, false, "cudnn"}};
+                                        {AttentionKernel::cudnn, false, "cudnn"},
+                                        {AttentionKernel::cudnn, false, "cudnn_document_calls", true}};
 class AttentionBf16 : public AttentionKernels {};
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
 
@@ -1165,13 +1170,15 @@ void run_group(const Problem& p, const std::vector<double>& g, const GroupPositi
 namespace cudnn_strategies {
 
 // Every strategy, layout and mask through the kernel, calls cut to
-// rows_per_call query rows (0: no cut); prints the worst ratio to plain bf16.
-void check_every_strategy_block(index_t rows_per_call) {
+// rows_per_call query rows (0: no cut), packed documents as calls or on the
+// gemm fallback; prints the worst ratio to plain bf16.
+void check_every_strategy_block(index_t rows_per_call, bool document_calls) {
   using miniattn::bf16;
   AttentionBlocking blocking;
   blocking.kernel = AttentionKernel::cudnn;
-  blocking.chunk = 7;             // the fallback's gemm chunks
-  blocking.gemm_fallback = true;  // packed documents
+  blocking.chunk = 7;  // the fallback's gemm chunks
+  blocking.gemm_fallback = !document_calls;
+  blocking.cudnn_document_calls = document_calls;
   blocking.cudnn_rows_per_call = rows_per_call;
   const miniattn::kernels::CudnnTally before = miniattn::kernels::cudnn_tally();
   PlainBf16Rule rule;
@@ -1202,19 +1209,24 @@ void check_every_strategy_block(index_t rows_per_call) {
     }
   const miniattn::kernels::CudnnTally after = miniattn::kernels::cudnn_tally();
   EXPECT_EQ(after.cut_calls > before.cut_calls, rows_per_call > 0);
-  std::printf("cudnn in %d strategy cases, %ld rows a call (0: no cut): worst error / (plain bf16 error + 1e-4) = "
-              "%.2f; %lld calls, %lld of them cut\n",
-              cases, static_cast<long>(rows_per_call), rule.worst_ratio,
-              static_cast<long long>(after.calls - before.calls),
-              static_cast<long long>(after.cut_calls - before.cut_calls));
+  EXPECT_EQ(after.fallback_blocks > before.fallback_blocks, !document_calls);
+  std::printf("cudnn in %d strategy cases, %ld rows a call (0: no cut), documents %s: worst error / (plain bf16 "
+              "error + 1e-4) = %.2f; %lld calls, %lld of them cut, %lld blocks on the gemm fallback\n",
+              cases, static_cast<long>(rows_per_call), document_calls ? "as calls" : "on the gemm fallback",
+              rule.worst_ratio, static_cast<long long>(after.calls - before.calls),
+              static_cast<long long>(after.cut_calls - before.cut_calls),
+              static_cast<long long>(after.fallback_blocks - before.fallback_blocks));
 }
 
 }  // namespace cudnn_strategies
 
 // Also with every deterministic call cut to 5 query rows (a small cuDNN
-// workspace: kernels.cudnn_workspace_mib), which splits every block here.
+// workspace: kernels.cudnn_workspace_mib), which splits every block here, and
+// with packed documents as calls (kernels.cudnn_documents: calls).
 TEST(AttentionCudnn, EveryStrategyBlockWithinFactorsOfPlainBf16) {
-  for (const index_t rows_per_call : {index_t{0}, index_t{5}}) cudnn_strategies::check_every_strategy_block(rows_per_call);
+  for (const bool document_calls : {false, true})
+    for (const index_t rows_per_call : {index_t{0}, index_t{5}})
+      cudnn_strategies::check_every_strategy_block(rows_per_call, document_calls);
 }
 
 // cuDNN's workspace is allocated from the memory plan's count

@@ -8,8 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <functional>
 #include <iostream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +30,7 @@ std::string describe(const CudnnCall& c) {
     << c.key_count << ")";
   if (c.has_right_bound) s << " right " << c.right_bound;
   if (c.has_left_bound) s << " left " << c.left_bound;
+  if (c.sample >= 0) s << " sample " << c.sample;
   return s.str();
 }
 
@@ -53,13 +57,15 @@ std::string call_error(const CudnnCall& c, index_t n_q, index_t n_k) {
   return "";
 }
 
-// What is wrong with a plan of the block q_pos x k_pos under mask (empty: it is exact).
-std::string plan_error(const BlockPlan& plan, const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
-                       const AttentionMask& mask) {
+// What is wrong with the calls of one sample (those of `sample` and those of
+// every sample) of a plan of n_q x n_k rows, pair (i, j) visible or not
+// (empty: they are exact).
+std::string sample_plan_error(const BlockPlan& plan, index_t n_q, index_t n_k, index_t sample,
+                              const std::function<bool(index_t, index_t)>& visible) {
   if (plan.whole_block_fallback) return "whole-block fallback";
-  const index_t n_q = static_cast<index_t>(q_pos.size()), n_k = static_cast<index_t>(k_pos.size());
   std::vector<int> covered(static_cast<std::size_t>(n_q * n_k), 0), shown(covered.size(), 0);
   for (const CudnnCall& c : plan.calls) {
+    if (c.sample >= 0 && c.sample != sample) continue;
     const std::string error = call_error(c, n_q, n_k);
     if (!error.empty()) return describe(c) + ": " + error;
     for (index_t i = c.query_offset; i < c.query_offset + c.query_count; ++i)
@@ -71,12 +77,24 @@ std::string plan_error(const BlockPlan& plan, const std::vector<index_t>& q_pos,
   }
   for (index_t i = 0; i < n_q; ++i)
     for (index_t j = 0; j < n_k; ++j) {
-      const bool visible = !mask.hides_position(q_pos[static_cast<std::size_t>(i)], k_pos[static_cast<std::size_t>(j)]);
-      if (shown[static_cast<std::size_t>(i * n_k + j)] != (visible ? 1 : 0))
-        return "pair (" + std::to_string(i) + ", " + std::to_string(j) + ") " + (visible ? "visible" : "hidden") +
+      const bool seen = visible(i, j);
+      if (shown[static_cast<std::size_t>(i * n_k + j)] != (seen ? 1 : 0))
+        return "pair (" + std::to_string(i) + ", " + std::to_string(j) + ") " + (seen ? "visible" : "hidden") +
                " shown by " + std::to_string(shown[static_cast<std::size_t>(i * n_k + j)]) + " calls";
     }
   return "";
+}
+
+// What is wrong with a plan of the block q_pos x k_pos under mask (empty: it is exact).
+std::string plan_error(const BlockPlan& plan, const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
+                       const AttentionMask& mask) {
+  for (const CudnnCall& c : plan.calls)
+    if (c.sample >= 0) return describe(c) + ": a call of one sample without documents";
+  return sample_plan_error(plan, static_cast<index_t>(q_pos.size()), static_cast<index_t>(k_pos.size()), 0,
+                           [&](index_t i, index_t j) {
+                             return !mask.hides_position(q_pos[static_cast<std::size_t>(i)],
+                                                         k_pos[static_cast<std::size_t>(j)]);
+                           });
 }
 
 // The sweep's position masks at sequence length n: full, causal, causal and
@@ -201,7 +219,7 @@ void check_grid(int sp, int ulysses, Layout layout, index_t seq_len, SweepCount&
                                   std::to_string(s) + " causal " + std::to_string(rules.causal) + " window " +
                                   std::to_string(rules.window);
         const AttentionMask mask(rules.causal, rules.window);
-        const BlockPlan plan = plan_block(q_pos, k_pos, rules, false);
+        const BlockPlan plan = plan_block(q_pos, k_pos, rules);
         ++count.blocks;
         count.fallbacks += plan.whole_block_fallback;
         EXPECT_EQ(plan_error(plan, q_pos, k_pos, mask), "") << where;
@@ -209,7 +227,7 @@ void check_grid(int sp, int ulysses, Layout layout, index_t seq_len, SweepCount&
         const std::size_t most_calls = rules.window > 0 ? 0 : hybrid_striped ? ulysses * ulysses : 1;
         EXPECT_EQ(sharing_error(plan, q_pos, k_pos, mask, most_calls), "") << where;
         for (const index_t rows_per_call : {index_t{1}, index_t{2}, index_t{3}}) {
-          const BlockPlan cut = plan_block(q_pos, k_pos, rules, false, rows_per_call);
+          const BlockPlan cut = plan_block(q_pos, k_pos, rules, nullptr, rows_per_call);
           EXPECT_EQ(plan_error(cut, q_pos, k_pos, mask), "") << where << " rows per call " << rows_per_call;
           EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "") << where << " rows per call " << rows_per_call;
           count.cut_calls += cut.cut_calls;
@@ -241,15 +259,6 @@ TEST(CudnnPlan, EveryStrategyBlockIsPlannedExactly) {
   EXPECT_EQ(count.fallbacks, 0);
   EXPECT_GT(count.banded_calls, 0);
   EXPECT_GT(count.cut_calls, 0);
-}
-
-// Packed documents: cuDNN is not given a document mask yet, so such blocks
-// go to the gemm kernel whole (the report counts them).
-TEST(CudnnPlan, PackedDocumentsFallBackWhole) {
-  const std::vector<index_t> own = owned_positions(16, 2, 1, Layout::zigzag);
-  const BlockPlan plan = plan_block(own, own, {true, 0}, true);
-  EXPECT_TRUE(plan.whole_block_fallback);
-  EXPECT_TRUE(plan.calls.empty());
 }
 
 // Where the all-to-all puts each row: row i of the group's rank u lands where
@@ -309,26 +318,26 @@ TEST(CudnnPlan, ZigzagStepsAreOneCallEach) {
   const PositionRules causal{true, 0};
   const std::vector<index_t> own = owned_positions(n, 4, 1, Layout::zigzag);
   // Diagonal step: one causal call over both chunks.
-  expect_one_call(plan_block(own, own, causal, false), with_right_bound(call_of(0, 2 * c, 0, 2 * c), 0));
+  expect_one_call(plan_block(own, own, causal), with_right_bound(call_of(0, 2 * c, 0, 2 * c), 0));
   // Earlier source (chunks 0 and 7): its first chunk, unmasked, for every query.
-  expect_one_call(plan_block(own, owned_positions(n, 4, 0, Layout::zigzag), causal, false), call_of(0, 2 * c, 0, c));
+  expect_one_call(plan_block(own, owned_positions(n, 4, 0, Layout::zigzag), causal), call_of(0, 2 * c, 0, c));
   // Later source (chunks 2 and 5): every key, unmasked, for the second query chunk.
-  expect_one_call(plan_block(own, owned_positions(n, 4, 2, Layout::zigzag), causal, false), call_of(c, c, 0, 2 * c));
+  expect_one_call(plan_block(own, owned_positions(n, 4, 2, Layout::zigzag), causal), call_of(c, c, 0, 2 * c));
 }
 
 TEST(CudnnPlan, StripedLaterSourceStartsOneRowLater) {
   // Rank 1 (1, 5, 9, 13) against source 2 (2, 6, 10, 14): the first query sees no key, the last key no query.
   const std::vector<index_t> own = owned_positions(16, 4, 1, Layout::striped);
   const std::vector<index_t> source = owned_positions(16, 4, 2, Layout::striped);
-  expect_one_call(plan_block(own, source, {true, 0}, false), with_right_bound(call_of(1, 3, 0, 3), 0));
+  expect_one_call(plan_block(own, source, {true, 0}), with_right_bound(call_of(1, 3, 0, 3), 0));
 }
 
 TEST(CudnnPlan, ContiguousEarlierSourceIsUnmasked) {
   const std::vector<index_t> own = owned_positions(32, 4, 2, Layout::contiguous);
   const std::vector<index_t> source = owned_positions(32, 4, 0, Layout::contiguous);
-  expect_one_call(plan_block(own, source, {true, 0}, false), call_of(0, 8, 0, 8));
+  expect_one_call(plan_block(own, source, {true, 0}), call_of(0, 8, 0, 8));
   // A later source shows nothing: no calls and no fallback.
-  const BlockPlan later = plan_block(source, own, {true, 0}, false);
+  const BlockPlan later = plan_block(source, own, {true, 0});
   EXPECT_FALSE(later.whole_block_fallback);
   EXPECT_TRUE(later.calls.empty());
 }
@@ -343,6 +352,146 @@ TEST(CudnnPlan, CallShowsNothingOutsideItsRectangle) {
   EXPECT_FALSE(call_shows(c, 4, 4));    // left of the band
   EXPECT_FALSE(call_shows(c, 1, 3));    // before the rectangle on both sides
   EXPECT_FALSE(call_shows(c, 5, 6));    // after its last row
+}
+
+// ---- packed documents
+
+// Each sample's documents over positions 0 .. seq_len - 1: a position starts
+// one with chance 1/3 (the test's own draw), and its id counts the starts up
+// to it, as SyntheticTask::fill_documents numbers them.
+std::vector<std::vector<index_t>> drawn_documents(index_t samples, index_t seq_len, std::uint64_t seed) {
+  std::vector<std::vector<index_t>> ids(static_cast<std::size_t>(samples));
+  for (auto& sample : ids) {
+    index_t document = 0;
+    for (index_t p = 0; p < seq_len; ++p) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      if (p > 0 && (seed >> 33) % 3 == 0) ++document;
+      sample.push_back(document);
+    }
+  }
+  return ids;
+}
+
+BlockDocuments block_documents(const std::vector<std::vector<index_t>>& ids, const std::vector<index_t>& q_pos,
+                               const std::vector<index_t>& k_pos) {
+  BlockDocuments documents{static_cast<index_t>(ids.size()), {}, {}};
+  for (const auto& sample : ids) {
+    for (const index_t p : q_pos) documents.query.push_back(sample[static_cast<std::size_t>(p)]);
+    for (const index_t p : k_pos) documents.key.push_back(sample[static_cast<std::size_t>(p)]);
+  }
+  return documents;
+}
+
+// What is wrong with a plan of a block with documents (empty: nothing): every
+// call of one sample; each sample's calls exact under the rules and its
+// documents; no query row of a sample in more calls than the position plan
+// (without documents) puts it in.
+std::string documents_error(const BlockPlan& plan, const BlockPlan& position_plan, const std::vector<index_t>& q_pos,
+                            const std::vector<index_t>& k_pos, const PositionRules& rules,
+                            const std::vector<std::vector<index_t>>& ids) {
+  const AttentionMask mask(rules.causal, rules.window);
+  const index_t samples = static_cast<index_t>(ids.size());
+  for (const CudnnCall& c : plan.calls)
+    if (c.sample < 0 || c.sample >= samples) return describe(c) + ": not a call of one sample";
+  const auto calls_of_row = [](const BlockPlan& p, index_t sample, index_t i) {
+    return std::count_if(p.calls.begin(), p.calls.end(), [&](const CudnnCall& c) {
+      return (c.sample < 0 || c.sample == sample) && i >= c.query_offset && i < c.query_offset + c.query_count;
+    });
+  };
+  for (index_t b = 0; b < samples; ++b) {
+    const auto& doc = ids[static_cast<std::size_t>(b)];
+    const std::string error = sample_plan_error(
+        plan, static_cast<index_t>(q_pos.size()), static_cast<index_t>(k_pos.size()), b, [&](index_t i, index_t j) {
+          const index_t q = q_pos[static_cast<std::size_t>(i)], k = k_pos[static_cast<std::size_t>(j)];
+          return !mask.hides_position(q, k) && doc[static_cast<std::size_t>(q)] == doc[static_cast<std::size_t>(k)];
+        });
+    if (!error.empty()) return "sample " + std::to_string(b) + ": " + error;
+    for (index_t i = 0; i < static_cast<index_t>(q_pos.size()); ++i)
+      if (calls_of_row(plan, b, i) > calls_of_row(position_plan, b, i))
+        return "sample " + std::to_string(b) + " query row " + std::to_string(i) + " in more calls than its positions'";
+  }
+  return "";
+}
+
+// Every block of every strategy, layout, rank count 1-8, 1-3 rows a rank
+// and mask, with two samples' drawn documents: planned exactly, sample by
+// sample, without the gemm fallback, and cut along query rows exactly.
+TEST(CudnnPlan, EveryStrategyBlockWithDocumentsIsPlannedExactly) {
+  long blocks = 0, calls = 0, fallbacks = 0;
+  std::uint64_t seed = 17;
+  for (int sp = 1; sp <= 8; ++sp)
+    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
+      if (sp % ulysses != 0) continue;
+      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+        for (index_t rows : {index_t{1}, index_t{2}, index_t{3}}) {
+          const index_t seq_len = sp * (layout == Layout::zigzag ? 2 * rows : rows);
+          const auto ids = drawn_documents(2, seq_len, ++seed);
+          for (int g = 0; g < sp / ulysses; ++g)
+            for (int s = 0; s < sp / ulysses; ++s) {
+              const std::vector<index_t> q_pos = group_positions(seq_len, sp, ulysses, g, layout);
+              const std::vector<index_t> k_pos = group_positions(seq_len, sp, ulysses, s, layout);
+              const BlockDocuments documents = block_documents(ids, q_pos, k_pos);
+              for (const PositionRules& rules : masks_of(seq_len)) {
+                const std::string where = std::string(strategy_of(sp, ulysses)) + " P " + std::to_string(sp) +
+                                          " U " + std::to_string(ulysses) + " " + to_string(layout) + " N " +
+                                          std::to_string(seq_len) + " group " + std::to_string(g) + " source " +
+                                          std::to_string(s) + " causal " + std::to_string(rules.causal) +
+                                          " window " + std::to_string(rules.window);
+                const BlockPlan position_plan = plan_block(q_pos, k_pos, rules);
+                const BlockPlan plan = plan_block(q_pos, k_pos, rules, &documents);
+                ++blocks;
+                fallbacks += plan.whole_block_fallback;
+                calls += static_cast<long>(plan.calls.size());
+                EXPECT_EQ(documents_error(plan, position_plan, q_pos, k_pos, rules, ids), "") << where;
+                EXPECT_EQ(plan.cut_calls, 0) << where;
+                for (const index_t rows_per_call : {index_t{1}, index_t{2}}) {
+                  const BlockPlan cut = plan_block(q_pos, k_pos, rules, &documents, rows_per_call);
+                  EXPECT_EQ(documents_error(cut, plan, q_pos, k_pos, rules, ids), "") << where << " cut " << rows_per_call;
+                  EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "")
+                      << where << " cut " << rows_per_call;
+                }
+              }
+            }
+        }
+    }
+  std::cout << "checked " << blocks << " blocks with documents: " << calls << " calls, " << fallbacks
+            << " blocks on the gemm fallback\n";
+  EXPECT_EQ(fallbacks, 0);
+}
+
+// A causal block of 8 contiguous positions, by hand: sample 0's documents
+// [0, 3), [3, 5), [5, 8) are three causal calls; sample 1's one document is the
+// whole block's call.
+TEST(CudnnPlan, DocumentsOfACausalBlockAreCallsOfTheirOwn) {
+  const std::vector<index_t> own = owned_positions(8, 1, 0, Layout::contiguous);
+  const std::vector<std::vector<index_t>> ids = {{0, 0, 0, 1, 1, 2, 2, 2}, {0, 0, 0, 0, 0, 0, 0, 0}};
+  const BlockDocuments documents = block_documents(ids, own, own);
+  const BlockPlan plan = plan_block(own, own, {true, 0}, &documents);
+  ASSERT_FALSE(plan.whole_block_fallback);
+  std::vector<std::string> calls;
+  for (const CudnnCall& c : plan.calls) calls.push_back(describe(c));
+  const auto causal_call = [](index_t first, index_t count, index_t sample) {
+    CudnnCall c = with_right_bound(call_of(first, count, first, count), 0);
+    c.sample = sample;
+    return describe(c);
+  };
+  EXPECT_EQ(calls, (std::vector<std::string>{causal_call(0, 3, 0), causal_call(3, 2, 0), causal_call(5, 3, 0),
+                                             causal_call(0, 8, 1)}));
+}
+
+// A document whose keys are not one stretch of the block's key rows is no
+// document miniattn draws (they are position intervals): the block falls back.
+TEST(CudnnPlan, DocumentKeysInTwoStretchesFallBack) {
+  const std::vector<index_t> own = owned_positions(4, 1, 0, Layout::contiguous);
+  const BlockDocuments documents{1, {0, 1, 0, 1}, {0, 1, 0, 1}};
+  EXPECT_TRUE(plan_block(own, own, {false, 0}, &documents).whole_block_fallback);
+}
+
+// The documents must match the block.
+TEST(CudnnPlan, DocumentsOfAnotherShapeAreRefused) {
+  const std::vector<index_t> own = owned_positions(4, 1, 0, Layout::contiguous);
+  const BlockDocuments documents{2, {0, 0, 0, 0}, {0, 0, 0, 0}};
+  EXPECT_THROW(plan_block(own, own, {true, 0}, &documents), std::invalid_argument);
 }
 
 }  // namespace

@@ -825,7 +825,8 @@ TEST(PredictMode, EntriesSayWhetherTheyRecompute) {
 }
 
 // A cuDNN machine file cannot time packed documents, whose blocks the run
-// sends to the gemm kernel: predict says so, and only then.
+// sends to the gemm kernel, nor the graph builds of calls per document
+// (kernels.cudnn_documents: calls): predict says which, and only then.
 TEST(PredictMode, WarnsThatDocumentsOnCudnnAreTimedAtCudnnRates) {
   const std::string machine = ::testing::TempDir() + "miniattn_cudnn_machine.yaml";
   MachineDescription m = test_machine();
@@ -844,6 +845,10 @@ TEST(PredictMode, WarnsThatDocumentsOnCudnnAreTimedAtCudnnRates) {
   const nlohmann::json warnings = run_predict(c, MPI_COMM_WORLD).at("warnings");
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].get<std::string>().find("gemm kernel"), std::string::npos) << warnings;
+  c.kernels.cudnn_documents = CudnnDocuments::calls;
+  const nlohmann::json calls = run_predict(c, MPI_COMM_WORLD).at("warnings");
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_NE(calls[0].get<std::string>().find("builds a graph"), std::string::npos) << calls;
   m.attention_kernel = "gemm";
   std::ofstream(machine) << machine_to_yaml(m, "test");
   EXPECT_TRUE(run_predict(c, MPI_COMM_WORLD).at("warnings").empty());

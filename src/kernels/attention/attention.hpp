@@ -136,9 +136,13 @@ struct AttentionBlocking {
   index_t key_block = 0;
   AttentionKernel kernel = AttentionKernel::fused;
   index_t chunk = 0;
-  // cudnn: blocks cuDNN cannot express (packed documents) run the gemm
-  // kernel, whose chunk-pair scratch the workspace then holds.
+  // cudnn: blocks cuDNN cannot express run the gemm kernel, whose chunk-pair
+  // scratch the workspace then holds (packed documents, unless
+  // cudnn_document_calls).
   bool gemm_fallback = false;
+  // cudnn: blocks with packed documents run as cuDNN calls of one sample and
+  // one document each (kernels.cudnn_documents: calls), not on the gemm kernel.
+  bool cudnn_document_calls = false;
   // cudnn: cuDNN's deterministic backward (kernels.deterministic), and the
   // most query rows of one of its calls (0: no limit), which bounds the dS
   // that backward keeps for every pair of a call (the memory plan chooses it:
@@ -198,6 +202,11 @@ template <class T>
 AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t head_dim,
                                       const TeamScratchLimits& limits = TeamScratchLimits::of_backend(),
                                       bool cudnn_on_every_rank = true);
+
+// How the cudnn kernel runs a run's blocks with packed documents
+// (kernels.cudnn_documents): as calls of one document each, or on the gemm
+// fallback, whose scratch the workspace then holds. Other kernels: unchanged.
+void route_documents(AttentionBlocking& blocking, bool documents, CudnnDocuments how);
 
 // The shapes a strategy feeds the kernels: at most `queries` query rows of
 // `heads` heads and `keys` key rows of `kv_heads` K/V heads per call.

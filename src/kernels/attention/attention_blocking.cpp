@@ -74,6 +74,12 @@ AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, con
 
 }  // namespace
 
+void route_documents(AttentionBlocking& blocking, bool documents, CudnnDocuments how) {
+  const bool cudnn_documents = blocking.kernel == AttentionKernel::cudnn && documents;
+  blocking.cudnn_document_calls = cudnn_documents && how == CudnnDocuments::calls;
+  blocking.gemm_fallback = cudnn_documents && how == CudnnDocuments::gemm;
+}
+
 TeamScratchLimits TeamScratchLimits::of_backend() { return {level0_scratch_bytes(), !kHostExecution}; }
 
 template <class T>

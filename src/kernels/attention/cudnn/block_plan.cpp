@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
 
 namespace miniattn::kernels {
 namespace {
@@ -188,6 +191,58 @@ void append_pieces(const CudnnCall& call, index_t rows_per_call, BlockPlan& plan
     plan.calls.push_back(call_rows(call, first, std::min(rows, call.query_count - first)));
 }
 
+// Rows [first, first + count) of a block cut into maximal stretches of one
+// document (ids: one sample's document of each row).
+struct Stretch {
+  index_t first = 0, count = 0, document = 0;
+};
+
+std::vector<Stretch> stretches(const index_t* ids, index_t first, index_t count) {
+  std::vector<Stretch> found;
+  for (index_t i = first; i < first + count;) {
+    index_t end = i + 1;
+    while (end < first + count && ids[end] == ids[i]) ++end;
+    found.push_back({i, end - i, ids[i]});
+    i = end;
+  }
+  return found;
+}
+
+// A call of the position plan cut, sample by sample, to the pairs of each
+// document: each stretch of its query rows against the stretch of its keys
+// of the same document, planned as one call of that sample (a rectangle of a
+// band is a band). false when a document's keys are not one stretch.
+bool append_document_calls(const CudnnCall& call, const Rows& queries, const Rows& keys, const PositionRules& rules,
+                           const BlockDocuments& documents, std::vector<CudnnCall>& calls) {
+  for (index_t b = 0; b < documents.samples; ++b) {
+    const index_t* query_ids = documents.query.data() + b * queries.count;
+    const index_t* key_ids = documents.key.data() + b * keys.count;
+    std::unordered_map<index_t, Stretch> key_stretch;
+    for (const Stretch& k : stretches(key_ids, call.key_offset, call.key_count))
+      if (!key_stretch.emplace(k.document, k).second) return false;
+    for (const Stretch& q : stretches(query_ids, call.query_offset, call.query_count)) {
+      const auto k = key_stretch.find(q.document);
+      if (k == key_stretch.end()) continue;
+      const std::size_t before = calls.size();
+      const Rows query_rows{queries.positions + q.first, q.count, q.first};
+      const Rows key_rows{keys.positions + k->second.first, k->second.count, k->second.first};
+      if (!plan_as_one_call(query_rows, key_rows, rules, calls)) return false;
+      for (std::size_t c = before; c < calls.size(); ++c) calls[c].sample = b;
+    }
+  }
+  return true;
+}
+
+void require_documents_of(const BlockDocuments& documents, std::size_t query_rows, std::size_t key_rows) {
+  const auto samples = static_cast<std::size_t>(documents.samples);
+  if (documents.samples < 0 || documents.query.size() != samples * query_rows ||
+      documents.key.size() != samples * key_rows)
+    throw std::invalid_argument("plan_block: the documents hold " + std::to_string(documents.query.size()) +
+                                " query and " + std::to_string(documents.key.size()) + " key ids for " +
+                                std::to_string(documents.samples) + " samples of " + std::to_string(query_rows) +
+                                " x " + std::to_string(key_rows) + " rows");
+}
+
 }  // namespace
 
 bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row) {
@@ -197,17 +252,21 @@ bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row) {
 }
 
 BlockPlan plan_block(const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
-                     const PositionRules& rules, bool documents, index_t rows_per_call) {
+                     const PositionRules& rules, const BlockDocuments* documents, index_t rows_per_call) {
+  if (documents != nullptr) require_documents_of(*documents, q_pos.size(), k_pos.size());
   BlockPlan plan;
-  if (documents) {
-    plan.whole_block_fallback = true;
-    return plan;
-  }
   const Rows queries{q_pos.data(), static_cast<index_t>(q_pos.size()), 0};
   const Rows keys{k_pos.data(), static_cast<index_t>(k_pos.size()), 0};
   std::vector<CudnnCall> calls;
   const bool one_call = strictly_increasing(keys) && plan_as_one_call(queries, keys, rules, calls);
-  if (!one_call && !plan_by_runs(queries, keys, rules, calls)) {
+  bool planned = one_call || plan_by_runs(queries, keys, rules, calls);
+  if (planned && documents != nullptr) {
+    std::vector<CudnnCall> position_calls;
+    position_calls.swap(calls);
+    for (const CudnnCall& call : position_calls)
+      planned = planned && append_document_calls(call, queries, keys, rules, *documents, calls);
+  }
+  if (!planned) {
     plan.whole_block_fallback = true;
     return plan;
   }

@@ -33,7 +33,7 @@ std::vector<index_t> host_positions(const View1<const index_t>& positions) {
 
 SdpaCallShape call_shape(const View4<const bf16>& q, const View4<const bf16>& k, const CudnnCall& call) {
   SdpaCallShape shape;
-  shape.batch = q.extent(0);
+  shape.batch = call.sample < 0 ? static_cast<index_t>(q.extent(0)) : 1;
   shape.heads = q.extent(1);
   shape.kv_heads = k.extent(1);
   shape.head_dim = q.extent(3);
@@ -41,6 +41,14 @@ SdpaCallShape call_shape(const View4<const bf16>& q, const View4<const bf16>& k,
   shape.key_rows = k.extent(2);
   shape.call = call;
   return shape;
+}
+
+// The samples a call reads and writes: the block's all, or its one (packed documents).
+struct Samples {
+  index_t first = 0, count = 0;
+};
+Samples samples_of(const CudnnCall& call, index_t batch) {
+  return call.sample < 0 ? Samples{0, batch} : Samples{call.sample, 1};
 }
 
 SdpaRunner& runner_of(const CudnnBlocks& blocks) {
@@ -57,14 +65,15 @@ void merge_call_output(const CudnnCall& call, const View4<const bf16>& call_out,
                        const View4<float>& out_acc, const View3<float>& row_max, const View3<float>& row_sum) {
   const index_t heads = out_acc.extent(1), dh = out_acc.extent(3), rows = call.query_count;
   const index_t first = call.query_offset;
-  const index_t total = out_acc.extent(0) * heads * rows;
+  const Samples samples = samples_of(call, out_acc.extent(0));
+  const index_t total = samples.count * heads * rows;
   const float neg_inf = -compat::infinity<float>();
   Kokkos::parallel_for(
       "miniattn::cudnn_merge_output", row_team_policy(total, kGpuMemoryRowsPerTeam),
       KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= total) return;
-        const index_t i = first + row % rows, bh = row / rows, b = bh / heads, h = bh % heads;
+        const index_t i = first + row % rows, bh = row / rows, b = samples.first + bh / heads, h = bh % heads;
         const float m = row_max(b, h, i), s = call_lse(row);
         const float m_new = m > s ? m : s;
         const float keep = m == neg_inf ? 0.0f : compat::exp(m - m_new), weight = compat::exp(s - m_new);
@@ -81,10 +90,11 @@ void merge_call_output(const CudnnCall& call, const View4<const bf16>& call_out,
 // The global LSE of a call's rows, [B, H, its rows], for its backward.
 void copy_call_lse(const CudnnCall& call, const View3<const float>& lse, const View1<float>& call_lse) {
   const index_t heads = lse.extent(1), rows = call.query_count, first = call.query_offset;
+  const Samples samples = samples_of(call, lse.extent(0));
   Kokkos::parallel_for(
-      "miniattn::cudnn_call_lse", RowPolicy(0, lse.extent(0) * heads * rows), KOKKOS_LAMBDA(const index_t row) {
+      "miniattn::cudnn_call_lse", RowPolicy(0, samples.count * heads * rows), KOKKOS_LAMBDA(const index_t row) {
         const index_t bh = row / rows;
-        call_lse(row) = lse(bh / heads, bh % heads, first + row % rows);
+        call_lse(row) = lse(samples.first + bh / heads, bh % heads, first + row % rows);
       });
 }
 
@@ -99,9 +109,10 @@ void single_pair_backward(const CudnnCall& call, const View4<const bf16>& q, con
   const index_t kv_heads = k.extent(1), dh = q.extent(3), group = q.extent(1) / kv_heads;
   const float scale = 1.0f / compat::sqrt(static_cast<float>(dh));
   const View4<bf16> dq = blocks.rows, dk = blocks.dk, dv = blocks.dv;
+  const Samples samples = samples_of(call, q.extent(0));
   Kokkos::parallel_for(
-      "miniattn::cudnn_single_pair_backward", RowPolicy(0, q.extent(0) * kv_heads), KOKKOS_LAMBDA(const index_t bg) {
-        const index_t b = bg / kv_heads, g = bg % kv_heads;
+      "miniattn::cudnn_single_pair_backward", RowPolicy(0, samples.count * kv_heads), KOKKOS_LAMBDA(const index_t bg) {
+        const index_t b = samples.first + bg / kv_heads, g = bg % kv_heads;
         const auto pair = [&](index_t h, float& p, float& ds) {  // query head h against the key
           float s = 0.0f, dp = 0.0f;
           for (index_t d = 0; d < dh; ++d) {
@@ -129,16 +140,17 @@ void single_pair_backward(const CudnnCall& call, const View4<const bf16>& q, con
       });
 }
 
-// Rows [first, first + count) of a [B, heads, n, Dh] tensor: to += from, in
-// fp32, rounded once where `to` is bf16 (the travelling dk, dv).
+// Rows [first, first + count) of the samples' [heads, n, Dh] in a [B, heads,
+// n, Dh] tensor: to += from, in fp32, rounded once where `to` is bf16 (the
+// travelling dk, dv).
 template <class From, class To>
-void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index_t count) {
-  const index_t heads = to.extent(1), dh = to.extent(3), total = to.extent(0) * heads * count;
+void add_rows(const View4<From>& from, const View4<To>& to, index_t first, index_t count, const Samples& samples) {
+  const index_t heads = to.extent(1), dh = to.extent(3), total = samples.count * heads * count;
   Kokkos::parallel_for(
       "miniattn::cudnn_add_rows", row_team_policy(total, kGpuMemoryRowsPerTeam), KOKKOS_LAMBDA(const Member& team) {
         const index_t row = team_row(team);
         if (row >= total) return;
-        const index_t i = first + row % count, bh = row / count, b = bh / heads, h = bh % heads;
+        const index_t i = first + row % count, bh = row / count, b = samples.first + bh / heads, h = bh % heads;
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, dh), [&](index_t d) {
           to(b, h, i, d) = narrow<To>(widen(to(b, h, i, d)) + static_cast<float>(from(b, h, i, d)));
         });
@@ -164,6 +176,7 @@ CudnnBlocks::CudnnBlocks(const AttentionShape& s, const AttentionBlocking& block
       dk_sum("cudnn.block_dk", s.batch, s.kv_heads, s.keys, s.head_dim),
       dv_sum("cudnn.block_dv", s.batch, s.kv_heads, s.keys, s.head_dim),
       rows_per_call_(blocking.deterministic ? blocking.cudnn_rows_per_call : 0),
+      documents_on_gemm_(!blocking.cudnn_document_calls),
       workspace_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "cudnn.workspace"),
                  cudnn_workspace_bytes(s, blocking)) {
   tally().workspace_planned_bytes = workspace_.extent(0);
@@ -213,24 +226,55 @@ std::size_t cudnn_workspace_bytes(const AttentionShape& s, const AttentionBlocki
   return cudnn_call_workspace_bytes(s, rows, s.keys, blocking.deterministic);
 }
 
-const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope) {
+namespace {
+
+// The block's packed documents on the host: each of its samples' document of
+// each query and key row. A position past the documents' end is hidden
+// (AttentionMask::hides_position): ids no row of the documents has.
+BlockDocuments block_documents(const View2<const index_t>& documents, index_t samples,
+                               const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos) {
+  if (static_cast<index_t>(documents.extent(0)) < samples)
+    throw RuntimeFailure("kernels.attention cudnn: documents of " + std::to_string(documents.extent(0)) +
+                         " samples for a block of " + std::to_string(samples));
+  const auto ids = Kokkos::create_mirror_view_and_copy(HostSpace(), documents);
+  const index_t n = ids.extent(1);
+  BlockDocuments block{samples, {}, {}};
+  for (index_t b = 0; b < samples; ++b) {
+    for (const index_t p : q_pos) block.query.push_back(p < n ? ids(b, p) : -1);
+    for (const index_t p : k_pos) block.key.push_back(p < n ? ids(b, p) : -2);
+  }
+  return block;
+}
+
+}  // namespace
+
+// Plans without documents are kept by positions; with documents, which change
+// every step, planned at every call (from the kept positions), unless they go
+// to the gemm kernel whole (blocking.cudnn_document_calls false).
+const BlockPlan& CudnnBlocks::plan(const AttentionScope& scope, index_t samples) {
   const bool documents = scope.mask.documents.extent(1) > 0;
   const PlanKey key{scope.q_pos.data(), scope.k_pos.data(), static_cast<index_t>(scope.q_pos.extent(0)),
                     static_cast<index_t>(scope.k_pos.extent(0)), scope.mask.causal, scope.mask.window, documents};
   auto found = plans_.find(key);
-  if (found != plans_.end()) return found->second.plan;
   const PositionRules rules{scope.mask.causal, scope.mask.window};
-  Planned made{
-      plan_block(host_positions(scope.q_pos), host_positions(scope.k_pos), rules, documents, rows_per_call_),
-      scope.q_pos, scope.k_pos};
-  return plans_.emplace(key, std::move(made)).first->second.plan;
+  if (found == plans_.end()) {
+    Planned made{BlockPlan{}, host_positions(scope.q_pos), host_positions(scope.k_pos), scope.q_pos, scope.k_pos};
+    made.plan.whole_block_fallback = documents && documents_on_gemm_;
+    if (!documents) made.plan = plan_block(made.q_host, made.k_host, rules, nullptr, rows_per_call_);
+    found = plans_.emplace(key, std::move(made)).first;
+  }
+  const Planned& planned = found->second;
+  if (!documents || documents_on_gemm_) return planned.plan;
+  const BlockDocuments ids = block_documents(scope.mask.documents, samples, planned.q_host, planned.k_host);
+  document_plan_ = plan_block(planned.q_host, planned.k_host, rules, &ids, rows_per_call_);
+  return document_plan_;
 }
 
 void cudnn_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k, const View4<const bf16>& v,
                               const AttentionScope& scope, const View4<float>& out_acc, const View3<float>& row_max,
                               const View3<float>& row_sum, const AttentionWorkspace<bf16>& workspace) {
   CudnnBlocks& blocks = *workspace.cudnn;
-  const BlockPlan& plan = blocks.plan(scope);
+  const BlockPlan& plan = blocks.plan(scope, q.extent(0));
   ++tally().blocks;
   if (plan.whole_block_fallback) {
     ++tally().fallback_blocks;
@@ -253,7 +297,7 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
                                const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
                                const View4<bf16>& dv, const AttentionWorkspace<bf16>& workspace) {
   CudnnBlocks& blocks = *workspace.cudnn;
-  const BlockPlan& plan = blocks.plan(scope);
+  const BlockPlan& plan = blocks.plan(scope, q.extent(0));
   ++tally().blocks;
   if (plan.whole_block_fallback) {
     ++tally().fallback_blocks;
@@ -276,18 +320,20 @@ void cudnn_backward_accumulate(const View4<const bf16>& q, const View4<const bf1
       runner.backward(shape, q.data(), k.data(), v.data(), out.data(), dout.data(), blocks.stats.data(),
                       blocks.rows.data(), blocks.dk.data(), blocks.dv.data(), workspace);
     }
-    add_rows(blocks.rows, dq, call.query_offset, call.query_count);
+    const Samples samples = samples_of(call, q.extent(0));
+    add_rows(blocks.rows, dq, call.query_offset, call.query_count, samples);
     if (summed) {
-      add_rows(blocks.dk, blocks.dk_sum, call.key_offset, call.key_count);
-      add_rows(blocks.dv, blocks.dv_sum, call.key_offset, call.key_count);
+      add_rows(blocks.dk, blocks.dk_sum, call.key_offset, call.key_count, samples);
+      add_rows(blocks.dv, blocks.dv_sum, call.key_offset, call.key_count, samples);
     } else {
-      add_rows(blocks.dk, dk, call.key_offset, call.key_count);
-      add_rows(blocks.dv, dv, call.key_offset, call.key_count);
+      add_rows(blocks.dk, dk, call.key_offset, call.key_count, samples);
+      add_rows(blocks.dv, dv, call.key_offset, call.key_count, samples);
     }
   }
   if (summed) {
-    add_rows(blocks.dk_sum, dk, 0, dk.extent(2));
-    add_rows(blocks.dv_sum, dv, 0, dv.extent(2));
+    const Samples all{0, static_cast<index_t>(q.extent(0))};
+    add_rows(blocks.dk_sum, dk, 0, dk.extent(2), all);
+    add_rows(blocks.dv_sum, dv, 0, dv.extent(2), all);
   }
   count_calls(plan, runner);
 }

@@ -14,15 +14,18 @@
 //             dq's fp32 accumulator; a block's calls' dk, dv summed in fp32
 //             and added to the travelling bf16 dk, dv with one rounding per
 //             block (the gemm kernel rounds once per key chunk).
-// A block the planner cannot express (packed documents) runs the gemm kernel
-// whole. cuDNN's workspace is allocated once, from the memory plan. A backward call of one query and one key, which cuDNN refuses, is
-// computed by a small kernel of its own. Calls run in plan order: the same
+// A block with packed documents runs as calls of one sample and one document
+// each (block_plan.hpp: blocking.cudnn_document_calls, kernels.cudnn_documents:
+// calls), or on the gemm kernel whole. cuDNN's workspace is allocated once, from
+// the memory plan. A backward call of one query and one key, which cuDNN
+// refuses, is computed by a small kernel of its own. Calls run in plan order: the same
 // bits on every run.
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/block_plan.hpp"
@@ -84,7 +87,8 @@ class CudnnBlocks {
   View1<float> stats;                  // a call's LSE, or its rows' global LSE: [B, H, its rows]
   View4<bf16> dk, dv;                  // a call's dk, dv [B, KV, keys, Dh]
   View4<float> dk_sum, dv_sum;         // a block's calls' dk, dv summed before the one rounding
-  const BlockPlan& plan(const AttentionScope& scope);
+  // The plan of a block of `samples` samples (their documents, if any).
+  const BlockPlan& plan(const AttentionScope& scope, index_t samples);
   // cuDNN's workspace for the call (allocated from the plan; grown, and the
   // tally told, when a graph needs more than the plan counted).
   void* workspace_for(const SdpaCallShape& call, bool backward);
@@ -95,11 +99,14 @@ class CudnnBlocks {
   // other positions can be allocated at an address it was planned for.
   using PlanKey = std::tuple<const index_t*, const index_t*, index_t, index_t, bool, index_t, bool>;
   struct Planned {
-    BlockPlan plan;
+    BlockPlan plan;  // without documents, or the whole-block fallback of documents on the gemm kernel
+    std::vector<index_t> q_host, k_host;
     View1<const index_t> q_pos, k_pos;
   };
   std::map<PlanKey, Planned> plans_;
+  BlockPlan document_plan_;  // the last block's with documents planned as calls
   index_t rows_per_call_ = 0;
+  bool documents_on_gemm_ = false;
   View1<unsigned char> workspace_;
 };
 // What CudnnBlocks allocates beside cuDNN's workspace (cudnn_workspace_bytes).
