@@ -251,6 +251,9 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
     const kernels::CudnnTally tally = kernels::cudnn_tally();
     r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},
                                      {"backward", backward_words(tiles.blocking)},
+                                     {"documents", !c.data.documents                    ? "none"
+                                                   : tiles.blocking.cudnn_document_calls ? "calls"
+                                                                                         : "gemm"},
                                      {"query_rows_per_call", tiles.blocking.cudnn_rows_per_call},
                                      {"graphs_built", tally.graphs},
                                      {"workspace_planned_bytes", tally.workspace_planned_bytes},
