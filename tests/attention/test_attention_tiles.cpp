@@ -103,6 +103,26 @@ TEST(AttentionTiles, AutoPicksTheKernelPerBackend) {
 
 // The memory plan's figure is what the workspace allocates, for each kernel,
 // with chunks larger and smaller than the blocks.
+// kernels.cudnn_documents: only a cudnn run with packed documents has a
+// choice; gemm keeps the fallback's scratch, calls needs none.
+TEST(AttentionTiles, PackedDocumentsGoWhereTheDeckSays) {
+  using miniattn::AttentionKernel;
+  using miniattn::CudnnDocuments;
+  using miniattn::to_string;
+  namespace kernels = miniattn::kernels;
+  for (const AttentionKernel kernel : {AttentionKernel::fused, AttentionKernel::gemm, AttentionKernel::cudnn})
+    for (const bool documents : {false, true})
+      for (const CudnnDocuments how : {CudnnDocuments::gemm, CudnnDocuments::calls}) {
+        kernels::AttentionBlocking blocking;
+        blocking.kernel = kernel;
+        kernels::route_documents(blocking, documents, how);
+        const bool cudnn_documents = kernel == AttentionKernel::cudnn && documents;
+        EXPECT_EQ(blocking.gemm_fallback, cudnn_documents && how == CudnnDocuments::gemm) << to_string(kernel);
+        EXPECT_EQ(blocking.cudnn_document_calls, cudnn_documents && how == CudnnDocuments::calls) << to_string(kernel);
+        EXPECT_EQ(blocking.runs_gemm(), kernel == AttentionKernel::gemm || blocking.gemm_fallback);
+      }
+}
+
 TEST(AttentionTiles, WorkspaceAllocatesWhatThePlanSays) {
   using namespace miniattn::kernels;
   for (const auto kernel : {miniattn::AttentionKernel::fused, miniattn::AttentionKernel::gemm})
