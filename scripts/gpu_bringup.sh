@@ -666,7 +666,8 @@ step_long() {
 step_documents() {
   setup_env
   grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
-  local mode
+  local mode py
+  py=$(find_python) || die "no Python with torch, h5py and numpy"
   for mode in deterministic nondeterministic; do
     say "packed documents on cuDNN, $mode backward (N = 32768, Dh = 64, H = 4)"
     "$build/tests/attention/bench_cudnn_documents" 32768 64 4 $([ $mode = deterministic ] || echo --nondeterministic) |
@@ -680,6 +681,7 @@ step_documents() {
              --set kernels.cudnn_documents=$mode --set train.steps=4 \
              --set run.result="$results/bench_documents_cudnn_$mode.json" || say "WARNING: documents $mode exit $?"
   done
+  "$py" "$root/scripts/gpu_reference_bench.py" summarize --results "$results"
 }
 
 # Predict on the calibrated file: the 32768 bench step, the million-token

@@ -419,6 +419,7 @@ def summarize(results):
     summarize_bf16(results, ref, figures, lines)
     summarize_cudnn_extras(results, figures, lines)
     summarize_long(results, figures, lines)
+    summarize_documents(results, figures, lines)
     with open(os.path.join(results, "figures.json"), "w") as f:
         json.dump(figures, f, indent=1)
     text = "\n".join(lines) + "\n"
@@ -548,6 +549,37 @@ def summarize_long(results, figures, lines):
         figures["longest_under_16_gib"] = {"seq_len": n16, "ran": bool(under_16)}
         lines.append(f"Under 16 GiB predict's longest N is {n16}: "
                      f"{'it ran' if under_16 else 'it did NOT run'} (one increment more: long_16gib_plus.txt).")
+
+
+def summarize_documents(results, figures, lines):
+    """The documents step (gpu_bringup.sh documents): bench_cudnn_documents' tables as printed
+    (each way's rates beside the whole block's, its first pass and whether it agrees), and the
+    bench step with packed documents under kernels.cudnn_documents gemm and calls."""
+    probes = [(mode, os.path.join(results, f"documents_cudnn_{mode}.txt"))
+              for mode in ("deterministic", "nondeterministic")]
+    steps = {mode: load_json(results, f"bench_documents_cudnn_{mode}.json") for mode in ("gemm", "calls")}
+    if not any(os.path.exists(path) for _, path in probes) and not any(steps.values()):
+        return
+    lines += ["", "## Packed documents on cuDNN (bench_cudnn_documents, N = 32768, H = 4, Dh = 64)"]
+    for mode, path in probes:
+        if os.path.exists(path):
+            lines += ["", f"{mode} backward:", "", "```"] + open(path).read().rstrip("\n").splitlines() + ["```"]
+    lines += ["", "The bench step (N = 32768, bf16, causal) with packed documents:", "",
+              "| kernels.cudnn_documents | step s (median) | step s (mean) | blocks on the gemm fallback | "
+              "cuDNN calls | graphs built |", "|---|---|---|---|---|---|"]
+    figures["documents_step"] = {}
+    for mode, report in steps.items():
+        if not report:
+            lines.append(f"| {mode} | failed: see logs/documents.log ||||| ")
+            continue
+        cudnn = report.get("attention_tiles", {}).get("cudnn", {})
+        entry = {"step_seconds_median": report.get("step_seconds_median"),
+                 "step_seconds_mean": report.get("step_seconds_mean"),
+                 "blocks_on_gemm_fallback": cudnn.get("blocks_on_gemm_fallback"), "calls": cudnn.get("calls"),
+                 "graphs_built": cudnn.get("graphs_built")}
+        figures["documents_step"][mode] = entry
+        lines.append(f"| {mode} | {fmt(entry['step_seconds_median'], '.4f')} | {fmt(entry['step_seconds_mean'], '.4f')} | "
+                     f"{entry['blocks_on_gemm_fallback']} | {entry['calls']} | {entry['graphs_built']} |")
 
 
 def summarize_cudnn_extras(results, figures, lines):

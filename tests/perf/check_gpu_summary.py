@@ -187,6 +187,30 @@ def check_long(summarizer, miniattn, deck):
         fail(f"PyTorch's step at a million tokens: {lines}")
 
 
+def check_documents(summarizer, miniattn, deck):
+    """The documents step's section: the probe's table as printed, and the two bench steps read
+    from real reports (small bf16 runs saved under both names)."""
+    with tempfile.TemporaryDirectory() as results:
+        table = "docs 512       per-document     fwd    1.000 ms  100.0 TFLOP/s (0.50)  ..."
+        with open(os.path.join(results, "documents_cudnn_deterministic.txt"), "w") as f:
+            f.write(table + "\n")
+        sets = ["model.seq_len=128", "model.precision=bf16", "parallel.strategy=local", "train.steps=2",
+                "run.mode=bench", "data.documents=true"]
+        for mode in ("gemm", "calls"):
+            result = os.path.join(results, f"bench_documents_cudnn_{mode}.json")
+            run([miniattn, deck] + [a for s in sets + [f"run.result={result}"] for a in ("--set", s)])
+        figures, lines = {}, []
+        summarizer.summarize_documents(results, figures, lines)
+    steps = figures.get("documents_step", {})
+    if sorted(steps) != ["calls", "gemm"] or not all(e["step_seconds_median"] and e["step_seconds_mean"]
+                                                      for e in steps.values()):
+        fail(f"the documents steps: {steps}")
+    if table not in lines:
+        fail(f"the documents probe's table is not in figures.md: {lines}")
+    if any(line.startswith("nondeterministic backward") for line in lines):
+        fail(f"a table for a probe that did not run: {lines}")
+
+
 def main():
     script, bench_attention, miniattn, deck = sys.argv[1:5]
     summarizer = load_summarizer(script)
@@ -211,6 +235,7 @@ def main():
                 fail(f"targets {'met' if margin > 1 else 'missed'} by 1%: verdicts {found}, expected {want}")
         check_cudnn_extras(summarizer, results)
     check_long(summarizer, miniattn, deck)
+    check_documents(summarizer, miniattn, deck)
     print("PASS: every figure read; verdicts follow TARGETS on both sides of each target")
 
 
