@@ -43,9 +43,10 @@ struct BlockDocuments {
 bool call_shows(const CudnnCall& call, index_t query_row, index_t key_row);
 
 // The calls of a block. Every pair the rules (and documents) show is shown
-// by exactly one call (of its sample), no hidden pair by any; rectangles are disjoint and every query row of
-// a call sees at least one of its keys (cuDNN's output for a row without keys
-// is not to be relied on). No calls and no fallback: the block shows nothing.
+// by exactly one call (of its sample), no hidden pair by any; rectangles are
+// disjoint and every query row of a call sees at least one of its keys
+// (cuDNN's output for a row without keys is not to be relied on). No calls
+// and no fallback: the block shows nothing.
 //
 // Which rows several calls share (cuDNN rounds each call's output and
 // gradients to bf16 before they are summed in fp32, and where the parts
