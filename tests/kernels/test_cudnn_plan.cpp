@@ -179,6 +179,15 @@ std::string sharing_error(const BlockPlan& plan, const std::vector<index_t>& q_p
   return side_error(false);
 }
 
+// The calls of a plan that hold query row i: of sample `sample` (calls of
+// every sample included), or of any sample (sample < 0).
+long calls_of_row(const BlockPlan& plan, index_t i, index_t sample = -1) {
+  return static_cast<long>(std::count_if(plan.calls.begin(), plan.calls.end(), [&](const CudnnCall& c) {
+    return (sample < 0 || c.sample < 0 || c.sample == sample) && i >= c.query_offset &&
+           i < c.query_offset + c.query_count;
+  }));
+}
+
 // What is wrong with a plan cut to rows_per_call query rows against the same
 // block's uncut plan (both exact, checked apart): no call of more rows than
 // the limit, as many calls as the uncut plan's plus those counted as cut, and
@@ -189,53 +198,71 @@ std::string cut_error(const BlockPlan& cut, const BlockPlan& whole, index_t rows
            std::to_string(cut.cut_calls) + " counted as cut";
   for (const CudnnCall& piece : cut.calls)
     if (piece.query_count > rows_per_call) return describe(piece) + ": more rows than " + std::to_string(rows_per_call);
-  const auto calls_of_row = [](const BlockPlan& plan, index_t i) {
-    return std::count_if(plan.calls.begin(), plan.calls.end(), [&](const CudnnCall& c) {
-      return i >= c.query_offset && i < c.query_offset + c.query_count;
-    });
-  };
   for (index_t i = 0; i < query_rows; ++i)
     if (calls_of_row(cut, i) > calls_of_row(whole, i))
       return "query row " + std::to_string(i) + " in more calls once cut";
   return "";
 }
 
+// One block of the sweep: where it lies, its positions, its position rules.
+struct SweepBlock {
+  std::string where;
+  int sp = 1, ulysses = 1;
+  Layout layout = Layout::contiguous;
+  index_t seq_len = 0;
+  std::vector<index_t> q_pos, k_pos;
+  PositionRules rules;
+};
+
+// Every (group, source) block of every strategy, layout and rank count 1-8,
+// at 1, 2 and 3 rows per rank (contiguous and striped), 2, 4 and 6 (zigzag),
+// under every mask of masks_of.
+void for_each_sweep_block(const std::function<void(const SweepBlock&)>& check) {
+  for (int sp = 1; sp <= 8; ++sp)
+    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
+      if (sp % ulysses != 0) continue;
+      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
+        for (index_t rows : {index_t{1}, index_t{2}, index_t{3}}) {
+          const index_t seq_len = sp * (layout == Layout::zigzag ? 2 * rows : rows);
+          for (int g = 0; g < sp / ulysses; ++g)
+            for (int s = 0; s < sp / ulysses; ++s)
+              for (const PositionRules& rules : masks_of(seq_len)) {
+                SweepBlock block{"", sp, ulysses, layout, seq_len, group_positions(seq_len, sp, ulysses, g, layout),
+                                 group_positions(seq_len, sp, ulysses, s, layout), rules};
+                block.where = std::string(strategy_of(sp, ulysses)) + " P " + std::to_string(sp) + " U " +
+                              std::to_string(ulysses) + " " + to_string(layout) + " N " + std::to_string(seq_len) +
+                              " group " + std::to_string(g) + " source " + std::to_string(s) + " causal " +
+                              std::to_string(rules.causal) + " window " + std::to_string(rules.window);
+                check(block);
+              }
+        }
+    }
+}
+
 struct SweepCount {
   long blocks = 0, calls = 0, banded_calls = 0, fallbacks = 0, cut_calls = 0;
 };
 
-// Every (group, source) block of one grid, layout and sequence length, under every mask.
-void check_grid(int sp, int ulysses, Layout layout, index_t seq_len, SweepCount& count) {
-  const int groups = sp / ulysses;
-  const bool hybrid_striped = layout == Layout::striped && ulysses > 1 && ulysses < sp;
-  for (int g = 0; g < groups; ++g)
-    for (int s = 0; s < groups; ++s) {
-      const std::vector<index_t> q_pos = group_positions(seq_len, sp, ulysses, g, layout);
-      const std::vector<index_t> k_pos = group_positions(seq_len, sp, ulysses, s, layout);
-      for (const PositionRules& rules : masks_of(seq_len)) {
-        const std::string where = std::string(strategy_of(sp, ulysses)) + " P " + std::to_string(sp) + " U " +
-                                  std::to_string(ulysses) + " " + to_string(layout) + " N " +
-                                  std::to_string(seq_len) + " group " + std::to_string(g) + " source " +
-                                  std::to_string(s) + " causal " + std::to_string(rules.causal) + " window " +
-                                  std::to_string(rules.window);
-        const AttentionMask mask(rules.causal, rules.window);
-        const BlockPlan plan = plan_block(q_pos, k_pos, rules);
-        ++count.blocks;
-        count.fallbacks += plan.whole_block_fallback;
-        EXPECT_EQ(plan_error(plan, q_pos, k_pos, mask), "") << where;
-        EXPECT_EQ(plan.cut_calls, 0) << where;
-        const std::size_t most_calls = rules.window > 0 ? 0 : hybrid_striped ? ulysses * ulysses : 1;
-        EXPECT_EQ(sharing_error(plan, q_pos, k_pos, mask, most_calls), "") << where;
-        for (const index_t rows_per_call : {index_t{1}, index_t{2}, index_t{3}}) {
-          const BlockPlan cut = plan_block(q_pos, k_pos, rules, nullptr, rows_per_call);
-          EXPECT_EQ(plan_error(cut, q_pos, k_pos, mask), "") << where << " rows per call " << rows_per_call;
-          EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "") << where << " rows per call " << rows_per_call;
-          count.cut_calls += cut.cut_calls;
-        }
-        count.calls += static_cast<long>(plan.calls.size());
-        for (const CudnnCall& c : plan.calls) count.banded_calls += c.has_right_bound || c.has_left_bound;
-      }
-    }
+// One block planned without documents: exact, sharing rows as the header says, cut exactly.
+void check_block(const SweepBlock& b, SweepCount& count) {
+  const bool hybrid_striped = b.layout == Layout::striped && b.ulysses > 1 && b.ulysses < b.sp;
+  const AttentionMask mask(b.rules.causal, b.rules.window);
+  const BlockPlan plan = plan_block(b.q_pos, b.k_pos, b.rules);
+  ++count.blocks;
+  count.fallbacks += plan.whole_block_fallback;
+  EXPECT_EQ(plan_error(plan, b.q_pos, b.k_pos, mask), "") << b.where;
+  EXPECT_EQ(plan.cut_calls, 0) << b.where;
+  const std::size_t most_calls = b.rules.window > 0 ? 0 : hybrid_striped ? b.ulysses * b.ulysses : 1;
+  EXPECT_EQ(sharing_error(plan, b.q_pos, b.k_pos, mask, most_calls), "") << b.where;
+  for (const index_t rows_per_call : {index_t{1}, index_t{2}, index_t{3}}) {
+    const BlockPlan cut = plan_block(b.q_pos, b.k_pos, b.rules, nullptr, rows_per_call);
+    EXPECT_EQ(plan_error(cut, b.q_pos, b.k_pos, mask), "") << b.where << " rows per call " << rows_per_call;
+    EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(b.q_pos.size())), "")
+        << b.where << " rows per call " << rows_per_call;
+    count.cut_calls += cut.cut_calls;
+  }
+  count.calls += static_cast<long>(plan.calls.size());
+  for (const CudnnCall& c : plan.calls) count.banded_calls += c.has_right_bound || c.has_left_bound;
 }
 
 // Every block of every strategy, layout and rank count 1-8, at 1, 2 and 3
@@ -244,15 +271,7 @@ void check_grid(int sp, int ulysses, Layout layout, index_t seq_len, SweepCount&
 // says, and cut along query rows exactly.
 TEST(CudnnPlan, EveryStrategyBlockIsPlannedExactly) {
   SweepCount count;
-  for (int sp = 1; sp <= 8; ++sp)
-    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
-      if (sp % ulysses != 0) continue;
-      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
-        for (index_t rows : {index_t{1}, index_t{2}, index_t{3}}) {
-          const index_t seq_len = sp * (layout == Layout::zigzag ? 2 * rows : rows);
-          check_grid(sp, ulysses, layout, seq_len, count);
-        }
-    }
+  for_each_sweep_block([&](const SweepBlock& block) { check_block(block, count); });
   std::cout << "checked " << count.blocks << " blocks, " << count.calls << " calls (" << count.banded_calls
             << " with a bound), " << count.fallbacks << " blocks on the gemm fallback; cuts of 1-3 rows added "
             << count.cut_calls << " calls\n";
@@ -393,11 +412,6 @@ std::string documents_error(const BlockPlan& plan, const BlockPlan& position_pla
   const index_t samples = static_cast<index_t>(ids.size());
   for (const CudnnCall& c : plan.calls)
     if (c.sample < 0 || c.sample >= samples) return describe(c) + ": not a call of one sample";
-  const auto calls_of_row = [](const BlockPlan& p, index_t sample, index_t i) {
-    return std::count_if(p.calls.begin(), p.calls.end(), [&](const CudnnCall& c) {
-      return (c.sample < 0 || c.sample == sample) && i >= c.query_offset && i < c.query_offset + c.query_count;
-    });
-  };
   for (index_t b = 0; b < samples; ++b) {
     const auto& doc = ids[static_cast<std::size_t>(b)];
     const std::string error = sample_plan_error(
@@ -407,7 +421,7 @@ std::string documents_error(const BlockPlan& plan, const BlockPlan& position_pla
         });
     if (!error.empty()) return "sample " + std::to_string(b) + ": " + error;
     for (index_t i = 0; i < static_cast<index_t>(q_pos.size()); ++i)
-      if (calls_of_row(plan, b, i) > calls_of_row(position_plan, b, i))
+      if (calls_of_row(plan, i, b) > calls_of_row(position_plan, i, b))
         return "sample " + std::to_string(b) + " query row " + std::to_string(i) + " in more calls than its positions'";
   }
   return "";
@@ -419,41 +433,23 @@ std::string documents_error(const BlockPlan& plan, const BlockPlan& position_pla
 TEST(CudnnPlan, EveryStrategyBlockWithDocumentsIsPlannedExactly) {
   long blocks = 0, calls = 0, fallbacks = 0;
   std::uint64_t seed = 17;
-  for (int sp = 1; sp <= 8; ++sp)
-    for (int ulysses = 1; ulysses <= sp; ++ulysses) {
-      if (sp % ulysses != 0) continue;
-      for (const Layout layout : {Layout::contiguous, Layout::zigzag, Layout::striped})
-        for (index_t rows : {index_t{1}, index_t{2}, index_t{3}}) {
-          const index_t seq_len = sp * (layout == Layout::zigzag ? 2 * rows : rows);
-          const auto ids = drawn_documents(2, seq_len, ++seed);
-          for (int g = 0; g < sp / ulysses; ++g)
-            for (int s = 0; s < sp / ulysses; ++s) {
-              const std::vector<index_t> q_pos = group_positions(seq_len, sp, ulysses, g, layout);
-              const std::vector<index_t> k_pos = group_positions(seq_len, sp, ulysses, s, layout);
-              const BlockDocuments documents = block_documents(ids, q_pos, k_pos);
-              for (const PositionRules& rules : masks_of(seq_len)) {
-                const std::string where = std::string(strategy_of(sp, ulysses)) + " P " + std::to_string(sp) +
-                                          " U " + std::to_string(ulysses) + " " + to_string(layout) + " N " +
-                                          std::to_string(seq_len) + " group " + std::to_string(g) + " source " +
-                                          std::to_string(s) + " causal " + std::to_string(rules.causal) +
-                                          " window " + std::to_string(rules.window);
-                const BlockPlan position_plan = plan_block(q_pos, k_pos, rules);
-                const BlockPlan plan = plan_block(q_pos, k_pos, rules, &documents);
-                ++blocks;
-                fallbacks += plan.whole_block_fallback;
-                calls += static_cast<long>(plan.calls.size());
-                EXPECT_EQ(documents_error(plan, position_plan, q_pos, k_pos, rules, ids), "") << where;
-                EXPECT_EQ(plan.cut_calls, 0) << where;
-                for (const index_t rows_per_call : {index_t{1}, index_t{2}}) {
-                  const BlockPlan cut = plan_block(q_pos, k_pos, rules, &documents, rows_per_call);
-                  EXPECT_EQ(documents_error(cut, plan, q_pos, k_pos, rules, ids), "") << where << " cut " << rows_per_call;
-                  EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "")
-                      << where << " cut " << rows_per_call;
-                }
-              }
-            }
-        }
+  for_each_sweep_block([&](const SweepBlock& b) {
+    const auto ids = drawn_documents(2, b.seq_len, ++seed);
+    const BlockDocuments documents = block_documents(ids, b.q_pos, b.k_pos);
+    const BlockPlan position_plan = plan_block(b.q_pos, b.k_pos, b.rules);
+    const BlockPlan plan = plan_block(b.q_pos, b.k_pos, b.rules, &documents);
+    ++blocks;
+    fallbacks += plan.whole_block_fallback;
+    calls += static_cast<long>(plan.calls.size());
+    EXPECT_EQ(documents_error(plan, position_plan, b.q_pos, b.k_pos, b.rules, ids), "") << b.where;
+    EXPECT_EQ(plan.cut_calls, 0) << b.where;
+    for (const index_t rows_per_call : {index_t{1}, index_t{2}}) {
+      const BlockPlan cut = plan_block(b.q_pos, b.k_pos, b.rules, &documents, rows_per_call);
+      EXPECT_EQ(documents_error(cut, plan, b.q_pos, b.k_pos, b.rules, ids), "") << b.where << " cut " << rows_per_call;
+      EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(b.q_pos.size())), "")
+          << b.where << " cut " << rows_per_call;
     }
+  });
   std::cout << "checked " << blocks << " blocks with documents: " << calls << " calls, " << fallbacks
             << " blocks on the gemm fallback\n";
   EXPECT_EQ(fallbacks, 0);
