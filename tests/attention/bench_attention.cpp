@@ -58,6 +58,7 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/kernel_timing.hpp"
+#include "relative_difference.hpp"
 
 namespace {
 
@@ -66,6 +67,7 @@ using miniattn::View1;
 using miniattn::View2;
 using miniattn::View3;
 using miniattn::View4;
+using miniattn::bench::relative_difference;
 
 struct Options {
   index_t n = 8192, dh = 64, heads = 4;
@@ -106,19 +108,6 @@ template <class T>
 void backward(Operands<T>& x, bool causal, const miniattn::kernels::AttentionBlocking& blocking,
               const miniattn::kernels::AttentionWorkspace<T>& workspace) {
   miniattn::attention_backward_pass(x, causal, blocking, workspace);
-}
-
-template <class T>
-double relative_difference(const View4<T>& a, const View4<T>& b) {
-  const auto ha = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
-  const auto hb = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), b);
-  double diff = 0, norm = 0;
-  for (std::size_t e = 0; e < ha.span(); ++e) {
-    const double x = miniattn::widen(ha.data()[e]), y = miniattn::widen(hb.data()[e]);
-    diff += (x - y) * (x - y);
-    norm += y * y;
-  }
-  return std::sqrt(diff / (norm > 0 ? norm : 1));
 }
 
 // The cudnn kernel checked against gemm on the same operands before it is

@@ -48,6 +48,7 @@
 #include "kernels/attention/cudnn/cudnn_graphs.hpp"
 #include "perfmodel/kernel_timing.hpp"
 #include "ragged_documents.hpp"
+#include "relative_difference.hpp"
 
 namespace {
 
@@ -56,6 +57,7 @@ using miniattn::index_t;
 using miniattn::View1;
 using miniattn::View4;
 using miniattn::bench::Document;
+using miniattn::bench::relative_difference;
 using miniattn::kernels::CudnnSdpa;
 
 struct Options {
@@ -254,22 +256,6 @@ Way ragged_packed(CudnnSdpa& sdpa, Workspace& ws, miniattn::AttentionOperands<bf
 
 // ---- measuring
 
-// sqrt(sum (a - b)^2 / sum b^2) over the whole block.
-double relative_rms(const View4<bf16>& a, const View4<bf16>& b) {
-  const bf16* pa = a.data();
-  const bf16* pb = b.data();
-  double diff = 0, norm = 0;
-  Kokkos::parallel_reduce(
-      "bench::relative_rms", Kokkos::RangePolicy<>(0, a.span()),
-      KOKKOS_LAMBDA(std::size_t i, double& d, double& r) {
-        const double x = static_cast<float>(pa[i]), y = static_cast<float>(pb[i]);
-        d += (x - y) * (x - y);
-        r += y * y;
-      },
-      diff, norm);
-  return std::sqrt(diff / (norm > 0 ? norm : 1));
-}
-
 struct Timing {
   double first = 0, forward = 0, both = 0;  // seconds: the warm-up pass (graph builds), best forward, best fwd+bwd
 };
@@ -355,8 +341,9 @@ bool compare_way(const std::function<Way(Workspace&)>& make, const DocumentSet& 
     const Way way = make(ws);
     name = way.name;
     const Timing t = time_way(way, outputs, o.reps);
-    const double worst = std::max({relative_rms(outputs.out, reference.out), relative_rms(outputs.dq, reference.dq),
-                                   relative_rms(outputs.dk, reference.dk), relative_rms(outputs.dv, reference.dv)});
+    const double worst =
+        std::max({relative_difference(outputs.out, reference.out), relative_difference(outputs.dq, reference.dq),
+                  relative_difference(outputs.dk, reference.dk), relative_difference(outputs.dv, reference.dv)});
     char agreement[96];
     std::snprintf(agreement, sizeof agreement, "%s per-document (worst relative RMS %.2e)",
                   worst < 1e-2 ? "agrees with" : "DIFFERS from", worst);
