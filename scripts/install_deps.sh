@@ -12,7 +12,12 @@ case "${1:-}" in
   "")
     packages=(
       build-essential cmake
-      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev libdnnl-dev
+      libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev
+      # Debian's oneDNN is built with OpenCL's GPU runtime, and its CMake
+      # package finds OpenCL (REQUIRED): without the loader's development
+      # files it is not found (cmake/MiniattnOnednn.cmake), and host bf16
+      # GEMMs lose the core's bf16 units.
+      libdnnl-dev ocl-icd-opencl-dev
       mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
       libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
       python3 python3-h5py python3-numpy python3-torch python3-matplotlib
