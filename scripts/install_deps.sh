@@ -2,14 +2,25 @@
 # Installs the Debian 12 packages miniattn needs, skipping those already there.
 # Runs apt-get as root (directly, or through sudo when available).
 #
-#   scripts/install_deps.sh        the build, test and check dependencies
-#   scripts/install_deps.sh hip    the HIP compiler for scripts/build_hip.sh:
-#                                  hipcc 5.2 (clang 15), the HIP runtime
-#                                  headers and the AMD GPU device libraries
+#   scripts/install_deps.sh          the build, test and check dependencies,
+#                                    with MPICH and its parallel HDF5
+#   scripts/install_deps.sh openmpi  the same with Open MPI and its parallel
+#                                    HDF5 instead (scripts/test_openmpi.sh)
+#   scripts/install_deps.sh hip      the HIP compiler for scripts/build_hip.sh:
+#                                    hipcc 5.2 (clang 15), the HIP runtime
+#                                    headers and the AMD GPU device libraries
+# MINIATTN_MPI=openmpi makes the first form the second, so that the scripts
+# that call install_deps.sh (build, test) keep the MPI a user chose.
 set -euo pipefail
 
-case "${1:-}" in
-  "")
+set_name=${1:-}
+[ "$set_name" != "" ] || [ "${MINIATTN_MPI:-mpich}" = mpich ] || set_name=${MINIATTN_MPI}
+case "$set_name" in
+  mpich|"") mpi_packages=(mpich libmpich-dev libhdf5-mpich-dev) ;;
+  openmpi)  mpi_packages=(openmpi-bin libopenmpi-dev libhdf5-openmpi-dev) ;;
+esac
+case "$set_name" in
+  ""|mpich|openmpi)
     packages=(
       build-essential cmake
       libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev libopenblas-dev libopenblas-openmp-dev
@@ -18,13 +29,14 @@ case "${1:-}" in
       # files it is not found (cmake/MiniattnOnednn.cmake), and host bf16
       # GEMMs lose the core's bf16 units.
       libdnnl-dev ocl-icd-opencl-dev
-      mpich libmpich-dev libhdf5-mpich-dev hdf5-tools
+      "${mpi_packages[@]}" hdf5-tools
       libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libgtest-dev
       python3 python3-h5py python3-numpy python3-torch python3-matplotlib
       slurm-wlm munge
     ) ;;
   hip) packages=(hipcc libamdhip64-dev rocm-device-libs) ;;
-  *) echo "install_deps: unknown set '$1' (expected nothing or hip)" >&2; exit 2 ;;
+  *) echo "install_deps: unknown set '$set_name' (expected nothing, mpich, openmpi or hip;" \
+          "MINIATTN_MPI must be mpich or openmpi)" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -12,7 +12,10 @@
 #   * one end-to-end check of each kind against Kokkos 4.6 and the OpenMP
 #     OpenBLAS (labelled "backend": a ring, Ulysses, the gemm kernel,
 #     determinism, a checkpoint restart, a pipeline, bf16, four PyTorch
-#     reference checks).
+#     reference checks),
+#   * the checks that need the CUDA toolkit on this machine (labelled
+#     "toolkit": cuDNN's graphs validated for sm_90, NCCL's link), where it is
+#     installed; CI runs the Serial suite in a bare root without it.
 # The unit tests at one thread, the other end-to-end checks, the Slurm test
 # and the tests labelled "slow" run in the Serial suite only, and only the
 # targets these tests run are built (scripts/test_targets.py).
@@ -24,11 +27,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/build_kokkos.sh" openmp
 prefix=${MINIATTN_DEPS_DIR:-$root/build-deps}/kokkos-openmp
 build=${MINIATTN_OPENMP_BUILD_DIR:-$root/build-openmp}
-selection=(-L "threads|backend" -LE "slurm|slow")
-# The cuDNN graphs are validated by the Serial suite (scripts/test.sh) alone.
+selection=(-L "threads|backend|toolkit" -LE "slurm|slow")
+# cudnn-frontend for the cuDNN graph test (nothing when its tarball is absent).
+frontend=$("$root/scripts/unpack_cudnn_frontend.sh")
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$prefix" -DKokkosKernels_ROOT="$prefix" \
-    -DMINIATTN_CUDNN_GRAPH_CHECK=OFF
+    ${frontend:+-DCUDNN_FRONTEND_ROOT="$frontend"}
 else
   # The test list the selection below reads is the last configure's: tests
   # added since then would be run without being built.
