@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "driver/run_miniattn.hpp"
 #include "io/hdf5_file.hpp"
+#include "perf/blas_core.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/predict_mode.hpp"
 
@@ -78,6 +79,7 @@ class Arguments {
 }  // namespace
 
 int main(int argc, char** argv) {
+  miniattn::restart_with_cpu_blas_core(argv);  // before anything starts: it may execute the program again
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

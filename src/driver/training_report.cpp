@@ -117,7 +117,8 @@ nlohmann::json bench_section(TrainingState<T>& s, double step_median, double ste
                       {"assumption", peak.assumption}};
     b["gemm_fraction_of_peak"] = gemm_rate / peak.flops();
   }
-  b["blas"] = {{"library", blas.library}, {"core", blas.core}, {"threads", blas.threads}, {"warning", blas.warning}};
+  b["blas"] = {{"library", blas.library}, {"core", blas.core}, {"core_chosen_by", blas.core_chosen_by},
+               {"threads", blas.threads}, {"warning", blas.warning}};
   b["step"] = rate_of(step_median, flops.total());
   // Per step: the passes of all micro-batches (this rank's stage).
   b["forward"] = rate_of(s.timer.total("forward") / step_count, flops.forward);

@@ -19,6 +19,7 @@
 #include "io/checkpoint.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "io/parameter_io.hpp"
+#include "perf/blas_core.hpp"
 #include "perf/gemm_rate.hpp"
 
 namespace miniattn {
@@ -84,8 +85,12 @@ void print_run_header(const Config& c, const ProcessGrid& grid, const ParameterL
                                      : "not checked",
               memory.plan.recompute ? "recomputed in the backward pass" : "kept for the backward pass");
   // Said here as well as in the report: every mode's GEMMs run at the rate it names.
-  const std::string blas_warning = blas_info().warning;
-  if (!blas_warning.empty()) std::printf("miniattn: warning: %s\n", blas_warning.c_str());
+  const BlasInfo blas = blas_info();
+  if (!blas.warning.empty()) std::printf("miniattn: warning: %s\n", blas.warning.c_str());
+  if (!replaced_blas_core().empty())
+    std::printf("miniattn: OpenBLAS runs its %s kernels, chosen by miniattn for this CPU's flags (OpenBLAS chose %s; "
+                "set OPENBLAS_CORETYPE to choose yourself)\n",
+                blas.core.c_str(), replaced_blas_core().c_str());
   std::fflush(stdout);
 }
 

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <type_traits>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "core/types.hpp"
 #include "kernels/base/gemm.hpp"
 #include "core/phase_timer.hpp"
+#include "perf/blas_core.hpp"
 
 namespace miniattn {
 
@@ -23,15 +23,6 @@ namespace {
 template <class F>
 F blas_symbol(const char* name) {
   return reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
-}
-
-bool cpu_has(const char* flag) {
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  const std::string word = std::string(" ") + flag;
-  std::string line;
-  while (std::getline(cpuinfo, line))
-    if (line.rfind("flags", 0) == 0) return (line + " ").find(word + " ") != std::string::npos;
-  return false;
 }
 
 // Adds per second of a chain of dependent integer adds: the core's clock
@@ -66,12 +57,17 @@ BlasInfo blas_info() {
   if (auto config = blas_symbol<GetString>("openblas_get_config")) info.library = config();
   if (auto core = blas_symbol<GetString>("openblas_get_corename")) info.core = core();
   if (auto threads = blas_symbol<GetInt>("openblas_get_num_threads")) info.threads = threads();
-  // OpenBLAS before 0.3.26 does not know recent AVX-512 CPUs (AMD Zen 4/5) and
-  // falls back to its AVX2 kernels: about half the SGEMM rate.
-  const bool avx2_kernels = info.core == "Haswell" || info.core == "Zen";
-  if (avx2_kernels && cpu_has("avx512f"))
-    info.warning = "OpenBLAS runs its " + info.core +
-                   " (AVX2) kernels on a CPU with AVX-512: set OPENBLAS_CORETYPE=SkylakeX for about twice the rate";
+  if (info.core.empty()) return info;
+  const std::string replaced = replaced_blas_core();
+  info.core_chosen_by = !replaced.empty() ? "miniattn (OpenBLAS chose " + replaced + ")"
+                        : std::getenv("OPENBLAS_CORETYPE") ? "OPENBLAS_CORETYPE"
+                                                           : "OpenBLAS";
+  const VectorLevel cpu = cpu_vector_level();
+  const std::string better = openblas_core_to_force(info.core, cpu);
+  if (!better.empty())
+    info.warning = "OpenBLAS runs its " + info.core + " kernels on a CPU with " +
+                   (cpu == VectorLevel::avx512 ? "AVX-512" : "AVX2 and FMA") + ": set OPENBLAS_CORETYPE=" + better +
+                   " for about twice the rate or more";
   return info;
 }
 
@@ -87,7 +83,7 @@ CorePeak core_peak(std::size_t scalar_bytes) {
   if (!std::is_same<ExecSpace::memory_space, Kokkos::HostSpace>::value) return peak;
   peak.clock_hz = measured_clock_hz();
   if (peak.clock_hz <= 0) return peak;
-  const int vector_bits = cpu_has("avx512f") ? 512 : (cpu_has("avx2") && cpu_has("fma")) ? 256 : 128;
+  const int vector_bits = cpu_has_flag("avx512f") ? 512 : (cpu_has_flag("avx2") && cpu_has_flag("fma")) ? 256 : 128;
   constexpr int kFmaPipes = 2, kFlopsPerFma = 2;
   peak.flops_per_cycle = kFmaPipes * kFlopsPerFma * vector_bits / (8.0 * static_cast<double>(scalar_bytes));
   peak.cores = static_cast<int>(ExecSpace().concurrency());

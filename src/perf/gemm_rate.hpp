@@ -13,8 +13,9 @@ namespace miniattn {
 struct BlasInfo {
   std::string library = "unknown";  // e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH ..."
   std::string core;                  // the kernel set chosen at run time, e.g. "SkylakeX"
+  std::string core_chosen_by;        // OpenBLAS, OPENBLAS_CORETYPE, or miniattn (blas_core.hpp)
   int threads = 0;                   // 0: unknown
-  std::string warning;               // e.g. a slower kernel set than the CPU allows
+  std::string warning;               // a kernel set below the CPU's flags, and the variable to set
 };
 BlasInfo blas_info();
 

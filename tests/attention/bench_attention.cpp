@@ -56,6 +56,7 @@
 #include "kernels/attention/attention.hpp"
 #include "kernels/base/onednn_gemm.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "perf/blas_core.hpp"
 #include "perf/gemm_rate.hpp"
 #include "perfmodel/kernel_timing.hpp"
 #include "relative_difference.hpp"
@@ -238,14 +239,15 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  miniattn::restart_with_cpu_blas_core(argv);
   const Options o = parse(argc, argv);
   Kokkos::ScopeGuard kokkos(argc, argv);
   miniattn::match_blas_threads_to_kokkos();
   std::printf("execution space: %s, concurrency %d\n", miniattn::ExecSpace::name(),
               int(miniattn::ExecSpace().concurrency()));
   const miniattn::BlasInfo blas = miniattn::blas_info();
-  std::printf("BLAS: %s, kernels %s, %d threads\n", blas.library.c_str(), blas.core.empty() ? "?" : blas.core.c_str(),
-              blas.threads);
+  std::printf("BLAS: %s, kernels %s (chosen by %s), %d threads\n", blas.library.c_str(),
+              blas.core.empty() ? "?" : blas.core.c_str(), blas.core_chosen_by.c_str(), blas.threads);
   if (!blas.warning.empty()) std::printf("warning: %s\n", blas.warning.c_str());
   std::printf("problem: B=1 H=%ld n=%ld Dh=%ld, best of %d, %s time\n", long(o.heads), long(o.n), long(o.dh), o.reps,
               g_cpu_clock ? "CPU" : "wall-clock");

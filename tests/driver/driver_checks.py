@@ -22,6 +22,8 @@ non-zero with a message when the check fails:
                      loss within 2^-8 of fp32's
   bench_report       run.mode bench reports every phase's seconds and rates, the GEMM
                      reference, the NaN guard's cost, ring overlap and the memory plan
+  blas_kernels       OpenBLAS runs the kernels the CPU's flags support, or the run warns
+                     with the variable to set (forced: OPENBLAS_CORETYPE=Prescott)
   sequence_parallel  a strategy on R ranks (dp x tp x sp) equals the 1-rank run: loss curve,
                      parameters and gradients within 1e-10, causal and not, every layout,
                      optionally under a sliding window (--window), with grouped K/V
@@ -63,7 +65,7 @@ class Check:
         with open(self.deck, "w") as f:
             f.write(SMALL_DECK)
 
-    def run(self, ranks, *sets, deck=None, expect=0, args=None, threads=None):
+    def run(self, ranks, *sets, deck=None, expect=0, args=None, threads=None, env=None):
         """Runs miniattn; a deck run (not `args`) also writes its whole report
         (every step's loss included) to a file that result() reads."""
         cmd = [self.mpiexec, "-n", str(ranks), self.miniattn]
@@ -75,8 +77,10 @@ class Check:
             self.runs += 1
             result_path = self.path(f"result-{self.runs}.json")
             cmd += ["--set", f"run.result={result_path}"]
-        env = None if threads is None else dict(os.environ, OMP_NUM_THREADS=str(threads))
-        proc = subprocess.run(cmd, cwd=self.scratch, capture_output=True, text=True, timeout=600, env=env)
+        extra = dict(env or {}, **({} if threads is None else {"OMP_NUM_THREADS": str(threads)}))
+        environment = {k: v for k, v in dict(os.environ, **extra).items() if v is not None}
+        proc = subprocess.run(cmd, cwd=self.scratch, capture_output=True, text=True, timeout=600,
+                              env=environment)
         if expect is not None and proc.returncode != expect:
             sys.stdout.write(proc.stdout)
             sys.stdout.write(proc.stderr)
@@ -922,13 +926,64 @@ def bench_report(c):
           f"NaN guard {guard['fraction_of_step']:.1e} of a step, ring hidden {overlap['hidden_fraction']:.2f}")
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def blas_kernels(c):
+    """OpenBLAS picks its kernels from the CPU's model; a CPU it does not know
+    gets older ones. Forced below the CPU's flags (OPENBLAS_CORETYPE=Prescott on
+    a CPU with AVX2 and FMA), the run must say so with the variable to set; left
+    to itself, it must run kernels of the CPU's level (blas.warning empty),
+    choosing them itself where OpenBLAS did not."""
+    base = ["run.mode=bench", "train.steps=2"]
+    flags = cpu_flags()
+    if not {"avx2", "fma"} <= flags:
+        print("blas_kernels: SKIPPED: the CPU has no AVX2 and FMA")
+        return
+    forced = c.run(1, *base, env={"OPENBLAS_CORETYPE": "Prescott", "MINIATTN_BLAS_CORE_REPLACED": None})
+    blas = c.result(forced)["bench"]["blas"]
+    if not blas["core"]:
+        print(f"blas_kernels: SKIPPED: the BLAS ({blas['library']}) does not name its kernels")
+        return
+    expected = "SkylakeX" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags else "Haswell"
+    said = [l for l in forced.stdout.splitlines() if l.startswith("miniattn: warning: OpenBLAS runs its Prescott")]
+    if (blas["core"].lower() != "prescott" or blas["core_chosen_by"] != "OPENBLAS_CORETYPE"
+            or f"OPENBLAS_CORETYPE={expected}" not in blas["warning"] or len(said) != 1
+            or f"OPENBLAS_CORETYPE={expected}" not in said[0]):
+        fail(f"forced Prescott kernels: report {blas}, header {said}")
+    own = c.run(1, *base, env={"OPENBLAS_CORETYPE": None, "MINIATTN_BLAS_CORE_REPLACED": None})
+    blas = c.result(own)["bench"]["blas"]
+    if blas["warning"] or "miniattn: warning: OpenBLAS" in own.stdout:
+        fail(f"left to itself, the run still runs kernels below the CPU's flags: {blas}")
+    if blas["core_chosen_by"].startswith("miniattn") != ("chosen by miniattn" in own.stdout):
+        fail(f"the header and the report disagree on who chose the kernels: {blas}\n{own.stdout}")
+    # An OpenBLAS that chose Prescott's kernels by itself (a preloaded stand-in for
+    # its detection): the run restarts itself on the CPU's kernels, on every rank.
+    preload = " ".join(filter(None, [os.environ["MINIATTN_TEST_OPENBLAS_CHOSE_PRESCOTT"],
+                                     os.environ.get("LD_PRELOAD")]))
+    chose = c.run(2, *base, "parallel.dp=2", env={"OPENBLAS_CORETYPE": None, "MINIATTN_BLAS_CORE_REPLACED": None,
+                                                  "LD_PRELOAD": preload})
+    replaced = c.result(chose)["bench"]["blas"]
+    if (replaced["core"] != expected or replaced["core_chosen_by"] != "miniattn (OpenBLAS chose Prescott)"
+            or replaced["warning"] or f"runs its {expected} kernels, chosen by miniattn" not in chose.stdout):
+        fail(f"OpenBLAS chose Prescott: report {replaced}\n{chose.stdout}")
+    print(f"blas_kernels: forced Prescott warned with OPENBLAS_CORETYPE={expected}; "
+          f"left alone: {blas['core']} (chosen by {blas['core_chosen_by']}); "
+          f"Prescott chosen by OpenBLAS: {replaced['core']} (chosen by {replaced['core_chosen_by']})")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("miniattn")
     p.add_argument("mpiexec")
     p.add_argument("check", choices=["rank_independence", "init_roundtrip", "learns", "bad_input", "determinism",
                                       "sequence_parallel", "faults", "checkpoint_restart", "bench_report", "threads",
-                                      "staged_exchanges", "pipeline", "bf16", "recompute"])
+                                      "staged_exchanges", "pipeline", "bf16", "recompute", "blas_kernels"])
     p.add_argument("--deck", help="deck for 'learns'")
     p.add_argument("--strategy", help="for sequence_parallel")
     p.add_argument("--window", type=int, default=0, help="for sequence_parallel: model.window")
