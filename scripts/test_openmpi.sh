@@ -28,7 +28,7 @@ else
   cmake "$build" > /dev/null
 fi
 # A build folder configured against MPICH would test MPICH again, silently.
-(cd "$build" && ctest -N -V -R '^driver\.bad_input$' | grep -q 'OMPI_ALLOW_RUN_AS_ROOT=1') \
+(cd "$build" && ctest -N -R '^driver\.bad_input$' --show-only=json-v1 | grep -q 'OMPI_ALLOW_RUN_AS_ROOT=1') \
   || { echo "test_openmpi: $build is not configured for Open MPI (its tests lack Open MPI's environment)" >&2; exit 2; }
 targets=$(cd "$build" && ctest -N "${selection[@]}" --show-only=json-v1 | "$root/scripts/test_targets.py" "$build")
 MINIATTN_BUILD_DIR=$build MINIATTN_BUILD_TARGETS=$targets "$root/scripts/build.sh"
