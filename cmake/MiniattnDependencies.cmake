@@ -3,6 +3,8 @@ include(${CMAKE_CURRENT_LIST_DIR}/MiniattnKokkos.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/MiniattnOnednn.cmake)
 
 find_package(MPI REQUIRED COMPONENTS C CXX)
+# The exchange watch's watchdog thread (src/comm/exchange_watch.cpp).
+find_package(Threads REQUIRED)
 
 set(HDF5_PREFER_PARALLEL TRUE)
 find_package(HDF5 REQUIRED COMPONENTS C)

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "comm/watched_mpi.hpp"
 #include "core/error.hpp"
 
 namespace miniattn {
@@ -13,12 +14,12 @@ void agree(MPI_Comm comm, const std::string& local_error) {
   MPI_Comm_size(comm, &size);
   const int mine = local_error.empty() ? size : rank;
   int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  watched_allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, "agree");
   if (first == size) return;
   int length = rank == first ? static_cast<int>(local_error.size()) : 0;
-  MPI_Bcast(&length, 1, MPI_INT, first, comm);
+  watched_bcast(&length, 1, MPI_INT, first, comm, "agree.message");
   std::string message = rank == first ? local_error : std::string(static_cast<std::size_t>(length), '\0');
-  if (length > 0) MPI_Bcast(&message[0], length, MPI_CHAR, first, comm);
+  if (length > 0) watched_bcast(&message[0], length, MPI_CHAR, first, comm, "agree.message");
   throw InputError(message);
 }
 
@@ -39,13 +40,13 @@ void agree_on(MPI_Comm comm, const std::function<void()>& body) { agree(comm, at
 LeastOverRanks least_over_ranks(double value, MPI_Comm comm) {
   LeastOverRanks mine{value, 0}, least{value, 0};
   MPI_Comm_rank(comm, &mine.rank);
-  MPI_Allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm);
+  watched_allreduce(&mine, &least, 1, MPI_DOUBLE_INT, MPI_MINLOC, comm, "agree.least");
   return least;
 }
 
 bool all_ranks(bool value, MPI_Comm comm) {
   int local = value ? 1 : 0, all = 0;
-  MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm);
+  watched_allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm, "agree.all_ranks");
   return all != 0;
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/deck_words.hpp"
 #include "comm/exchange_label.hpp"
+#include "comm/flight_record.hpp"
 #include "core/types.hpp"
 
 namespace miniattn {
@@ -58,7 +59,10 @@ struct PendingExchange {
   std::vector<MPI_Request> requests;  // MPI backend
   std::vector<HostStaging> staged;    // MPI backend staging through host memory
   bool stream_work = false;           // NCCL backend: work queued on the device stream
+  void* stream_comm = nullptr;        // NCCL backend: the communicator that queued it (an ncclComm_t)
   Exchange label = Exchange::loss;  // the label of the posts it holds
+  // Flight-record entries (comm/exchange_watch.hpp): of each post, and of each request.
+  std::vector<std::uint64_t> entries, request_entries;
   bool active() const { return !requests.empty() || stream_work; }
 };
 
@@ -131,9 +135,18 @@ class Comm {
                               MPI_Comm group) = 0;
   virtual void reduce_scatter_sum_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                                        MPI_Comm group) = 0;
+  // The flight-record entry of the collective an *_impl call runs.
+  std::uint64_t current_entry() const { return current_entry_; }
 
  private:
+  template <class Run>
+  void collective(Exchange label, ExchangeOp op, MPI_Comm group, std::uint64_t bytes_sent, Run&& exchange);
+  template <class Post>
+  void point_to_point(Exchange label, MPI_Comm group, std::uint64_t bytes_sent, std::uint64_t bytes, int dest,
+                      int source, PendingExchange& pending, Post&& post);
+
   std::map<Exchange, ExchangeStats> stats_;
+  std::uint64_t current_entry_ = 0;
 };
 
 // The MPI backend: View data pointers go straight to MPI, or, when staging,

@@ -10,7 +10,9 @@
 #endif
 
 #include "comm/comm.hpp"
+#include "comm/exchange_watch.hpp"
 #include "comm/mpi_ranks.hpp"
+#include "comm/watched_mpi.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 
@@ -94,6 +96,9 @@ bool mpi_reports_device_support() {
   return supported != 0;
 }
 
+// Finishes the one request of the collective `entry` (the exchange watch's wait: its deadline, its record).
+void finish(MPI_Request request, std::uint64_t entry) { wait_for_requests(&request, &entry, 1); }
+
 }  // namespace
 
 bool mpi_needs_host_staging(GpuAwareMpi gpu_aware_mpi, MPI_Comm world) {
@@ -102,19 +107,22 @@ bool mpi_needs_host_staging(GpuAwareMpi gpu_aware_mpi, MPI_Comm world) {
   if (gpu_aware_mpi == GpuAwareMpi::no) needed = 1;  // on host memory too: the path is then testable anywhere
   else if (gpu_aware_mpi == GpuAwareMpi::automatic) needed = !host_memory && !mpi_reports_device_support();
   int agreed = needed;
-  MPI_Allreduce(&needed, &agreed, 1, MPI_INT, MPI_MAX, world);
+  watched_allreduce(&needed, &agreed, 1, MPI_INT, MPI_MAX, world, "setup.host_staging");
   return agreed != 0;
 }
 
 void MpiComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
   compat::fence("miniattn::MpiComm::allreduce_sum");
+  MPI_Request request;
   if (!staged_) {
-    MPI_Allreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group);
+    MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group, &request);
+    finish(request, current_entry());
     return;
   }
   const std::size_t bytes = count * bytes_of(type);
   const std::unique_ptr<char[]> host = host_copy_of(data, bytes);
-  MPI_Allreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), MPI_SUM, group);
+  MPI_Iallreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), MPI_SUM, group, &request);
+  finish(request, current_entry());
   copy_to_memory_space(data, host.get(), bytes);
 }
 
@@ -144,7 +152,7 @@ void MpiComm::post_shift_impl(const void* send, void* recv, std::size_t count, S
 }
 
 void MpiComm::wait_impl(PendingExchange& pending) {
-  MPI_Waitall(static_cast<int>(pending.requests.size()), pending.requests.data(), MPI_STATUSES_IGNORE);
+  wait_for_requests(pending.requests.data(), pending.request_entries.data(), static_cast<int>(pending.requests.size()));
   for (const HostStaging& s : pending.staged)
     if (s.device_recv != nullptr) copy_to_memory_space(s.device_recv, s.recv.get(), s.bytes);
 }
@@ -155,7 +163,9 @@ void MpiComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_
   const int count = mpi_count(count_per_rank);
   const std::size_t bytes = static_cast<std::size_t>(size_of(group)) * count_per_rank * bytes_of(type);
   out_of_place(staged_, send, bytes, recv, bytes, [&](const void* from, void* to) {
-    MPI_Alltoall(from, count, mpi_type(type), to, count, mpi_type(type), group);
+    MPI_Request request;
+    MPI_Ialltoall(from, count, mpi_type(type), to, count, mpi_type(type), group, &request);
+    finish(request, current_entry());
   });
 }
 
@@ -166,7 +176,9 @@ void MpiComm::allgather_impl(const void* send, void* recv, std::size_t count_per
   const std::size_t block_bytes = count_per_rank * bytes_of(type);
   const std::size_t all_bytes = static_cast<std::size_t>(size_of(group)) * block_bytes;
   out_of_place(staged_, send, block_bytes, recv, all_bytes, [&](const void* from, void* to) {
-    MPI_Allgather(from, count, mpi_type(type), to, count, mpi_type(type), group);
+    MPI_Request request;
+    MPI_Iallgather(from, count, mpi_type(type), to, count, mpi_type(type), group, &request);
+    finish(request, current_entry());
   });
 }
 
@@ -178,7 +190,9 @@ void MpiComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t 
   const std::size_t all_bytes = static_cast<std::size_t>(size_of(group)) * block_bytes;
   out_of_place(stage_sum(staged_, type), send, all_bytes, recv, block_bytes,
                [&](const void* from, void* to) {
-                 MPI_Reduce_scatter_block(from, to, count, mpi_type(type), mpi_sum(type), group);
+                 MPI_Request request;
+                 MPI_Ireduce_scatter_block(from, to, count, mpi_type(type), mpi_sum(type), group, &request);
+                 finish(request, current_entry());
                });
 }
 

@@ -11,6 +11,8 @@
 #include <map>
 #include <string>
 
+#include "comm/exchange_watch.hpp"
+#include "comm/watched_mpi.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 
@@ -36,7 +38,8 @@ void check_cuda(cudaError_t result, const char* call) {
 }
 
 void check_nccl(ncclResult_t result, const char* call, ncclComm_t comm = nullptr) {
-  if (result == ncclSuccess) return;
+  // Nonblocking communicators return ncclInProgress; settle() waits for them.
+  if (result == ncclSuccess || result == ncclInProgress) return;
   std::string message = std::string("NcclComm: ") + call + " failed: " + ncclGetErrorString(result);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
   const char* detail = ncclGetLastError(comm);
@@ -51,21 +54,50 @@ ncclDataType_t nccl_type(ScalarType type) {
   return type == ScalarType::f32 ? ncclFloat32 : type == ScalarType::f64 ? ncclFloat64 : ncclBfloat16;
 }
 
+// Waits, through the exchange watch (its deadline), until the nonblocking
+// communicator has finished the call in progress (creation, an enqueue, a
+// group's end); an error it reports ends the exchange.
+void settle(ncclComm_t comm, const char* call, std::uint64_t entry) {
+  wait_until([&] {
+    ncclResult_t state = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+    if (state == ncclInProgress) return false;
+    check_nccl(state, call, comm);
+    return true;
+  }, entry);
+}
+
+// Waits, through the exchange watch, until `stream` has run what was queued
+// on it, watching the communicator for an asynchronous error (a peer gone, a
+// network failure) that would otherwise leave the stream waiting for ever.
+void wait_for_stream(cudaStream_t stream, ncclComm_t comm, const char* name, std::uint64_t entry) {
+  wait_until([&] {
+    ncclResult_t state = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError", comm);
+    if (state != ncclInProgress) check_nccl(state, name, comm);
+    const cudaError_t query = cudaStreamQuery(stream);
+    if (query == cudaErrorNotReady) return false;
+    check_cuda(query, (std::string("cudaStreamQuery (after ") + name + ")").c_str());
+    return true;
+  }, entry);
+}
+
 // A blocking collective: fence Kokkos (the data comes from its kernels),
 // `enqueue(stream)` on the Kokkos stream and wait for it, so the result is
 // there on return.
 template <class Enqueue>
-void blocking(const char* name, Enqueue&& enqueue) {
+void blocking(ncclComm_t comm, const char* name, std::uint64_t entry, Enqueue&& enqueue) {
   compat::fence(std::string("miniattn::NcclComm::") + name);
   const cudaStream_t stream = kokkos_stream();
   enqueue(stream);
-  check_cuda(cudaStreamSynchronize(stream), (std::string("cudaStreamSynchronize (after ") + name + ")").c_str());
+  settle(comm, name, entry);
+  wait_for_stream(stream, comm, name, entry);
 }
 
 // Runs `enqueue` (ncclSend/ncclRecv calls) inside one NCCL group. The group is
 // closed even when a call inside it fails, so NCCL does not stay in group mode.
 template <class Enqueue>
-void grouped(ncclComm_t comm, const char* what, Enqueue&& enqueue) {
+void grouped(ncclComm_t comm, const char* what, std::uint64_t entry, Enqueue&& enqueue) {
   check_nccl(ncclGroupStart(), "ncclGroupStart", comm);
   ncclResult_t inside = ncclSuccess;
   const char* failed_call = "";
@@ -73,11 +105,12 @@ void grouped(ncclComm_t comm, const char* what, Enqueue&& enqueue) {
   const ncclResult_t end = ncclGroupEnd();
   check_nccl(inside, failed_call, comm);
   check_nccl(end, what, comm);
+  settle(comm, what, entry);
 }
 
 // Records the first failing call of a group.
 void note(ncclResult_t result, const char* call, ncclResult_t& first, const char*& first_call) {
-  if (result != ncclSuccess && first == ncclSuccess) {
+  if (result != ncclSuccess && result != ncclInProgress && first == ncclSuccess) {
     first = result;
     first_call = call;
   }
@@ -86,9 +119,9 @@ void note(ncclResult_t result, const char* call, ncclResult_t& first, const char
 // All-to-all as one group of point-to-point calls: block j of send to rank j,
 // block i of recv from rank i (the only way before NCCL 2.28).
 [[maybe_unused]] void alltoall_by_send_recv(const void* send, void* recv, std::size_t count, ScalarType type,
-                                            int nranks, ncclComm_t comm, cudaStream_t stream) {
+                                            int nranks, ncclComm_t comm, cudaStream_t stream, std::uint64_t entry) {
   const std::size_t block_bytes = count * bytes_of(type);
-  grouped(comm, "ncclGroupEnd (all-to-all)", [&](ncclResult_t& first, const char*& first_call) {
+  grouped(comm, "ncclGroupEnd (all-to-all)", entry, [&](ncclResult_t& first, const char*& first_call) {
     for (int peer = 0; peer < nranks; ++peer) {
       const auto offset = static_cast<std::size_t>(peer) * block_bytes;
       note(ncclSend(static_cast<const char*>(send) + offset, count, nccl_type(type), peer, comm, stream), "ncclSend",
@@ -113,6 +146,11 @@ struct NcclComm::Impl {
 
   const Group& group(MPI_Comm mpi_group);
   cudaStream_t ring_stream();
+  // An exchange's deadline passed: every communicator ends now (the watch then aborts the job).
+  void abort_all() {
+    for (auto& entry : groups) ncclCommAbort(entry.second.comm);
+    groups.clear();
+  }
 };
 
 const NcclComm::Impl::Group& NcclComm::Impl::group(MPI_Comm mpi_group) {
@@ -140,14 +178,21 @@ const NcclComm::Impl::Group& NcclComm::Impl::group(MPI_Comm mpi_group) {
       root_error = e.what();
     }
   }
-  MPI_Bcast(&root, static_cast<int>(sizeof(root)), MPI_BYTE, 0, mpi_group);
+  watched_bcast(&root, static_cast<int>(sizeof(root)), MPI_BYTE, 0, mpi_group, "nccl.unique_id");
   if (root.ok != 1) {
     throw RuntimeFailure(g.rank == 0 ? root_error
                                      : std::string("NcclComm: rank 0 of the group could not create an NCCL id"));
   }
   const std::string init_call = "ncclCommInitRank (rank " + std::to_string(g.rank) + " of " +
                                 std::to_string(g.size) + ", CUDA device " + std::to_string(device) + ")";
-  check_nccl(ncclCommInitRank(&g.comm, g.size, root.id, g.rank), init_call.c_str());
+  // Nonblocking, so that every wait on it can end by the exchange deadline
+  // and the communicator can be aborted (ncclCommAbort) when one passes.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const std::uint64_t entry = record_exchange("nccl.init", ExchangeOp::barrier, mpi_group, 0);
+  check_nccl(ncclCommInitRankConfig(&g.comm, g.size, root.id, g.rank, &config), init_call.c_str());
+  settle(g.comm, init_call.c_str(), entry);
+  if (groups.empty()) on_exchange_abort([this] { abort_all(); });
   return groups.emplace(mpi_group, g).first->second;
 }
 
@@ -182,7 +227,7 @@ void NcclComm::attach(MPI_Comm group) { impl_->group(group); }
 
 void NcclComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
-  blocking("allreduce_sum", [&](cudaStream_t stream) {
+  blocking(g.comm, "allreduce_sum", current_entry(), [&](cudaStream_t stream) {
     check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, g.comm, stream), "ncclAllReduce", g.comm);
   });
 }
@@ -197,27 +242,30 @@ void NcclComm::post_shift_impl(const void* send, void* recv, std::size_t count, 
   if (count == 0) return;
   compat::fence("miniattn::NcclComm::post_shift");
   const cudaStream_t stream = impl_->ring_stream();
-  grouped(g.comm, "ncclGroupEnd (shift)", [&](ncclResult_t& first, const char*& first_call) {
+  const std::uint64_t entry = pending.entries.empty() ? 0 : pending.entries.back();
+  grouped(g.comm, "ncclGroupEnd (shift)", entry, [&](ncclResult_t& first, const char*& first_call) {
     if (dest != MPI_PROC_NULL) note(ncclSend(send, count, nccl_type(type), dest, g.comm, stream), "ncclSend", first, first_call);
     if (source != MPI_PROC_NULL) note(ncclRecv(recv, count, nccl_type(type), source, g.comm, stream), "ncclRecv", first, first_call);
   });
   pending.stream_work = true;
+  pending.stream_comm = g.comm;
 }
 
 void NcclComm::wait_impl(PendingExchange& pending) {
   if (!pending.stream_work || impl_->shift_stream == nullptr) return;
-  check_cuda(cudaStreamSynchronize(impl_->shift_stream), "cudaStreamSynchronize (ring shift)");
+  wait_for_stream(impl_->shift_stream, static_cast<ncclComm_t>(pending.stream_comm), "ring shift",
+                  pending.entries.empty() ? 0 : pending.entries.front());
 }
 
 void NcclComm::alltoall_impl(const void* send, void* recv, std::size_t count_per_rank, ScalarType type,
                              MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
   if (count_per_rank == 0) return;
-  blocking("alltoall", [&](cudaStream_t stream) {
+  blocking(g.comm, "alltoall", current_entry(), [&](cudaStream_t stream) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
     check_nccl(ncclAlltoAll(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAlltoAll", g.comm);
 #else
-    alltoall_by_send_recv(send, recv, count_per_rank, type, g.size, g.comm, stream);
+    alltoall_by_send_recv(send, recv, count_per_rank, type, g.size, g.comm, stream, current_entry());
 #endif
   });
 }
@@ -226,7 +274,7 @@ void NcclComm::allgather_impl(const void* send, void* recv, std::size_t count_pe
                               MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
   if (count_per_rank == 0) return;
-  blocking("allgather", [&](cudaStream_t stream) {
+  blocking(g.comm, "allgather", current_entry(), [&](cudaStream_t stream) {
     check_nccl(ncclAllGather(send, recv, count_per_rank, nccl_type(type), g.comm, stream), "ncclAllGather", g.comm);
   });
 }
@@ -235,7 +283,7 @@ void NcclComm::reduce_scatter_sum_impl(const void* send, void* recv, std::size_t
                                        MPI_Comm group) {
   const Impl::Group& g = impl_->group(group);
   if (count_per_rank == 0) return;
-  blocking("reduce_scatter_sum", [&](cudaStream_t stream) {
+  blocking(g.comm, "reduce_scatter_sum", current_entry(), [&](cudaStream_t stream) {
     check_nccl(ncclReduceScatter(send, recv, count_per_rank, nccl_type(type), ncclSum, g.comm, stream),
                "ncclReduceScatter", g.comm);
   });

@@ -3,8 +3,8 @@
 //
 // A group of ranks is still named by its MPI communicator. The first time a
 // group is used, NcclComm builds an NCCL communicator for it: rank 0 of the
-// group calls ncclGetUniqueId, MPI_Bcast sends the id over the group and every
-// rank calls ncclCommInitRank with its rank in the group, on the device that
+// group calls ncclGetUniqueId, a broadcast sends the id over the group and every
+// rank calls ncclCommInitRankConfig with its rank in the group, on the device that
 // is current (chosen by Kokkos, e.g. --kokkos-map-device-id-by=mpi_rank; this
 // class never changes it). Creation is collective over the group, so every
 // rank of a group must make its first exchange on that group at the same point
@@ -17,12 +17,16 @@
 // Buffers must be device memory (a Kokkos CUDA build). Every call fences the
 // Kokkos execution space first, because the data comes from Kokkos kernels.
 //   allreduce / alltoall / allgather / reduce-scatter: run on the Kokkos
-//     execution space's CUDA stream and synchronise it, so the result is there
+//     execution space's CUDA stream and wait for it, so the result is there
 //     on return.
 //   ring shifts: run on a separate non-blocking stream owned by NcclComm, so
 //     the transfer overlaps the compute that Kokkos launches between post and
-//     wait (on the Kokkos stream it would queue behind it); wait synchronises
+//     wait (on the Kokkos stream it would queue behind it); wait waits for
 //     that stream.
+// The communicators are nonblocking (config.blocking = 0): every wait polls
+// the stream and ncclCommGetAsyncError through the exchange watch
+// (comm/exchange_watch.hpp), so it ends by the exchange deadline, and the
+// watch calls ncclCommAbort on every communicator before it ends the job.
 //
 // This header needs neither CUDA nor NCCL headers (the state lives in Impl),
 // so including it does not leak CUDA include directories into other files.

@@ -427,6 +427,13 @@ Config parse_config(const std::string& deck_path, const std::vector<std::string>
 }
 
 
+std::string flight_record_folder(const RunConfig& run) {
+  if (!run.flight_record.empty()) return run.flight_record;
+  if (run.result.empty()) return "miniattn.flight-record";
+  const std::filesystem::path result(run.result);
+  return (result.parent_path() / (result.stem().string() + ".flight-record")).string();
+}
+
 std::vector<std::int64_t> parse_predict_seq_lens(const std::string& text) {
   std::vector<std::int64_t> values;
   std::stringstream items(text);

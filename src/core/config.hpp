@@ -91,7 +91,16 @@ struct RunConfig {
   std::int64_t predict_max_ranks = 4096;
   // run.mode predict: the sequence lengths of the table, comma-separated.
   std::string predict_seq_lens = "65536,262144,1048576,4194304";
+  // The deadline of every wait of an exchange, seconds; 0: none
+  // (comm/exchange_watch.hpp). PyTorch's and Megatron's default.
+  double exchange_timeout_s = 600.0;
+  // The folder of the ranks' flight records; empty: flight_record_folder().
+  std::string flight_record;
 };
+
+// Where the flight records go: run.flight_record, else beside run.result
+// (results/x.json: results/x.flight-record), else miniattn.flight-record.
+std::string flight_record_folder(const RunConfig& run);
 
 // Sequence-parallel ranks: world = dp x pp x tp x sp.
 std::int64_t sp_size(const ParallelConfig& parallel, std::int64_t world_size);

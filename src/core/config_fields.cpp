@@ -70,6 +70,8 @@ const std::vector<Field>& fields() {
       {"run", "machine", MINIATTN_CONFIG_REF(run, machine)},
       {"run", "predict_max_ranks", MINIATTN_CONFIG_REF(run, predict_max_ranks)},
       {"run", "predict_seq_lens", MINIATTN_CONFIG_REF(run, predict_seq_lens)},
+      {"run", "exchange_timeout_s", MINIATTN_CONFIG_REF(run, exchange_timeout_s)},
+      {"run", "flight_record", MINIATTN_CONFIG_REF(run, flight_record)},
       {"kernels", "attention", MINIATTN_CONFIG_ENUM(kernels, attention)},
       {"kernels", "chunk", MINIATTN_CONFIG_REF(kernels, chunk)},
       {"kernels", "query_block", MINIATTN_CONFIG_REF(kernels, query_block)},

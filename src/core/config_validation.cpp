@@ -207,6 +207,9 @@ void check_training(const Config& c) {
   if (c.kernels.cudnn_workspace_mib < 0.0)
     reject("kernels.cudnn_workspace_mib", "must be >= 0 (0 leaves cuDNN what the memory plan does not need), got " +
                                               number_text(c.kernels.cudnn_workspace_mib));
+  if (c.run.exchange_timeout_s < 0.0)
+    reject("run.exchange_timeout_s", "must be >= 0 seconds (0 means no deadline), got " +
+                                         number_text(c.run.exchange_timeout_s));
   if (c.run.memory_per_rank_gib < 0.0)
     reject("run.memory_per_rank_gib", "must be >= 0 (0 means the node's available memory shared by its ranks), got " +
                                           number_text(c.run.memory_per_rank_gib));

@@ -1,6 +1,7 @@
 #pragma once
 // Errors the user can act on. InputError (bad deck, bad command line, bad
-// file) ends the run with exit status 2; RuntimeFailure with status 1.
+// file) ends the run with exit status 2; RuntimeFailure with status 1; a
+// passed exchange deadline with kExitDeadline.
 #include <stdexcept>
 #include <string>
 
@@ -26,5 +27,9 @@ class CollectiveFailure : public RuntimeFailure {
 
 constexpr int kExitInputError = 2;
 constexpr int kExitRuntimeFailure = 1;
+// An exchange's deadline (run.exchange_timeout_s) passed: a rank stopped,
+// hung, or took another path (comm/exchange_watch.hpp). sysexits' EX_TEMPFAIL:
+// the same job may well run when submitted again.
+constexpr int kExitDeadline = 75;
 
 }  // namespace miniattn

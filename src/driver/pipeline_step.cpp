@@ -6,6 +6,8 @@
 // The span is the whole pipeline's (between barriers of the stages), so a
 // stage's idle time counts its wait for the first activation and for the
 // others' last passes, as the bubble's model (pp - 1) / (m + pp - 1) does.
+#include "comm/exchange_watch.hpp"
+#include "comm/watched_mpi.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "driver/training_state.hpp"
 
@@ -40,10 +42,11 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
   PendingExchange gradient_send;
 
   PipelinePass pass;
-  if (grid.pp_size > 1) MPI_Barrier(grid.pp_comm);
+  if (grid.pp_size > 1) watched_barrier(grid.pp_comm, "pipeline.start");
   const double start = wall_seconds();
   for (const PipelineOp& op : one_forward_one_backward(grid.pp_rank, grid.pp_size, s.share.micro_batches)) {
     const index_t slot = op.micro_batch % slots;
+    set_exchange_step(step, op.micro_batch);
     const View2<index_t> ids =
         s.document_ids.empty() ? View2<index_t>() : s.document_ids[static_cast<std::size_t>(slot)];
     const MicroBatch batch{micro_batch_rows(s.inputs, op.micro_batch, rows),
@@ -83,7 +86,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
   }
   for (PendingExchange& send : activation_sends) comm.wait(send);
   comm.wait(gradient_send);
-  if (grid.pp_size > 1) MPI_Barrier(grid.pp_comm);
+  if (grid.pp_size > 1) watched_barrier(grid.pp_comm, "pipeline.end");
   pass.span_seconds = wall_seconds() - start;
   return pass;
 }

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "attention/block_reach.hpp"
+#include "comm/watched_mpi.hpp"
 #include "attention/strategy_table.hpp"
 
 namespace miniattn {
@@ -21,7 +22,7 @@ double time_ring_pattern(Comm& comm, MPI_Comm ring, int ring_rank, int ring_size
   View1<T> recv_a("overlap.recv_a", block_elements), recv_b("overlap.recv_b", block_elements);
   const int next = (ring_rank + 1) % ring_size, prev = (ring_rank + ring_size - 1) % ring_size;
   const int pairs = static_cast<int>(layers) * (3 * steps - 2);
-  MPI_Barrier(ring);
+  watched_barrier(ring, "overlap_probe.start");
   const double t0 = MPI_Wtime();
   for (int i = 0; i < pairs; ++i) {
     PendingExchange pending;
@@ -54,9 +55,9 @@ RingOverlap measure_ring_overlap(const Config& c, const ProcessGrid& grid, const
     best = repeat == 0 ? t : std::min(best, t);
   }
   // The slowest rank sets the pace of a ring.
-  MPI_Allreduce(&best, &overlap.alone_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world);
+  watched_allreduce(&best, &overlap.alone_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world, "overlap_probe.max");
   double exposed = overlap.exposed_seconds;
-  MPI_Allreduce(&exposed, &overlap.exposed_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world);
+  watched_allreduce(&exposed, &overlap.exposed_seconds, 1, MPI_DOUBLE, MPI_MAX, grid.world, "overlap_probe.max");
   overlap.measured = true;
   return overlap;
 }

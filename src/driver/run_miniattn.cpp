@@ -7,9 +7,11 @@
 #include <iostream>
 
 #include "comm/agree.hpp"
+#include "comm/exchange_watch.hpp"
 #include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 #include "driver/output_paths.hpp"
+#include "driver/training_state.hpp"
 #include "driver/training_run.hpp"
 #include "io/text_file.hpp"
 #include "kernels/attention/kernel_record.hpp"
@@ -69,6 +71,15 @@ void print_summary(const nlohmann::json& r, const Config& config) {
 }  // namespace
 
 int run_miniattn(const Config& config, MPI_Comm world, const ModelModes& model_modes) {
+  ExchangeWatchSettings watch;
+  watch.deadline_seconds = config.run.exchange_timeout_s;
+  watch.record_folder = flight_record_folder(config.run);
+  const InjectedFault fault = injected_fault(rank_in(world));
+  if (fault.rank == rank_in(world)) {
+    watch.skip_label = fault.skip_label;
+    watch.skip_index = fault.skip_index;
+  }
+  const ExchangeWatchScope watched(watch, world);
   const RunMode mode = config.run.mode;
   const bool model_mode = mode == RunMode::predict || mode == RunMode::calibrate;
   if (model_mode && config.run.machine.empty())

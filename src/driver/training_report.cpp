@@ -6,6 +6,7 @@
 
 #include "comm/agree.hpp"
 #include "comm/mpi_ranks.hpp"
+#include "comm/watched_mpi.hpp"
 #include "core/config_json.hpp"
 #include "driver/ring_overlap.hpp"
 #include "driver/training_state.hpp"
@@ -27,9 +28,9 @@ namespace {
 nlohmann::json spread_over_ranks(double value, MPI_Comm comm) {
   const int size = size_of(comm);
   double min = 0, max = 0, sum = 0;
-  MPI_Allreduce(&value, &min, 1, MPI_DOUBLE, MPI_MIN, comm);
-  MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm);
-  MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm);
+  watched_allreduce(&value, &min, 1, MPI_DOUBLE, MPI_MIN, comm, "report.spread");
+  watched_allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, comm, "report.spread");
+  watched_allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, comm, "report.spread");
   return {{"min", min}, {"max", max}, {"mean", sum / size}};
 }
 
@@ -198,6 +199,40 @@ nlohmann::json pipeline_section(const TrainingState<T>& s, const StepRecord& rec
           {"bubble_fraction_model", modelled_bubble_fraction(grid.pp_size, m)}};
 }
 
+// The attention kernel that ran, its tiles and, for cudnn, its calls.
+nlohmann::json attention_tiles_section(const kernels::AttentionTiles& tiles, const Config& c) {
+  const bool chosen_by_auto = c.kernels.attention == AttentionKernel::automatic;
+  nlohmann::json t = {{"kernel", to_string(tiles.blocking.kernel)},
+                      {"chosen_by", chosen_by_auto ? "auto" : "deck"},
+                      {"chunk", tiles.blocking.chunk},
+                      {"query_block", tiles.blocking.query_block},
+                      {"key_block", tiles.blocking.key_block},
+                      {"forward_scratch_bytes", tiles.forward_scratch_bytes},
+                      {"backward_scratch_bytes", tiles.backward_scratch_bytes},
+                      {"scratch_level", tiles.scratch_level},
+                      {"level0_bytes", tiles.level0_bytes}};
+  if (chosen_by_auto) t["auto_grounds"] = kernels::attention_kernel_record(tiles.blocking.kernel).auto_grounds;
+  if (tiles.blocking.kernel == AttentionKernel::cudnn) {
+    const kernels::CudnnTally tally = kernels::cudnn_tally();
+    t["cudnn"] = {{"version", kernels::cudnn_version()},
+                  {"backward", backward_words(tiles.blocking)},
+                  {"documents", !c.data.documents                    ? "none"
+                                : tiles.blocking.cudnn_document_calls ? "calls"
+                                                                      : "gemm"},
+                  {"query_rows_per_call", tiles.blocking.cudnn_rows_per_call},
+                  {"graphs_built", tally.graphs},
+                  {"workspace_planned_bytes", tally.workspace_planned_bytes},
+                  {"workspace_needed_bytes", tally.workspace_needed_bytes},
+                  {"workspace_bytes", tally.workspace_bytes},
+                  {"blocks", tally.blocks},
+                  {"calls", tally.calls},
+                  {"cut_calls", tally.cut_calls},
+                  {"blocks_on_gemm_fallback", tally.fallback_blocks}};
+  }
+  t["backward"] = backward_words(tiles.blocking);
+  return t;
+}
+
 }  // namespace
 
 template <class T>
@@ -224,6 +259,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["program"] = "miniattn";
   r["mode"] = to_string(c.run.mode);
   r["config"] = config_to_json(c);
+  r["config"]["run"]["flight_record"] = flight_record_folder(c.run);  // where a passed deadline writes it
   r["ranks"] = s.grid.world_size;
   r["dp"] = s.grid.dp_size;
   r["tp"] = s.grid.tp_size;
@@ -235,37 +271,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["comm_staged_through_host"] = s.comm->stages_through_host();
   r["execution_space"] = {
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
-  const kernels::AttentionTiles& tiles = s.attention_tiles;
-  const bool chosen_by_auto = c.kernels.attention == AttentionKernel::automatic;
-  r["attention_tiles"] = {{"kernel", to_string(tiles.blocking.kernel)},
-                          {"chosen_by", chosen_by_auto ? "auto" : "deck"},
-                          {"chunk", tiles.blocking.chunk},
-                          {"query_block", tiles.blocking.query_block},
-                          {"key_block", tiles.blocking.key_block},
-                          {"forward_scratch_bytes", tiles.forward_scratch_bytes},
-                          {"backward_scratch_bytes", tiles.backward_scratch_bytes},
-                          {"scratch_level", tiles.scratch_level},
-                          {"level0_bytes", tiles.level0_bytes}};
-  if (chosen_by_auto)
-    r["attention_tiles"]["auto_grounds"] = kernels::attention_kernel_record(tiles.blocking.kernel).auto_grounds;
-  if (tiles.blocking.kernel == AttentionKernel::cudnn) {
-    const kernels::CudnnTally tally = kernels::cudnn_tally();
-    r["attention_tiles"]["cudnn"] = {{"version", kernels::cudnn_version()},
-                                     {"backward", backward_words(tiles.blocking)},
-                                     {"documents", !c.data.documents                    ? "none"
-                                                   : tiles.blocking.cudnn_document_calls ? "calls"
-                                                                                         : "gemm"},
-                                     {"query_rows_per_call", tiles.blocking.cudnn_rows_per_call},
-                                     {"graphs_built", tally.graphs},
-                                     {"workspace_planned_bytes", tally.workspace_planned_bytes},
-                                     {"workspace_needed_bytes", tally.workspace_needed_bytes},
-                                     {"workspace_bytes", tally.workspace_bytes},
-                                     {"blocks", tally.blocks},
-                                     {"calls", tally.calls},
-                                     {"cut_calls", tally.cut_calls},
-                                     {"blocks_on_gemm_fallback", tally.fallback_blocks}};
-  }
-  r["attention_tiles"]["backward"] = backward_words(tiles.blocking);
+  r["attention_tiles"] = attention_tiles_section(s.attention_tiles, c);
   r["precision"] = to_string(m.precision);
   if (std::is_same<T, bf16>::value && kHostExecution) r["host_bf16_gemm"] = kernels::host_bf16_gemm_path();
   r["steps"] = c.train.steps;

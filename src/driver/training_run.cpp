@@ -10,6 +10,7 @@
 
 #include "attention/strategy_table.hpp"
 #include "comm/agree.hpp"
+#include "comm/exchange_watch.hpp"
 #include "comm/mpi_ranks.hpp"
 #include "core/error.hpp"
 #include "driver/training_state.hpp"
@@ -166,6 +167,7 @@ double clip_and_update(TrainingState<T>& s, index_t step) {
 // the error, so every rank throws this at the same point.
 template <class Write>
 void write_or_fail(const char* key, Write&& write) {
+  const WatchedRegion region(key);  // HDF5's collective I/O waits inside the library
   try {
     write();
   } catch (const InputError& e) {
@@ -217,6 +219,7 @@ void train_step(TrainingState<T>& s, index_t step, const InjectedFault& fault, S
   const Config& c = s.config;
   if (fault.rank == s.grid.world_rank && fault.step == step)
     throw RuntimeFailure("injected fault (MINIATTN_FAULT) at step " + std::to_string(step));
+  set_exchange_step(step);
   const double start = wall_seconds();
   const double loss = loss_and_gradients(s, step, record);
   check_loss(s, loss, step);

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "comm/exchange_watch.hpp"
 #include "comm/agree.hpp"
 #include "core/error.hpp"
 #include "model/pipeline_schedule.hpp"
@@ -206,9 +207,13 @@ InjectedFault injected_fault(int world_rank) {
   InjectedFault fault;
   const char* text = std::getenv("MINIATTN_FAULT");
   if (!text) return fault;
-  long rank = -1, step = -1, kib = -1;
+  long rank = -1, step = -1, kib = -1, index = -1;
   double gib = -1.0;
-  if (std::sscanf(text, "rank=%ld,step=%ld", &rank, &step) == 2) {
+  char label[64] = "";
+  if (std::sscanf(text, "rank=%ld,skip_exchange=%63[^#]#%ld", &rank, label, &index) == 3) {
+    fault.skip_label = label;
+    fault.skip_index = index;
+  } else if (std::sscanf(text, "rank=%ld,step=%ld", &rank, &step) == 2) {
     fault.step = step;
   } else if (std::sscanf(text, "rank=%ld,memory_gib=%lf", &rank, &gib) == 2) {
     fault.memory_gib = gib;
@@ -363,6 +368,7 @@ index_t read_or_initialize_parameters(TrainingState<T>& s) {
 
 template <class T>
 index_t load_or_initialize(TrainingState<T>& s) {
+  const WatchedRegion region("io.init/io.restart");  // HDF5's collective I/O waits inside the library
   const index_t first_step = read_or_initialize_parameters(s);
   s.refresh_weights();
   return first_step;

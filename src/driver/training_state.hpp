@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,12 +45,16 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid);
 // world rank R fail at the start of step S, as a failed allocation would;
 // "rank=R,memory_gib=G" makes rank R see G GiB available per rank, as a node
 // with less memory would; "rank=R,file_limit_kib=K" limits the size of every
-// file rank R writes from then on, as a full disk would.
+// file rank R writes from then on, as a full disk would;
+// "rank=R,skip_exchange=LABEL#N" makes rank R skip its N-th post (from 0) of
+// the exchange LABEL, as a rank on another code path would.
 struct InjectedFault {
   int rank = -1;
   index_t step = -1;
   double memory_gib = -1.0;
   long file_limit_kib = -1;
+  std::string skip_label;
+  index_t skip_index = -1;
 };
 // Reads MINIATTN_FAULT and applies its file size limit on this rank.
 InjectedFault injected_fault(int world_rank);

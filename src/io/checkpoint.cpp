@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "comm/agree.hpp"
+#include "comm/watched_mpi.hpp"
 #include "core/error.hpp"
 #include "core/kokkos_compat.hpp"
 #include "io/hdf5_file.hpp"
@@ -149,15 +150,15 @@ void combine_pieces(MPI_Comm comm, const std::vector<Piece>& local, const std::v
   for (const Piece& p : local) send.insert(send.end(), {p.dataset, p.element_begin, p.element_count, p.crc});
   const int count = static_cast<int>(send.size());
   std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
-  MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  watched_allgather(&count, 1, MPI_INT, counts.data(), comm, "checksums.counts");
   int total = 0;
   for (int r = 0; r < size; ++r) {
     displs[static_cast<std::size_t>(r)] = total;
     total += counts[static_cast<std::size_t>(r)];
   }
   std::vector<std::uint64_t> received(static_cast<std::size_t>(total));
-  MPI_Allgatherv(send.data(), count, MPI_UINT64_T, received.data(), counts.data(), displs.data(), MPI_UINT64_T,
-                 comm);
+  watched_allgatherv(send.data(), count, MPI_UINT64_T, received.data(), counts.data(), displs.data(), comm,
+                     "checksums.pieces");
 
   std::vector<Piece> all;
   for (std::size_t i = 0; i + 3 < received.size(); i += 4) {

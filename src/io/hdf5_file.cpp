@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "comm/agree.hpp"
+#include "comm/watched_mpi.hpp"
 #include "core/error.hpp"
 #include "io/hdf5_handles.hpp"
 
@@ -188,9 +189,9 @@ Hdf5File Hdf5File::create(const std::string& path, MPI_Comm comm) {
     temp = path + ".tmp." + std::to_string(static_cast<long long>(getpid()));
   }));
   int length = static_cast<int>(temp.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, c);
+  watched_bcast(&length, 1, MPI_INT, 0, c, "file.temporary_name");
   temp.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(&temp[0], length, MPI_CHAR, 0, c);
+  watched_bcast(&temp[0], length, MPI_CHAR, 0, c, "file.temporary_name");
 
   std::string error = attempt([&] {
     Handle fapl = mpio_access(c);

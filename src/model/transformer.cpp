@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "comm/exchange_watch.hpp"
 #include "core/kokkos_compat.hpp"
 #include "kernels/base/gemm.hpp"
 #include "kernels/base/reduction.hpp"
@@ -196,7 +197,11 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, 
     const auto wpe = matrix_at(params.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D);
     kernels::embedding_forward<T>(chunk_of(batch.inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
   }
-  for (index_t l = layers_.first; l < layers_.end; ++l) block_forward(params, slot, l, batch.documents);
+  for (index_t l = layers_.first; l < layers_.end; ++l) {
+    set_exchange_layer(l);
+    block_forward(params, slot, l, batch.documents);
+  }
+  set_exchange_layer(-1);
   if (!layout_.holds_head()) return 0.0;
   kernels::layer_norm_forward<T>(saved.residual.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
@@ -285,7 +290,11 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
   compat::ProfilingRegion region("miniattn::backward");
   if (layout_.holds_head())
     head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), batch.targets, loss_scale);
-  for (index_t l = layers_.end - 1; l >= layers_.first; --l) block_backward(params, grads, slot, l, batch.documents);
+  for (index_t l = layers_.end - 1; l >= layers_.first; --l) {
+    set_exchange_layer(l);
+    block_backward(params, grads, slot, l, batch.documents);
+  }
+  set_exchange_layer(-1);
   if (!layout_.holds_embedding()) return;
   const index_t D = model_.d_model, V = model_.vocab;
   kernels::group_rows_by_token(chunk_of(batch.inputs), token_rows_);

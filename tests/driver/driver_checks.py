@@ -284,6 +284,9 @@ BAD_SETTINGS = [
     (1, ["model.precision=bf16", "kernels.attention=cudnn", "model.d_model=30"], "a multiple of 8"),  # Dh 10
     (2, ["model.precision=bf16", "kernels.attention=cudnn", "parallel.strategy=rsa"], "rsa keeps its own kernels"),
     (1, ["run.memory_per_rank_gib=-1"], "run.memory_per_rank_gib"),
+    (2, ["run.exchange_timeout_s=-5"], "run.exchange_timeout_s"),
+    (1, ["run.exchange_timeout_s=ten"], "run.exchange_timeout_s"),
+    (1, ["run.exchange_timeout_s=inf"], "run.exchange_timeout_s"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "per rank"),
     (2, ["parallel.dp=2", "run.memory_per_rank_gib=0.0001"], "model.seq_len: this run needs"),
     (1, ["model.d_model=1200", "run.memory_per_rank_gib=0.5"], "model.layers: this run needs"),
