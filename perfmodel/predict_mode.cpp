@@ -42,6 +42,7 @@ StepConfig deck_step_config(const Config& c, const MachineDescription& machine) 
   s.dp = static_cast<int>(c.parallel.dp);
   s.tp = static_cast<int>(c.parallel.tp);
   s.pp = static_cast<int>(c.parallel.pp);
+  s.tp_sequence_parallel = c.parallel.tp_sequence_parallel;
   s.micro_batches = c.train.micro_batches;
   s.documents = c.data.documents;
   s.ulysses = static_cast<int>(c.parallel.ulysses_degree);

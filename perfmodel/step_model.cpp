@@ -40,6 +40,7 @@ std::string validator_problem(const StepConfig& c, int ranks) {
   deck.parallel.dp = c.dp;
   deck.parallel.tp = c.tp;
   deck.parallel.pp = c.pp;
+  deck.parallel.tp_sequence_parallel = c.tp_sequence_parallel;
   deck.parallel.ulysses_degree = strategy_record(c.strategy).ulysses == UlyssesDegree::deck ? c.ulysses : 1;  // else implied
   deck.train.optimizer = c.optimizer;
   deck.train.micro_batches = c.micro_batches;
@@ -165,7 +166,8 @@ MicroBatch micro_batch(const StepConfig& c, int stage) {
 }
 
 // Dense-layer GEMMs. With tp every GEMM divides by tp: a block's over H/tp
-// heads and F/tp units of all R rows, the head's over the R/tp chunk rows.
+// heads and F/tp units of all R rows, the head's over the R/tp chunk rows
+// (without TP's sequence parallelism every TP rank runs the head on all R rows).
 // The stage's share of the model's FLOP count: a model of its layers and
 // batch / m samples (over the stage's dp sp tp ranks), less the head's FLOPs
 // (those of that model without layers) on all but the last stage.
@@ -179,11 +181,11 @@ void add_gemm_compute(const MachineDescription& machine, const StepConfig& c, co
   const FlopCount all = training_step_flops(m);
   const AttentionFlops attention = attention_flops(m);
   double stage_flops = all.total() - attention.forward - attention.backward;
-  if (!w.last) {
-    m.layers = 0;
-    stage_flops -= training_step_flops(m).total();
-  }
-  const double dense_flops = stage_flops / c.stage_ranks();
+  m.layers = 0;
+  const double head_flops = training_step_flops(m).total();
+  stage_flops -= head_flops;
+  double dense_flops = stage_flops / c.stage_ranks();
+  if (w.last) dense_flops += head_flops / (c.tp_sequence_parallel ? c.stage_ranks() : c.dp * c.sp);
   // The backward pass recomputes each block's QKV and fc1 projections unless
   // the blocks keep them (src/model/transformer.cpp): work the model's FLOP count leaves out.
   const double recompute_flops =
@@ -199,7 +201,8 @@ void add_elementwise_compute(const MachineDescription& machine, const StepConfig
   const double L = static_cast<double>(w.layers), D = static_cast<double>(m.d_model);
   const double F = static_cast<double>(m.ffn_width()), V = static_cast<double>(m.vocab);
   const double n = static_cast<double>(m.seq_len / c.sp);
-  const double R = static_cast<double>(w.samples) * n, r = R / tp;  // rows of a TP group, this rank's chunk
+  const double R = static_cast<double>(w.samples) * n;  // rows of a TP group
+  const double r = static_cast<double>(c.tp_chunk_rows(static_cast<std::int64_t>(R)));  // this rank's share
   // Elementwise scalars per micro-batch (read + written), kernel by kernel, per
   // row of D (F, V), by where the rows live with tp (docs/design.md 3.1a).
   // Chunk rows (r x D): each block's forward LayerNorms, residual
@@ -249,15 +252,19 @@ void add_optimizer(const MachineDescription& machine, const StepConfig& c, StepP
 // grad_norm is one double over the SP group (wpe's share, on the first
 // stage), one over the TP group (the shards') and one over the stages.
 void add_allreduces(const MachineDescription& machine, const StepConfig& c, const Placement& where, StepPrediction& out) {
-  const double world = c.world_size(), stage = c.stage_ranks(), dp = c.dp, sp = c.sp, tp = c.tp, pp = c.pp;
-  const std::tuple<Exchange, double, bool> allreduces[] = {{Exchange::gradients_replicated, stage, where.stage_inter},
-                                                             {Exchange::loss, world, where.world_inter},
-                                                             {Exchange::gradients_tensor_parallel, dp * sp, where.shard_inter},
-                                                             {Exchange::gradients_wpe, dp * tp, where.position_inter},
-                                                             {Exchange::gradients_tied_embedding, 2, where.pp_inter},
-                                                             {Exchange::grad_norm, sp, where.sp_inter},
-                                                             {Exchange::grad_norm, tp, where.tp_inter},
-                                                             {Exchange::grad_norm, pp, where.pp_inter}};
+  const double world = c.world_size(), dp = c.dp, sp = c.sp, tp = c.tp, pp = c.pp;
+  // Without TP's sequence parallelism the TP ranks' whole tensors and wpe rows have equal gradients: not summed over TP.
+  const bool over_tp = c.tp_sequence_parallel;
+  const double stage = over_tp ? c.stage_ranks() : dp * sp, wpe_replicas = over_tp ? dp * tp : dp;
+  const std::tuple<Exchange, double, bool> allreduces[] = {
+      {Exchange::gradients_replicated, stage, over_tp ? where.stage_inter : where.shard_inter},
+      {Exchange::loss, world, where.world_inter},
+      {Exchange::gradients_tensor_parallel, dp * sp, where.shard_inter},
+      {Exchange::gradients_wpe, wpe_replicas, where.position_inter},
+      {Exchange::gradients_tied_embedding, 2, where.pp_inter},
+      {Exchange::grad_norm, sp, where.sp_inter},
+      {Exchange::grad_norm, tp, where.tp_inter},
+      {Exchange::grad_norm, pp, where.pp_inter}};
   for (const auto& [label, p, inter] : allreduces) {
     const auto bytes = out.exchange_bytes.find(label);
     if (p < 2 || bytes == out.exchange_bytes.end()) continue;
@@ -267,13 +274,21 @@ void add_allreduces(const MachineDescription& machine, const StepConfig& c, cons
   }
 }
 
-// Megatron's all-gathers and reduce-scatters over a TP group: blocking (the
-// next GEMM or LayerNorm needs their result), on the node's link when the
-// group's consecutive ranks share a node; each call a ring of tp - 1
-// messages. A micro-batch moves 1/m of the stage's bytes per step.
+// Megatron's all-gathers and reduce-scatters over a TP group (without
+// sequence parallelism: all-reduces): blocking (the next GEMM or LayerNorm
+// needs their result), on the node's link when the group's consecutive ranks
+// share a node; each all-gather or reduce-scatter a ring of tp - 1 messages,
+// each all-reduce a ring's 2 (tp - 1) moving 2 (tp - 1) / tp of its buffer. A
+// micro-batch moves 1/m of the stage's bytes per step.
 void add_tensor_parallel(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w, bool inter,
                          StepPrediction& out) {
   const double L = static_cast<double>(w.layers);
+  if (!c.tp_sequence_parallel) {
+    const double t = c.tp, bytes = out.exchange_bytes.at(Exchange::tensor_parallel_allreduce) / c.micro_batches;
+    out.exchange_parts[Exchange::tensor_parallel_allreduce] =
+        transfer_seconds(machine, inter, 2 * (t - 1) / t * bytes, L * 4 * 2 * (t - 1));
+    return;
+  }
   // Per layer: forward 2 + 2, backward 4 (two recomputed LayerNorm outputs, two output gradients) + 2.
   const std::pair<Exchange, double> calls_per_layer[] = {{Exchange::tensor_parallel_gather, 6},
                                                             {Exchange::tensor_parallel_reduce_scatter, 4}};

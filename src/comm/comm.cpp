@@ -162,7 +162,9 @@ void Comm::reduce_scatter_sum(const T* send, T* recv, std::size_t count_per_rank
 MINIATTN_INSTANTIATE(float)
 MINIATTN_INSTANTIATE(double)
 #undef MINIATTN_INSTANTIATE
-// bf16 activations travel; gradients (all-reduced) are fp32.
+// bf16 activations travel (and are all-reduced: TP's row-parallel outputs
+// without sequence parallelism); gradients are fp32.
+template void Comm::allreduce_sum<bf16>(const View1<bf16>&, MPI_Comm, Exchange);
 template void Comm::post_shift<bf16>(const bf16*, bf16*, std::size_t, int, int, MPI_Comm, Exchange,
                                      PendingExchange&);
 template void Comm::post_send<bf16>(const bf16*, std::size_t, int, MPI_Comm, Exchange, PendingExchange&);

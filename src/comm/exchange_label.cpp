@@ -15,6 +15,7 @@ const char* to_string(Exchange label) {
     case Exchange::pipeline_activations: return "pipeline.activations";
     case Exchange::pipeline_gradients: return "pipeline.gradients";
     case Exchange::tensor_parallel_gather: return "tensor_parallel.gather";
+    case Exchange::tensor_parallel_allreduce: return "tensor_parallel.allreduce";
     case Exchange::tensor_parallel_reduce_scatter: return "tensor_parallel.reduce_scatter";
     case Exchange::ring_forward_kv: return "ring.forward.kv";
     case Exchange::ring_backward_kv: return "ring.backward.kv";

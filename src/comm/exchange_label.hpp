@@ -20,6 +20,7 @@ enum class Exchange {
   pipeline_gradients,              // its gradient back
   tensor_parallel_gather,          // Megatron sequence parallelism: rows gathered
   tensor_parallel_reduce_scatter,  // and reduce-scattered
+  tensor_parallel_allreduce,       // without it: row-parallel outputs, column-parallel input gradients
   ring_forward_kv,                 // ring attention: K/V around the ring
   ring_backward_kv,                // K/V again in backward
   ring_backward_dkdv,              // the travelling dK/dV accumulators

@@ -114,14 +114,14 @@ bool mpi_needs_host_staging(GpuAwareMpi gpu_aware_mpi, MPI_Comm world) {
 void MpiComm::allreduce_sum_impl(void* data, std::size_t count, ScalarType type, MPI_Comm group) {
   compat::fence("miniattn::MpiComm::allreduce_sum");
   MPI_Request request;
-  if (!staged_) {
-    MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), MPI_SUM, group, &request);
+  if (!stage_sum(staged_, type)) {
+    MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(count), mpi_type(type), mpi_sum(type), group, &request);
     finish(request, current_entry());
     return;
   }
   const std::size_t bytes = count * bytes_of(type);
   const std::unique_ptr<char[]> host = host_copy_of(data, bytes);
-  MPI_Iallreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), MPI_SUM, group, &request);
+  MPI_Iallreduce(MPI_IN_PLACE, host.get(), mpi_count(count), mpi_type(type), mpi_sum(type), group, &request);
   finish(request, current_entry());
   copy_to_memory_space(data, host.get(), bytes);
 }

@@ -118,6 +118,7 @@ Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
   d.sp = grid.sp_size;
   d.ulysses = grid.ulysses_size;
   d.micro_batches = c.train.micro_batches;
+  d.tp_sequence_parallel = c.parallel.tp_sequence_parallel;
   return d;
 }
 

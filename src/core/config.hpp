@@ -44,6 +44,12 @@ struct ParallelConfig {
   std::int64_t dp = 1;
   std::int64_t tp = 1;  // Megatron tensor parallelism: heads and FFN units split over tp ranks
   std::int64_t pp = 1;  // pipeline stages: contiguous layers per stage, a 1F1B schedule
+  // Megatron's sequence parallelism inside TP (Korthikanti et al. 2022): the
+  // LayerNorm and residual rows split over the TP ranks, gathered and
+  // reduce-scattered; false: 2021's Megatron (and Megatron-LM's default
+  // without --sequence-parallel), rows replicated, row-parallel outputs and
+  // column-parallel input gradients all-reduced.
+  bool tp_sequence_parallel = true;
   std::int64_t ulysses_degree = 1;
   CommBackend comm = CommBackend::mpi;
   GpuAwareMpi gpu_aware_mpi = GpuAwareMpi::automatic;  // false: stage exchanges through host buffers

@@ -43,6 +43,7 @@ const std::vector<Field>& fields() {
       {"parallel", "tp", MINIATTN_CONFIG_REF(parallel, tp)},
       {"parallel", "pp", MINIATTN_CONFIG_REF(parallel, pp)},
       {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
+      {"parallel", "tp_sequence_parallel", MINIATTN_CONFIG_REF(parallel, tp_sequence_parallel)},
       {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},
       {"parallel", "gpu_aware_mpi", MINIATTN_CONFIG_ENUM(parallel, gpu_aware_mpi)},
       {"train", "steps", MINIATTN_CONFIG_REF(train, steps)},

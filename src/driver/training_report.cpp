@@ -263,6 +263,7 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
   r["ranks"] = s.grid.world_size;
   r["dp"] = s.grid.dp_size;
   r["tp"] = s.grid.tp_size;
+  r["tp_sequence_parallel"] = c.parallel.tp_sequence_parallel;
   r["pp"] = s.grid.pp_size;
   r["sp"] = s.grid.sp_size;
   r["ulysses_degree"] = s.grid.ulysses_size;

@@ -92,18 +92,25 @@ std::pair<View1<T>, View1<T>> whole_and_shards(const ParameterLayout& layout, co
 // shards over the stage's ranks of the same TP index (one buffer with tp = 1),
 // wpe rows over the ranks holding the same positions, and the tied wte
 // between the first stage (embedding) and the last (head).
+// Without TP's sequence parallelism the TP ranks hold the same rows, so their
+// gradients of what they hold whole (and of wpe) are equal: summed over the
+// ranks of one TP index only (DP x SP; DP for wpe).
 template <class T>
 void sum_gradients(TrainingState<T>& s) {
   const ProcessGrid& grid = s.grid;
+  const bool tp_replicates_rows = grid.tp_size > 1 && !s.config.parallel.tp_sequence_parallel;
   if (grid.tp_size == 1) {
     s.comm->allreduce_sum(s.grads.replicated, grid.stage_comm, Exchange::gradients_replicated);
   } else {
     const auto [whole, shards] = whole_and_shards(s.layout, s.grads.replicated);
-    s.comm->allreduce_sum(whole, grid.stage_comm, Exchange::gradients_replicated);
+    s.comm->allreduce_sum(whole, tp_replicates_rows ? grid.shard_comm : grid.stage_comm,
+                          Exchange::gradients_replicated);
     s.comm->allreduce_sum(shards, grid.shard_comm, Exchange::gradients_tensor_parallel);
   }
   const bool wpe = s.layout.holds_embedding() && s.layout.sharded_size() > 0;  // not with rotary positions
-  if (wpe) s.comm->allreduce_sum(s.grads.sharded, grid.position_comm, Exchange::gradients_wpe);
+  if (wpe)
+    s.comm->allreduce_sum(s.grads.sharded, tp_replicates_rows ? grid.dp_comm : grid.position_comm,
+                          Exchange::gradients_wpe);
   if (grid.tied_embedding_comm != MPI_COMM_NULL) {
     const index_t wte = s.layout.wte(), size = s.config.model.vocab * s.config.model.d_model;
     s.comm->allreduce_sum(View1<Param<T>>(Kokkos::subview(s.grads.replicated, Kokkos::make_pair(wte, wte + size))),
@@ -145,7 +152,9 @@ double loss_and_gradients(TrainingState<T>& s, index_t step, StepRecord& record)
   record.idle_fractions.push_back(pass.span_seconds > 0 ? 1.0 - pass.busy_seconds / pass.span_seconds : 0.0);
   auto t = s.timer.measure("gradient_exchange");
   sum_gradients(s);
-  return s.comm->allreduce_sum(pass.loss_sum, s.grid.world, Exchange::loss) / tokens;
+  // Without TP's sequence parallelism each TP rank computed the same rows' loss: TP rank 0's counts.
+  const bool counted = s.config.parallel.tp_sequence_parallel || s.grid.tp_rank == 0;
+  return s.comm->allreduce_sum(counted ? pass.loss_sum : 0.0, s.grid.world, Exchange::loss) / tokens;
 }
 
 // Clips by the global gradient norm and updates the parameters; returns the norm.

@@ -111,9 +111,10 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   normed_ = allocate<View2<T>>("normed", r, D);  // r x D = R x Ds: also the merged heads in the backward pass
   d_residual_ = allocate<View2<T>>("d_residual", r, D);
   d_normed_ = allocate<View2<T>>("d_normed", r, D);
-  all_rows_ = tp.size > 1 ? allocate<View2<T>>("all_rows", R, D) : normed_;
-  d_all_rows_out_ = tp.size > 1 ? allocate<View2<T>>("d_all_rows", R, D) : d_residual_;
-  d_all_rows_in_ = tp.size > 1 ? d_all_rows_out_ : d_normed_;
+  // Separate only where a rank holds a chunk of the rows (TP with sequence parallelism).
+  all_rows_ = tp.splits_rows() ? allocate<View2<T>>("all_rows", R, D) : normed_;
+  d_all_rows_out_ = tp.splits_rows() ? allocate<View2<T>>("d_all_rows", R, D) : d_residual_;
+  d_all_rows_in_ = tp.splits_rows() ? d_all_rows_out_ : d_normed_;
   arena_ = allocate<View1<T>>("block_arena", recompute ? R * std::max(Qs, Fs) : 0);
   for (SlotActivations<T>& slot : slots_)
     for (BlockActivations<T>& a : slot.blocks)
@@ -145,7 +146,7 @@ template <class T>
 void Transformer<T>::attention_inputs(const BlockTensors<T>& w, index_t slot, const View2<T>& x_in,
                                       BlockActivations<T>& a, bool project) {
   kernels::layer_norm_forward<T>(x_in, w.ln1_weight, w.ln1_bias, normed_, a.ln1_mean, a.ln1_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
+  tp_.gather_rows(normed_, all_rows_);
   if (!project) return;
   kernels::linear_forward<T>(all_rows_, w.qkv_weight, w.qkv_bias, qkv_);
   kernels::split_qkv_heads<T>(qkv_, a.q, a.k, a.v);
@@ -155,7 +156,7 @@ void Transformer<T>::attention_inputs(const BlockTensors<T>& w, index_t slot, co
 template <class T>
 void Transformer<T>::ffn_hidden(const BlockTensors<T>& w, BlockActivations<T>& a, bool project) {
   kernels::layer_norm_forward<T>(a.after_attention, w.ln2_weight, w.ln2_bias, normed_, a.ln2_mean, a.ln2_rstd);
-  tp_.gather_rows(normed_, all_rows_, Exchange::tensor_parallel_gather);
+  tp_.gather_rows(normed_, all_rows_);
   if (project) kernels::linear_forward<T>(all_rows_, w.fc1_weight, w.fc1_bias, a.fc1_out);
   kernels::gelu_forward<T>(a.fc1_out, d_hidden_);
 }
@@ -177,12 +178,12 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
   const View2<T> merged = merged_rows(qkv_);  // qkv_ is consumed: its rows hold the merged heads
   kernels::merge_heads<T>(a.attention_out, merged);
   kernels::linear_forward<T>(merged, w.proj_weight, tp_.on_first_rank(w.proj_bias), all_rows_);
-  tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
+  tp_.reduce_scatter_rows(all_rows_, normed_);
   kernels::add<T>(a.after_attention, x_in, normed_);
 
   ffn_hidden(w, a, /*project=*/true);  // gelu(fc1 out) in d_hidden_, a workspace: backward recomputes it
   kernels::linear_forward<T>(d_hidden_, w.fc2_weight, tp_.on_first_rank(w.fc2_bias), all_rows_);
-  tp_.reduce_scatter_rows(all_rows_, normed_, Exchange::tensor_parallel_reduce_scatter);
+  tp_.reduce_scatter_rows(all_rows_, normed_);
   kernels::add<T>(x_out, a.after_attention, normed_);
 }
 
@@ -228,14 +229,14 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // output are recomputed, bitwise as in the forward pass; gelu(fc1_out) goes
   // into d_hidden_ for dW2, then d_hidden_ becomes dL/d(gelu out).
   ffn_hidden(w, a, recompute_);
-  tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
+  tp_.gather_rows(d_residual_, d_all_rows_out_);
   kernels::linear_backward<T>(d_all_rows_out_, d_hidden_, w.fc2_weight, View2<T>(), g.fc2_weight,
-                              tp_.on_first_rank(g.fc2_bias), column_partials_);
+                              tp_.bias_gradient(g.fc2_bias), column_partials_);
   kernels::gemm<T>('N', 'N', Acc<T>(1), d_all_rows_out_, w.fc2_weight, Acc<T>(0), d_hidden_);
   kernels::gelu_backward<T>(a.fc1_out, d_hidden_, d_hidden_);
   kernels::linear_backward<T>(d_hidden_, all_rows_, w.fc1_weight, d_all_rows_in_, g.fc1_weight, g.fc1_bias,
                               column_partials_);
-  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, Exchange::tensor_parallel_reduce_scatter);
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_);
   kernels::layer_norm_backward<T>(d_normed_, a.after_attention, w.ln2_weight, a.ln2_mean, a.ln2_rstd, d_residual_,
                                   g.ln2_weight, g.ln2_bias, column_partials_);
 
@@ -245,9 +246,9 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   // are recomputed through it).
   const View2<T> merged = merged_rows(normed_), d_merged = merged_rows(qkv_);
   kernels::merge_heads<T>(a.attention_out, merged);
-  tp_.gather_rows(d_residual_, d_all_rows_out_, Exchange::tensor_parallel_gather);
+  tp_.gather_rows(d_residual_, d_all_rows_out_);
   kernels::linear_backward<T>(d_all_rows_out_, merged, w.proj_weight, d_merged, g.proj_weight,
-                              tp_.on_first_rank(g.proj_bias), column_partials_);
+                              tp_.bias_gradient(g.proj_bias), column_partials_);
   kernels::split_heads<T>(d_merged, d_attention_out_);
   attention_inputs(w, slot, x_in, a, recompute_);
   AttentionStrategy<T>& attention = this->attention(slot, l);
@@ -259,7 +260,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   kernels::merge_qkv_heads<T>(d_q_, d_k_, d_v_, d_qkv);
   kernels::linear_backward<T>(d_qkv, all_rows_, w.qkv_weight, d_all_rows_in_, g.qkv_weight, g.qkv_bias,
                               column_partials_);
-  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_, Exchange::tensor_parallel_reduce_scatter);
+  tp_.reduce_scatter_rows(d_all_rows_in_, d_normed_);
   kernels::layer_norm_backward<T>(d_normed_, x_in, w.ln1_weight, a.ln1_mean, a.ln1_rstd, d_residual_, g.ln1_weight,
                                   g.ln1_bias, column_partials_);
 }

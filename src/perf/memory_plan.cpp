@@ -83,7 +83,8 @@ RankSizes rank_sizes(const MemoryPlanInput& in) {
   z.Dh = z.D / static_cast<std::size_t>(m.heads), z.KV = static_cast<std::size_t>(m.kv_head_count()) / z.tp;
   z.Dk = z.KV * z.Dh, z.Dq = static_cast<std::size_t>(m.qkv_rows()) / z.tp;
   z.F = static_cast<std::size_t>(m.ffn_width()) / z.tp;
-  z.R = z.b * z.n, z.r = z.R / z.tp, z.U = static_cast<std::size_t>(in.ulysses);
+  z.R = z.b * z.n, z.r = static_cast<std::size_t>(in.tp_chunk_rows(static_cast<std::int64_t>(z.R)));
+  z.U = static_cast<std::size_t>(in.ulysses);
   z.G = static_cast<std::size_t>(in.sp) / z.U;
   return z;
 }
@@ -125,7 +126,9 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   // recomputed q, k, v and fc1's output), the residual stream, the head (ln_f
   // statistics, logits), and workspaces shared by all blocks (qkv, normed, the
   // q/k/v-or-fc1 arena when recomputed, d_residual, d_normed, d_hidden,
-  // dq/dk/dv/d_attention_out, and with tp > 1 the gathered rows and their gradient).
+  // dq/dk/dv/d_attention_out, and where TP splits the rows (sequence
+  // parallelism) the gathered rows and their gradient; without it every TP
+  // rank holds all rows: r = R).
   // The head saves ln_f statistics, logits, their row log-sum-exp and each
   // row's loss (double). Reductions in a fixed order need workspaces: column
   // partial sums (kernels/base/reduction.hpp), the ordered sums of the loss and of
@@ -138,7 +141,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   if (!z.first_stage) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
   plan.parts[MemoryPart::workspaces] =
       (R * Dq + r * D + (in.recompute ? R * std::max(Dq, F) : 0) + 2 * r * D + R * F + 2 * R * (Da + Dk) +
-       (tp > 1 ? 2 * R * D : 0)) *
+       (tp > 1 && in.tp_sequence_parallel ? 2 * R * D : 0)) *
       s;
   const auto ordered_sum_bytes = [](std::size_t count) {
     return (count + kernels::kOrderedSumChunk - 1) / kernels::kOrderedSumChunk * sizeof(double);

@@ -446,7 +446,8 @@ def compare_losses(a, b, rtol):
     return err
 
 
-def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0, documents=False, kernel="auto"):
+def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=0, documents=False, kernel="auto",
+                      tp_sequence_parallel=True):
     deck = c.path("sp.yaml")
     with open(deck, "w") as f:
         f.write(SP_DECK)
@@ -469,16 +470,19 @@ def sequence_parallel(c, strategy, ranks, dp, ulysses, tp=1, window=0, kv_heads=
         ref = c.result(c.run(1, *common, f"io.snapshot=ref-{tag}.h5", deck=deck))
         sp = c.result(c.run(ranks, *common, f"io.snapshot=sp-{tag}.h5", f"parallel.strategy={strategy}",
                             f"parallel.layout={layout}", f"parallel.dp={dp}",
-                            f"parallel.ulysses_degree={ulysses}", f"parallel.tp={tp}", deck=deck))
-        expected = (ranks // (dp * tp), tp, strategy)
-        if (sp["sp"], sp["tp"], sp["strategy"]) != expected:
-            fail(f"ran as sp={sp['sp']} tp={sp['tp']} strategy={sp['strategy']}, expected {expected}")
+                            f"parallel.ulysses_degree={ulysses}", f"parallel.tp={tp}",
+                            f"parallel.tp_sequence_parallel={str(tp_sequence_parallel).lower()}", deck=deck))
+        expected = (ranks // (dp * tp), tp, strategy, tp_sequence_parallel)
+        if (sp["sp"], sp["tp"], sp["strategy"], sp["tp_sequence_parallel"]) != expected:
+            fail(f"ran as sp={sp['sp']} tp={sp['tp']} strategy={sp['strategy']} tp_sequence_parallel="
+                 f"{sp['tp_sequence_parallel']}, expected {expected}")
         loss_err = compare_losses(ref, sp, 1e-10)
         worst = compare_snapshots(c.path(f"ref-{tag}.h5"), c.path(f"sp-{tag}.h5"), 1e-10)
         require_plan_and_bytes(sp, f"{strategy} {tag}")
         if kernel != "auto" and sp["attention_tiles"]["kernel"] != kernel:
             fail(f"ran the {sp['attention_tiles']['kernel']} attention kernel, asked for {kernel}")
-        print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}, U {ulysses}), {kernel} kernel, causal={causal}, window={window}, "
+        print(f"{strategy} on {ranks} ranks (dp {dp}, tp {tp}{'' if tp_sequence_parallel else ' without SP'}, "
+              f"U {ulysses}), {kernel} kernel, causal={causal}, window={window}, "
               f"kv_heads={kv_heads}, documents={documents}, {layout}: "
               f"loss curve {loss_err:.1e}, worst tensor {worst:.1e}, "
               f"{sp['exchange_bytes_per_step_measured']:.0f} bytes/step as modelled")
@@ -997,6 +1001,8 @@ def main():
     p.add_argument("--dp", type=int, default=1, help="for sequence_parallel")
     p.add_argument("--ulysses", type=int, default=1, help="for sequence_parallel (hybrid)")
     p.add_argument("--tp", type=int, default=1, help="for sequence_parallel (tensor parallelism)")
+    p.add_argument("--tp-sequence-parallel", choices=["true", "false"], default="true",
+                   help="for sequence_parallel: parallel.tp_sequence_parallel")
     p.add_argument("--kernel", choices=["auto", "fused", "gemm", "cudnn"], default="auto",
                    help="for sequence_parallel and determinism: kernels.attention")
     a = p.parse_args()
@@ -1006,7 +1012,7 @@ def main():
             learns(c, os.path.abspath(a.deck))
         elif a.check == "sequence_parallel":
             sequence_parallel(c, a.strategy, a.ranks, a.dp, a.ulysses, a.tp, a.window, a.kv_heads,
-                              a.documents == "true", a.kernel)
+                              a.documents == "true", a.kernel, a.tp_sequence_parallel == "true")
         elif a.check == "determinism":
             determinism(c, a.kernel)
         elif a.check == "pipeline":

@@ -549,6 +549,30 @@ TEST(PerformanceModel, TensorParallelExchangesAreBlockingAndStayOnTheNode) {
             predict_step(test_machine(), tp8).exchange_parts.at(Exchange::tensor_parallel_gather));
 }
 
+TEST(PerformanceModel, TensorParallelismWithoutSequenceParallelismAllReducesReplicatedRows) {
+  const MachineDescription m = test_machine();
+  StepConfig split = config(Strategy::ring, 2, 1 << 14);
+  split.tp = 2;
+  StepConfig replicated = split;
+  replicated.tp_sequence_parallel = false;
+  const StepPrediction p = predict_step(m, split), q = predict_step(m, replicated);
+  ASSERT_TRUE(p.valid && q.valid) << p.problem << q.problem;
+  // Per layer 4 all-reduces of the whole R x D rows instead of gathers and reduce-scatters.
+  const double rows = (1 << 14) / 2, L = 2, all_rows = rows * 256 * 4;
+  EXPECT_EQ(q.exchange_bytes.count(Exchange::tensor_parallel_gather), 0u);
+  EXPECT_EQ(q.exchange_bytes.count(Exchange::tensor_parallel_reduce_scatter), 0u);
+  EXPECT_DOUBLE_EQ(q.exchange_bytes.at(Exchange::tensor_parallel_allreduce), L * 4 * all_rows);
+  // A ring's 2 (tp - 1) messages moving 2 (tp - 1) / tp of each buffer, on the node's link.
+  EXPECT_NEAR(q.exchange_parts.at(Exchange::tensor_parallel_allreduce),
+              L * 4 * 2 * m.latency_intra + L * 4 * all_rows / m.bandwidth_intra, 1e-12);
+  // The whole tensors' gradients are summed over DP x SP only: fewer ranks, the same bytes.
+  EXPECT_EQ(q.exchange_bytes.at(Exchange::gradients_replicated), p.exchange_bytes.at(Exchange::gradients_replicated));
+  EXPECT_LT(q.exchange_parts.at(Exchange::gradients_replicated), p.exchange_parts.at(Exchange::gradients_replicated));
+  // Every TP rank holds all rows of the LayerNorm and residual regions: more activation memory.
+  EXPECT_GT(q.memory_parts.at(MemoryPart::activations), p.memory_parts.at(MemoryPart::activations));
+  EXPECT_GT(q.compute_parts.at("elementwise"), p.compute_parts.at("elementwise"));
+}
+
 TEST(PerformanceModel, PureTensorParallelismIsAChoice) {
   MachineDescription m = test_machine();
   StepConfig deck = config(Strategy::ring, 1, 1 << 12);
