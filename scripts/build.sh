@@ -5,7 +5,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${MINIATTN_BUILD_DIR:-$root/build}
-if [ ! -f "$build/CMakeCache.txt" ]; then
+# A configure that stopped (a package missing) leaves a cache but no build
+# system: configure again, so that installing the package is all it takes.
+if [ ! -f "$build/CMakeCache.txt" ] || { [ ! -f "$build/Makefile" ] && [ ! -f "$build/build.ninja" ]; }; then
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release "$@"
 fi
 # shellcheck disable=SC2086 # the targets are words

@@ -23,7 +23,10 @@
 # a run installed survives it. The root gets its own mounts (a private mount
 # namespace): proc, sys, dev, a tmpfs /dev/shm for MPI's shared memory, and
 # this machine's /etc/hosts, /etc/hostname and /etc/resolv.conf (Slurm's test
-# resolves its host's name; apt reaches the archive).
+# resolves its host's name; apt reaches the archive). MINIATTN_FRESH_APT_CACHE
+# names a folder for the root's downloaded packages (.deb files, not installed
+# ones), so that a second root of the same CI run need not download them again;
+# CI makes it for the run and removes it after.
 set -uo pipefail
 die() { echo "fresh_root: $*" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || die "run as root: it bootstraps a Debian root and chroots into it"
@@ -31,6 +34,10 @@ project=$(cd "$(dirname "$0")/.." && pwd)
 git -C "$project" rev-parse --verify -q HEAD >/dev/null || die "$project is not a git checkout with a commit"
 shared=$(cd "$project/../shared" 2>/dev/null && pwd) || shared=""
 cache=${MINIATTN_FRESH_ROOT:-/var/tmp/miniattn-fresh-root}
+apt_cache=${MINIATTN_FRESH_APT_CACHE:-}
+if [ -n "$apt_cache" ]; then
+  mkdir -p "$apt_cache/partial" && apt_cache=$(cd "$apt_cache" && pwd) || die "cannot make $apt_cache"
+fi
 
 readme_commands() {
   # The README's first bash block, without comments and blank lines.
@@ -91,13 +98,14 @@ for cmd in "${commands[@]}"; do
   start=$SECONDS
   # A private mount namespace: the mounts end with the command, on any exit.
   unshare --mount --propagation private /bin/bash -c '
-    root=$1 shared=$2 cmd=$3
+    root=$1 shared=$2 cmd=$3 apt_cache=$4
     mount -t proc proc "$root/proc" && mount --rbind /sys "$root/sys" && mount --rbind /dev "$root/dev" \
       && mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm" || exit 125
     if [ -n "$shared" ]; then mount --bind -o ro "$shared" "$root/shared" || exit 125; fi
+    if [ -n "$apt_cache" ]; then mount --bind "$apt_cache" "$root/var/cache/apt/archives" || exit 125; fi
     exec chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin /bin/bash -c "cd /p && $cmd"
-  ' fresh_root "$root" "$shared" "$cmd" >"$log" 2>&1
+  ' fresh_root "$root" "$shared" "$cmd" "$apt_cache" >"$log" 2>&1
   rc=$?
   echo "fresh_root: $cmd rc=$rc $((SECONDS - start)) s (log: $log)"
   if [ $rc -ne 0 ]; then

@@ -499,7 +499,8 @@ miniattn() { mpiexec.hydra -n 1 "$build/src/miniattn" "$@"; }
 # with kernels.attention cudnn, two identical runs bitwise equal, the bf16
 # kernel tests with real cuDNN calls (test_attention's cudnn suite,
 # test_cudnn_attention, the graphs), and one 1-rank training run with NCCL
-# (NCCL wants one GPU per rank: one rank is all one GPU shows).
+# (NCCL wants one GPU per rank: one rank is all one GPU shows), its
+# communicators nonblocking and every wait under a 60 s exchange deadline.
 step_cudnn() {
   setup_env
   grep -q '^MINIATTN_ENABLE_CUDNN:BOOL=ON' "$build/CMakeCache.txt" || die "$build was built without cuDNN"
@@ -508,7 +509,7 @@ step_cudnn() {
   ctest --output-on-failure --no-tests=error -j 8 --timeout 900 -R '(cudnn|^test_attention[.])'
   miniattn "$root/inputs/example.yaml" --set model.precision=bf16 --set kernels.attention=cudnn \
            --set parallel.comm=nccl --set parallel.strategy=local --set parallel.layout=contiguous \
-           --set run.result="$results/train_cudnn_nccl.json"
+           --set run.exchange_timeout_s=60 --set run.result="$results/train_cudnn_nccl.json"
 }
 
 # Every libcudnn.so.9 on this machine with its cudnnGetVersion(), and the one a
