@@ -2,8 +2,10 @@
 """The build targets a selection of tests runs: reads `ctest --show-only=json-v1`
 on stdin and prints the names of the targets under BUILD_DIR that the
 selected tests name, one line, space-separated: executables in their commands
-(the test binary itself, or miniattn handed to a Python check) and shared
-libraries in their environment (the preloaded yield shim). The threaded and
+(the test binary itself, or miniattn handed to a Python check), executables
+in their REQUIRED_FILES (a test whose command is the executable itself: CTest
+leaves its command out until it is built) and shared libraries in their
+environment (the preloaded yield shim). The threaded and
 sanitizer suites build only these instead of every target.
 
     ctest -N -L threads --show-only=json-v1 | scripts/test_targets.py BUILD_DIR
@@ -37,7 +39,9 @@ def main():
     for test in selection.get("tests", []):
         words = list(test.get("command", []))
         for prop in test.get("properties", []):
-            if prop.get("name") == "ENVIRONMENT":
+            # A test whose command is its own executable has no command in the JSON until that is
+            # built: such tests name it in REQUIRED_FILES.
+            if prop.get("name") in ("ENVIRONMENT", "REQUIRED_FILES"):
                 words += prop.get("value", [])
         targets.update(t for t in (target_of(w, build) for w in words) if t)
     if not targets:
