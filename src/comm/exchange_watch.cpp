@@ -127,20 +127,30 @@ std::int64_t first_waiting(MPI_Request* requests, const std::uint64_t* entries, 
   std::_Exit(kExitDeadline);  // MPI_Abort does not return
 }
 
-// This rank's deadline passed while it waited in `waiting` (an entry's seq)
-// for `waited` seconds: the message, the record, the notice, the abort.
-[[noreturn]] void deadline_passed(Watch& w, std::int64_t waiting, double waited) {
+// Writes this rank's record, waiting in `waiting` (an entry's seq, -1: none),
+// and says so in one line: `what` (ending in the place's preposition), where,
+// how long and for whom it waits.
+void record_and_say(Watch& w, std::int64_t waiting, double waited, const std::string& what) {
   FlightRecord& record = w.flight();
   const FlightEntry* e = waiting >= 0 ? record.find(static_cast<std::uint64_t>(waiting)) : nullptr;
   const std::string path = write_record(w, waiting);
-  std::fprintf(stderr,
-               "miniattn: rank %d: exchange deadline of %g s (run.exchange_timeout_s) passed in %s after %.1f s, "
-               "waiting for rank(s) %s; flight record: %s\n",
-               record.world_rank(), w.deadline(), describe(e).c_str(), waited,
+  std::fprintf(stderr, "miniattn: rank %d: %s %s, waited %.1f s for rank(s) %s; flight record: %s\n",
+               record.world_rank(), what.c_str(), describe(e).c_str(), waited,
                rank_list(peers_of(record, e)).c_str(), path.c_str());
+  std::fflush(stderr);
+}
+
+// This rank's deadline passed while it waited in `waiting` for `waited`
+// seconds: the record and the message, the notice, the abort.
+[[noreturn]] void deadline_passed(Watch& w, std::int64_t waiting, double waited) {
+  char what[96];
+  std::snprintf(what, sizeof what, "exchange deadline of %g s (run.exchange_timeout_s) passed in", w.deadline());
+  record_and_say(w, waiting, waited, what);
   if (w.notice != MPI_COMM_NULL) {
-    int rank = record.world_rank();
-    for (int r = 0; r < record.world_size(); ++r) {
+    // Static: the sends may still read it while this rank waits to abort.
+    static int rank = 0;
+    rank = w.flight().world_rank();
+    for (int r = 0; r < w.flight().world_size(); ++r) {
       if (r == rank) continue;
       MPI_Request sent;
       MPI_Isend(&rank, 1, MPI_INT, r, kNoticeTag, w.notice, &sent);
@@ -157,15 +167,7 @@ void look_for_notice(Watch& w, std::int64_t waiting, double waited) {
   int arrived = 0;
   MPI_Test(&w.notice_request, &arrived, MPI_STATUS_IGNORE);
   if (!arrived) return;
-  FlightRecord& record = w.flight();
-  const FlightEntry* e = waiting >= 0 ? record.find(static_cast<std::uint64_t>(waiting)) : nullptr;
-  const std::string path = write_record(w, waiting);
-  std::fprintf(stderr,
-               "miniattn: rank %d: rank %d's exchange deadline passed; this rank waits in %s since %.1f s, for "
-               "rank(s) %s; flight record: %s\n",
-               record.world_rank(), w.notice_from, describe(e).c_str(), waited,
-               rank_list(peers_of(record, e)).c_str(), path.c_str());
-  std::fflush(stderr);
+  record_and_say(w, waiting, waited, "rank " + std::to_string(w.notice_from) + "'s exchange deadline passed; this rank is in");
 }
 
 void watchdog_loop(Watch& w) {

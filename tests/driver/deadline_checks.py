@@ -146,7 +146,7 @@ def stopped(c, analyzer, family, ranks):
     said = [line for line in err.splitlines() if "exchange deadline of" in line]
     if status != EXIT_DEADLINE or not said:
         fail(f"{job.name}: exit {status} (expected {EXIT_DEADLINE}) and no deadline message:\n{err}")
-    if not all(word in said[0] for word in ("passed in", "step", "layer", "waiting for rank")):
+    if not all(word in said[0] for word in ("passed in", "step", "layer", "for rank(s)")):
         fail(f"{job.name}: the message does not name the exchange, step, layer and peers: {said[0]}")
     findings, text = analyze(c, analyzer, job.record)
     if findings["suspects"] != [victim]:
