@@ -190,12 +190,20 @@ long calls_of_row(const BlockPlan& plan, index_t i, index_t sample = -1) {
 
 // What is wrong with a plan cut to rows_per_call query rows against the same
 // block's uncut plan (both exact, checked apart): no call of more rows than
-// the limit, as many calls as the uncut plan's plus those counted as cut, and
-// no query row in more calls than before (a cut shares key rows only).
+// the limit, no more pieces than the limit needs (at most ceil(q /
+// rows_per_call) for each uncut call of q rows; fewer where the planner
+// regroups the pieces a sliding window made; shorter pieces would be more),
+// as many calls as the uncut plan's plus those counted as cut, and no query
+// row in more calls than before (a cut shares key rows only).
 std::string cut_error(const BlockPlan& cut, const BlockPlan& whole, index_t rows_per_call, index_t query_rows) {
   if (static_cast<index_t>(cut.calls.size()) != static_cast<index_t>(whole.calls.size()) + cut.cut_calls)
     return std::to_string(cut.calls.size()) + " calls, " + std::to_string(whole.calls.size()) + " uncut and " +
            std::to_string(cut.cut_calls) + " counted as cut";
+  index_t needed = 0;
+  for (const CudnnCall& call : whole.calls) needed += (call.query_count + rows_per_call - 1) / rows_per_call;
+  if (static_cast<index_t>(cut.calls.size()) > needed)
+    return std::to_string(cut.calls.size()) + " pieces where cuts of " + std::to_string(rows_per_call) +
+           " rows need at most " + std::to_string(needed);
   for (const CudnnCall& piece : cut.calls)
     if (piece.query_count > rows_per_call) return describe(piece) + ": more rows than " + std::to_string(rows_per_call);
   for (index_t i = 0; i < query_rows; ++i)
@@ -427,28 +435,46 @@ std::string documents_error(const BlockPlan& plan, const BlockPlan& position_pla
   return "";
 }
 
+// One block with documents (its query and key rows may differ in number),
+// planned exactly sample by sample, and cut along query rows exactly.
+void check_documents_block(const std::vector<index_t>& q_pos, const std::vector<index_t>& k_pos,
+                           const PositionRules& rules, const std::vector<std::vector<index_t>>& ids,
+                           const std::string& where, long& calls, long& fallbacks) {
+  const BlockDocuments documents = block_documents(ids, q_pos, k_pos);
+  const BlockPlan position_plan = plan_block(q_pos, k_pos, rules);
+  const BlockPlan plan = plan_block(q_pos, k_pos, rules, &documents);
+  fallbacks += plan.whole_block_fallback;
+  calls += static_cast<long>(plan.calls.size());
+  EXPECT_EQ(documents_error(plan, position_plan, q_pos, k_pos, rules, ids), "") << where;
+  EXPECT_EQ(plan.cut_calls, 0) << where;
+  for (const index_t rows_per_call : {index_t{1}, index_t{2}}) {
+    const BlockPlan cut = plan_block(q_pos, k_pos, rules, &documents, rows_per_call);
+    EXPECT_EQ(documents_error(cut, plan, q_pos, k_pos, rules, ids), "") << where << " cut " << rows_per_call;
+    EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(q_pos.size())), "")
+        << where << " cut " << rows_per_call;
+  }
+}
+
 // Every block of every strategy, layout, rank count 1-8, 1-3 rows a rank
 // and mask, with two samples' drawn documents: planned exactly, sample by
-// sample, without the gemm fallback, and cut along query rows exactly.
+// sample, without the gemm fallback, and cut along query rows exactly. Each
+// block also with half its query rows, and with half its key rows: a plan
+// that read one side's documents at the other side's stride would pass
+// blocks of as many query rows as key rows.
 TEST(CudnnPlan, EveryStrategyBlockWithDocumentsIsPlannedExactly) {
   long blocks = 0, calls = 0, fallbacks = 0;
   std::uint64_t seed = 17;
   for_each_sweep_block([&](const SweepBlock& b) {
     const auto ids = drawn_documents(2, b.seq_len, ++seed);
-    const BlockDocuments documents = block_documents(ids, b.q_pos, b.k_pos);
-    const BlockPlan position_plan = plan_block(b.q_pos, b.k_pos, b.rules);
-    const BlockPlan plan = plan_block(b.q_pos, b.k_pos, b.rules, &documents);
+    const auto half = [](const std::vector<index_t>& p) {
+      return std::vector<index_t>(p.begin(), p.begin() + static_cast<std::ptrdiff_t>((p.size() + 1) / 2));
+    };
+    check_documents_block(b.q_pos, b.k_pos, b.rules, ids, b.where, calls, fallbacks);
     ++blocks;
-    fallbacks += plan.whole_block_fallback;
-    calls += static_cast<long>(plan.calls.size());
-    EXPECT_EQ(documents_error(plan, position_plan, b.q_pos, b.k_pos, b.rules, ids), "") << b.where;
-    EXPECT_EQ(plan.cut_calls, 0) << b.where;
-    for (const index_t rows_per_call : {index_t{1}, index_t{2}}) {
-      const BlockPlan cut = plan_block(b.q_pos, b.k_pos, b.rules, &documents, rows_per_call);
-      EXPECT_EQ(documents_error(cut, plan, b.q_pos, b.k_pos, b.rules, ids), "") << b.where << " cut " << rows_per_call;
-      EXPECT_EQ(cut_error(cut, plan, rows_per_call, static_cast<index_t>(b.q_pos.size())), "")
-          << b.where << " cut " << rows_per_call;
-    }
+    if (b.q_pos.size() < 2) return;
+    check_documents_block(half(b.q_pos), b.k_pos, b.rules, ids, b.where + " half the queries", calls, fallbacks);
+    check_documents_block(b.q_pos, half(b.k_pos), b.rules, ids, b.where + " half the keys", calls, fallbacks);
+    blocks += 2;
   });
   std::cout << "checked " << blocks << " blocks with documents: " << calls << " calls, " << fallbacks
             << " blocks on the gemm fallback\n";
@@ -473,6 +499,21 @@ TEST(CudnnPlan, DocumentsOfACausalBlockAreCallsOfTheirOwn) {
   };
   EXPECT_EQ(calls, (std::vector<std::string>{causal_call(0, 3, 0), causal_call(3, 2, 0), causal_call(5, 3, 0),
                                              causal_call(0, 8, 1)}));
+}
+
+// More query rows than key rows (full mask): q positions {0, 1}, k {0}; two
+// samples, query documents {0, 1 | 0, 0}, key documents {0 | 0}. Sample 0's
+// row 1 sees no key; sample 1 is one call over both rows.
+TEST(CudnnPlan, DocumentsOfMoreQueriesThanKeys) {
+  const BlockDocuments documents{2, {0, 1, 0, 0}, {0, 0}};
+  const BlockPlan plan = plan_block({0, 1}, {0}, {false, 0}, &documents);
+  ASSERT_FALSE(plan.whole_block_fallback);
+  std::vector<std::string> calls;
+  for (const CudnnCall& c : plan.calls) calls.push_back(describe(c));
+  CudnnCall first = call_of(0, 1, 0, 1), second = call_of(0, 2, 0, 1);
+  first.sample = 0;
+  second.sample = 1;
+  EXPECT_EQ(calls, (std::vector<std::string>{describe(first), describe(second)}));
 }
 
 // A document whose keys are not one stretch of the block's key rows is no
