@@ -16,9 +16,33 @@ namespace miniattn {
 struct PipelineOp {
   bool forward = true;
   index_t micro_batch = 0;
+  index_t chunk = 0;  // the stage's model chunk (interleaved schedule; 0 otherwise)
 };
 
 std::vector<PipelineOp> one_forward_one_backward(int stage, int stages, index_t micro_batches);
+
+// Megatron-LM's interleaved 1F1B (PTD-P, Narayanan et al. 2021) over
+// `chunks` model chunks per stage: stage s holds chunks s, s + pp, ... of
+// the model (its local chunk c is the model's chunk c pp + s). Its passes run
+// over (micro-batch, chunk) pairs, the k-th forward on chunk (k mod pp v) / pp
+// of micro-batch (k / pp v) pp + k mod pp (the chunks taken in turn over
+// groups of pp micro-batches; backward passes take the chunks in reverse): a
+// warm-up of min(2 (pp - s - 1) + (v - 1) pp, m v) forward passes (all of
+// them where m = pp), then one forward and one backward, then the remaining
+// backward passes. Needs m % pp == 0 (as Megatron does). With one chunk it is
+// one_forward_one_backward. Every stage takes each chunk's micro-batches in
+// order, forward and backward, and each pair of neighbouring virtual stages
+// exchanges its messages in the same order on both sides.
+std::vector<PipelineOp> interleaved_one_forward_one_backward(int stage, int stages, int chunks,
+                                                             index_t micro_batches);
+
+// The micro-batches in flight at once on each of the stage's chunks under
+// the interleaved schedule (the slots of activations each keeps).
+std::vector<index_t> interleaved_slots(int stage, int stages, int chunks, index_t micro_batches);
+
+// The idle fraction of every stage in the ideal interleaved step (equal
+// chunks, no exchange time): (pp - 1) / (v m + pp - 1).
+double modelled_interleaved_bubble_fraction(int stages, int chunks, index_t micro_batches);
 
 // Micro-batches in flight at once on a stage: min(stages - stage, micro_batches).
 index_t pipeline_slots(int stage, int stages, index_t micro_batches);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "model/parameter_layout.hpp"
@@ -76,6 +77,121 @@ TEST(PipelineSchedule, IdealBubbleIsTheModel) {
       EXPECT_DOUBLE_EQ(span, 3.0 * static_cast<double>(m + stages - 1)) << stages << " stages, " << m;
       for (double b : busy) EXPECT_NEAR(1.0 - b / span, modelled_bubble_fraction(stages, m), 1e-12);
     }
+}
+
+// The interleaved schedule's cases: 2-6 stages, 2-4 chunks, m = pp, 2 pp, 3 pp.
+template <class Check>
+void for_each_interleaved_case(Check&& check) {
+  for (int stages = 2; stages <= 6; ++stages)
+    for (int chunks = 2; chunks <= 4; ++chunks)
+      for (index_t m = stages; m <= 3 * stages; m += stages) check(stages, chunks, m);
+}
+
+TEST(InterleavedSchedule, EveryPairOnceForwardThenBackwardEachChunkInOrder) {
+  for_each_interleaved_case([](int stages, int chunks, index_t m) {
+    for (int stage = 0; stage < stages; ++stage) {
+      const std::vector<PipelineOp> ops = interleaved_one_forward_one_backward(stage, stages, chunks, m);
+      ASSERT_EQ(static_cast<index_t>(ops.size()), 2 * m * chunks);
+      std::vector<index_t> next_forward(chunks, 0), next_backward(chunks, 0), in_flight(chunks, 0), most(chunks, 0);
+      for (const PipelineOp& op : ops) {
+        const auto c = static_cast<std::size_t>(op.chunk);
+        ASSERT_LT(op.chunk, chunks);
+        if (op.forward) {
+          EXPECT_EQ(op.micro_batch, next_forward[c]++);
+          most[c] = std::max(most[c], ++in_flight[c]);
+        } else {
+          EXPECT_EQ(op.micro_batch, next_backward[c]++);
+          EXPECT_LT(op.micro_batch, next_forward[c]) << "backward before forward";
+          --in_flight[c];
+        }
+      }
+      EXPECT_EQ(most, interleaved_slots(stage, stages, chunks, m)) << stages << " " << stage << " " << chunks;
+      // Megatron's warm-up: 2 (pp - s - 1) + (v - 1) pp forward passes (all where m = pp), then
+      // the steady state's first forward before the first backward.
+      const index_t total = m * chunks;
+      const index_t warm_up = m == stages ? total : std::min<index_t>(2 * (stages - stage - 1) + (chunks - 1) * stages, total);
+      const auto first_backward = std::find_if(ops.begin(), ops.end(), [](const PipelineOp& op) { return !op.forward; });
+      EXPECT_EQ(first_backward - ops.begin(), warm_up + (warm_up < total ? 1 : 0)) << stages << " " << stage;
+    }
+  });
+  for (int stage = 0; stage < 4; ++stage) {
+    const auto plain = one_forward_one_backward(stage, 4, 8), one = interleaved_one_forward_one_backward(stage, 4, 1, 8);
+    ASSERT_EQ(plain.size(), one.size());
+    for (std::size_t i = 0; i < plain.size(); ++i)
+      EXPECT_TRUE(plain[i].forward == one[i].forward && plain[i].micro_batch == one[i].micro_batch && one[i].chunk == 0);
+  }
+}
+
+// The model's virtual stage of a stage's chunk, and the pass a pass waits for:
+// a forward for the previous virtual stage's forward of the same micro-batch,
+// a backward for the next one's backward (virtual stage c pp + s; the last
+// one's backward follows its own forward).
+int virtual_stage(int stage, int stages, index_t chunk) { return static_cast<int>(chunk) * stages + stage; }
+
+// Runs every stage's interleaved passes with forward time 1 / v and backward
+// time 2 / v a chunk; returns the step's span; fails if the stages deadlock.
+double simulated_interleaved_span(int stages, int chunks, index_t m, std::vector<double>& busy) {
+  const int virtual_stages = stages * chunks;
+  std::vector<std::vector<PipelineOp>> ops;
+  for (int s = 0; s < stages; ++s) ops.push_back(interleaved_one_forward_one_backward(s, stages, chunks, m));
+  std::vector<std::vector<double>> forward_done(virtual_stages, std::vector<double>(m, -1)), backward_done = forward_done;
+  std::vector<std::size_t> next(stages, 0);
+  std::vector<double> clock(stages, 0.0);
+  busy.assign(stages, 0.0);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      if (next[s] == ops[s].size()) continue;
+      const PipelineOp op = ops[s][next[s]];
+      const int g = virtual_stage(s, stages, op.chunk);
+      const double ready = op.forward ? (g == 0 ? 0.0 : forward_done[g - 1][op.micro_batch])
+                                      : (g == virtual_stages - 1 ? 0.0 : backward_done[g + 1][op.micro_batch]);
+      if (ready < 0) continue;
+      const double duration = (op.forward ? 1.0 : 2.0) / chunks;
+      clock[s] = std::max(clock[s], ready) + duration;
+      busy[s] += duration;
+      (op.forward ? forward_done : backward_done)[g][op.micro_batch] = clock[s];
+      ++next[s];
+      progress = true;
+    }
+  }
+  for (int s = 0; s < stages; ++s) EXPECT_EQ(next[s], ops[s].size()) << "stage " << s << " deadlocked";
+  return *std::max_element(clock.begin(), clock.end());
+}
+
+// The ideal step runs no longer than PTD-P's bound, 3 m + 3 (pp - 1) / v (its bubble (pp - 1)(t_f + t_b) / v),
+// so the bubble is at most the model's (pp - 1) / (v m + pp - 1); and it is shorter than 1F1B's.
+TEST(InterleavedSchedule, IdealBubbleIsThePtdpBound) {
+  for_each_interleaved_case([](int stages, int chunks, index_t m) {
+    std::vector<double> busy;
+    const double span = simulated_interleaved_span(stages, chunks, m, busy);
+    const double bound = 3.0 * static_cast<double>(m) + 3.0 * (stages - 1) / chunks;
+    EXPECT_LE(span, bound + 1e-9) << stages << " stages, " << chunks << " chunks, " << m;
+    EXPECT_LT(span, 3.0 * static_cast<double>(m + stages - 1)) << stages << " stages, " << chunks << " chunks, " << m;
+    for (double b : busy) EXPECT_LE(1.0 - b / span, modelled_interleaved_bubble_fraction(stages, chunks, m) + 1e-12);
+  });
+}
+
+// What a stage sends to a neighbour, and what the neighbour receives, in the
+// same order (messages between two ranks match in order): activations to the
+// next virtual stage, gradients to the previous one.
+TEST(InterleavedSchedule, NeighboursExchangeInTheSameOrder) {
+  for_each_interleaved_case([](int stages, int chunks, index_t m) {
+    const int last = stages * chunks - 1;
+    // [kind][from][to]: the (micro-batch, destination virtual stage) sequence.
+    std::vector<std::vector<std::vector<std::vector<std::pair<index_t, int>>>>> sent(
+        2, std::vector<std::vector<std::vector<std::pair<index_t, int>>>>(
+               stages, std::vector<std::vector<std::pair<index_t, int>>>(stages))),
+        received = sent;
+    for (int s = 0; s < stages; ++s)
+      for (const PipelineOp& op : interleaved_one_forward_one_backward(s, stages, chunks, m)) {
+        const int g = virtual_stage(s, stages, op.chunk), kind = op.forward ? 0 : 1;
+        const int from = op.forward ? g - 1 : g + 1, to = op.forward ? g + 1 : g - 1;
+        if (from >= 0 && from <= last) received[kind][from % stages][s].push_back({op.micro_batch, g});
+        if (to >= 0 && to <= last) sent[kind][s][to % stages].push_back({op.micro_batch, to});
+      }
+    EXPECT_EQ(sent, received) << stages << " stages, " << chunks << " chunks, " << m;
+  });
 }
 
 TEST(StageLayers, ContiguousAndEvenFirstStagesLonger) {
