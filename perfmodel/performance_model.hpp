@@ -38,7 +38,10 @@
 // last) and 1/m of the local batch, plus the sends of its activations and
 // input gradients to the neighbour stages (a receive completes before its pass
 // runs, so every hop is on the critical path). The pipeline spans
-// (m + pp - 1) max_s t_s; then come the gradient all-reduces (over the stage's
+// (m + pp - 1) max_s t_s. Interleaved over v chunks a stage (PTD-P), a pass
+// is a chunk's, t_s / v, with v sends each way instead of one (the last
+// stage's outputs wrap round to the first stage), and the span is
+// (m + (pp - 1) / v) max_s t_s; then come the gradient all-reduces (over the stage's
 // ranks; the tied wte between the first and last stage), the loss, the norm
 // and the update. Stage 0 runs the step's last backward pass, so its
 // all-reduces and update end the step: every per-rank figure (parts, bytes) is
@@ -187,8 +190,8 @@ struct StepPrediction {
   std::map<Exchange, double> exchange_parts;  // seconds by Comm label, before hiding
   std::map<Exchange, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes, stage 0)
   // Pipeline: per-micro-batch seconds of each stage; the 1F1B span
-  // (m + pp - 1) x their maximum; stage 0's idle time in it; and the idle
-  // fraction of the ideal pipeline, modelled_bubble_fraction(pp, m).
+  // (m + (pp - 1) / v) x their maximum; stage 0's idle time in it; and the idle
+  // fraction of the ideal pipeline, modelled_interleaved_bubble_fraction(pp, v, m).
   std::vector<double> stage_seconds;
   double pipeline_seconds = 0, bubble_seconds = 0, bubble_fraction = 0;
   std::map<MemoryPart, std::size_t> memory_parts;  // of the stage needing the most

@@ -42,6 +42,7 @@ StepConfig deck_step_config(const Config& c, const MachineDescription& machine) 
   s.dp = static_cast<int>(c.parallel.dp);
   s.tp = static_cast<int>(c.parallel.tp);
   s.pp = static_cast<int>(c.parallel.pp);
+  s.virtual_stages = static_cast<int>(c.parallel.virtual_stages);
   s.tp_sequence_parallel = c.parallel.tp_sequence_parallel;
   s.micro_batches = c.train.micro_batches;
   s.documents = c.data.documents;
@@ -84,8 +85,8 @@ MachineDescription deck_machine(const Config& c) {
 }
 
 nlohmann::json brief_json(const StepConfig& c, const StepPrediction& p) {
-  nlohmann::json j = {{"dp", c.dp}, {"pp", c.pp}, {"micro_batches", c.micro_batches}, {"tp", c.tp},
-                      {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
+  nlohmann::json j = {{"dp", c.dp}, {"pp", c.pp}, {"virtual_stages", c.virtual_stages},
+                      {"micro_batches", c.micro_batches}, {"tp", c.tp}, {"sp", c.sp}, {"ulysses_degree", c.ulysses}, {"valid", p.valid}};
   if (!p.valid) {
     j["problem"] = p.problem;
     return j;
@@ -192,10 +193,12 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               "and fc1's output recomputed; '-': not possible)\n",
               memory.c_str());
   std::printf("miniattn: dp, pp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / "
-              "(dp pp); pp %lld stages, %lld micro-batches, modelled bubble %.3f\n",
+              "(dp pp); pp %lld stages (%lld chunks each), %lld micro-batches, modelled bubble %.3f\n",
               kTensorParallelChoice, static_cast<long long>(c.parallel.pp),
-              static_cast<long long>(c.train.micro_batches),
-              modelled_bubble_fraction(static_cast<int>(c.parallel.pp), c.train.micro_batches));
+              static_cast<long long>(c.parallel.virtual_stages), static_cast<long long>(c.train.micro_batches),
+              modelled_interleaved_bubble_fraction(static_cast<int>(c.parallel.pp),
+                                                   static_cast<int>(c.parallel.virtual_stages),
+                                                   c.train.micro_batches));
   for (const nlohmann::json& warning : result.at("warnings"))
     std::printf("miniattn: warning: %s\n", warning.get<std::string>().c_str());
   std::printf("%7s %4s %4s %4s %10s", "ranks", "dp", "pp", "tp", "seq_len");

@@ -40,6 +40,7 @@ std::string validator_problem(const StepConfig& c, int ranks) {
   deck.parallel.dp = c.dp;
   deck.parallel.tp = c.tp;
   deck.parallel.pp = c.pp;
+  deck.parallel.virtual_stages = c.virtual_stages;
   deck.parallel.tp_sequence_parallel = c.tp_sequence_parallel;
   deck.parallel.ulysses_degree = strategy_record(c.strategy).ulysses == UlyssesDegree::deck ? c.ulysses : 1;  // else implied
   deck.train.optimizer = c.optimizer;
@@ -429,14 +430,19 @@ void add_alltoalls(const MachineDescription& machine, const StepConfig& c, const
 // message each of 1/m of the step's bytes, over the link between the two
 // stages. A receive completes before its pass runs (driver/pipeline_step.cpp),
 // so every hop is on the pipeline's critical path: the sender's time counts it.
+// Interleaved, one message per chunk (v, or v - 1 from the model's last
+// chunk and to its first), of which one wraps round from the last stage to
+// the first: off-node wherever a pipeline group spans nodes.
 void add_pipeline_sends(const MachineDescription& machine, const StepConfig& c, const MicroBatch& w,
                         const Placement& where, StepPrediction& out) {
   const std::pair<Exchange, int> sends[] = {{Exchange::pipeline_activations, w.stage}, {Exchange::pipeline_gradients, w.stage - 1}};
+  const double v = c.virtual_stages;
   for (const auto& [label, boundary] : sends) {
     const auto bytes = out.exchange_bytes.find(label);
     if (bytes == out.exchange_bytes.end()) continue;
-    const bool inter = where.boundary_inter[static_cast<std::size_t>(boundary)];
-    out.exchange_parts[label] = transfer_seconds(machine, inter, bytes->second / c.micro_batches, 1);
+    const bool model_end = label == Exchange::pipeline_activations ? w.last : w.first;
+    const bool inter = v > 1 ? where.pp_inter : where.boundary_inter[static_cast<std::size_t>(boundary)];
+    out.exchange_parts[label] = transfer_seconds(machine, inter, bytes->second / c.micro_batches, v - model_end);
   }
 }
 
@@ -523,16 +529,17 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   const MachineDescription machine =
       node_machine.shared_by(std::min<std::int64_t>(c.world_size(), node_machine.ranks_per_node));
   const Placement where = place(c, machine.ranks_per_node);
-  // 1F1B: the slowest stage's micro-batch sets the pace of all m + pp - 1 slots.
+  // 1F1B: the slowest stage's micro-batch sets the pace of all m + pp - 1
+  // slots (interleaved: v m + pp - 1 slots of a chunk's pass, 1/v of it).
   StepPrediction first_stage;
   for (int stage = 0; stage < c.pp; ++stage) {
     StepPrediction work = micro_batch_work(machine, c, where, stage);
     out.stage_seconds.push_back(sum_parts(work));
     if (stage == 0) first_stage = std::move(work);
   }
-  const double m = static_cast<double>(c.micro_batches);
-  out.pipeline_seconds = (m + c.pp - 1) * *std::max_element(out.stage_seconds.begin(), out.stage_seconds.end());
-  out.bubble_fraction = modelled_bubble_fraction(c.pp, c.micro_batches);
+  const double m = static_cast<double>(c.micro_batches), v = c.virtual_stages;
+  out.pipeline_seconds = (m + (c.pp - 1) / v) * *std::max_element(out.stage_seconds.begin(), out.stage_seconds.end());
+  out.bubble_fraction = modelled_interleaved_bubble_fraction(c.pp, c.virtual_stages, c.micro_batches);
 
   // Stage 0 runs the step's last backward pass, so its gradient all-reduces
   // and update end the step: its m micro-batches, its idle time in the

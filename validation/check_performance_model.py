@@ -6,8 +6,10 @@
 2. For each case (local on 1 rank; ring (zigzag, and contiguous without the
    causal mask), rsa, ulysses, hybrid (one group of 2) and allgather on 2 ranks;
    local and ring (zigzag) under a sliding window of 512;
-   local with dp = 2, local with tp = 2 (Megatron tensor parallelism) and a
-   2-stage pipeline with 4 micro-batches (batch 4) on 2 ranks; local and ring
+   local with dp = 2, local with tp = 2 (Megatron tensor parallelism, with
+   and without its sequence parallelism), a 2-stage pipeline with 4
+   micro-batches (batch 4) and the same interleaved over 2 chunks a stage
+   (4 layers) on 2 ranks; local and ring
    (striped) with packed documents) it runs `run.mode: bench` and
    `run.mode: predict` of the same deck on the same ranks, and compares the
    bench's median step time (with packed documents, which change every step,
@@ -77,8 +79,14 @@ CASES = [
     ("allgather", 2, ["parallel.strategy=allgather", "parallel.layout=zigzag"]),
     ("local dp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.dp=2", "model.batch=2"]),
     ("local tp=2", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.tp=2"]),
+    # 2021's Megatron: LayerNorm and residual rows replicated on both TP ranks, all-reduces.
+    ("tp=2 replicated", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.tp=2",
+                            "parallel.tp_sequence_parallel=false"]),
     ("pp=2 m=4", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.pp=2",
                      "train.micro_batches=4", "model.batch=4"]),
+    # PTD-P's interleaved 1F1B: 2 chunks of 1 layer a stage.
+    ("pp=2 v=2 m=4", 2, ["parallel.strategy=local", "parallel.layout=contiguous", "parallel.pp=2",
+                         "parallel.virtual_stages=2", "model.layers=4", "train.micro_batches=4", "model.batch=4"]),
     ("local docs", 1, ["parallel.strategy=local", "parallel.layout=contiguous"] + DOCUMENTS),
     ("ring docs", 2, ["parallel.strategy=ring", "parallel.layout=striped"] + DOCUMENTS),
 ]

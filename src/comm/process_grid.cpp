@@ -30,6 +30,7 @@ ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int pp, int tp, int ulys
   MPI_Comm_split(world, pp_index * tp + tp_index, dp_index * sp + sp_index, &g.shard_comm);
   MPI_Comm_split(world, pp_index, (dp_index * sp + sp_index) * tp + tp_index, &g.stage_comm);
   MPI_Comm_split(world, (dp_index * sp + sp_index) * tp + tp_index, pp_index, &g.pp_comm);
+  MPI_Comm_dup(g.pp_comm, &g.pp_gradient_comm);
   const bool holds_wte = pp > 1 && (pp_index == 0 || pp_index == pp - 1);
   MPI_Comm_split(world, holds_wte ? (dp_index * sp + sp_index) * tp + tp_index : MPI_UNDEFINED, pp_index,
                  &g.tied_embedding_comm);
@@ -48,7 +49,7 @@ ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int pp, int tp, int ulys
 
 void ProcessGrid::free() {
   for (MPI_Comm* c : {&sp_comm, &dp_comm, &tp_comm, &position_comm, &shard_comm, &stage_comm, &pp_comm,
-                      &tied_embedding_comm, &ulysses_comm, &ring_comm})
+                      &pp_gradient_comm, &tied_embedding_comm, &ulysses_comm, &ring_comm})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
@@ -118,6 +119,7 @@ Decomposition decomposition_of(const Config& c, const ProcessGrid& grid) {
   d.sp = grid.sp_size;
   d.ulysses = grid.ulysses_size;
   d.micro_batches = c.train.micro_batches;
+  d.virtual_stages = static_cast<int>(c.parallel.virtual_stages);
   d.tp_sequence_parallel = c.parallel.tp_sequence_parallel;
   return d;
 }

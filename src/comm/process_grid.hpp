@@ -31,6 +31,11 @@ struct ProcessGrid {
   MPI_Comm shard_comm = MPI_COMM_NULL;     // ranks holding the same TP shard (DP x SP)
   MPI_Comm stage_comm = MPI_COMM_NULL;     // ranks holding the same layers (DP x SP x TP)
   MPI_Comm pp_comm = MPI_COMM_NULL;        // the stages of one (DP, SP, TP) index, in stage order
+  // The same stages, for the activations' gradients. Interleaved with pp = 2,
+  // each stage sends the other both activations and gradients, in an order
+  // that differs between the two kinds; NCCL has no tags and MPI's are all
+  // 0 here, so each kind keeps its own order on its own communicator.
+  MPI_Comm pp_gradient_comm = MPI_COMM_NULL;
   // The first and the last stage of pp_comm, which both hold the tied wte
   // (its gradient is summed between them); MPI_COMM_NULL on the other stages and with pp = 1.
   MPI_Comm tied_embedding_comm = MPI_COMM_NULL;

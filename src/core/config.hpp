@@ -44,6 +44,9 @@ struct ParallelConfig {
   std::int64_t dp = 1;
   std::int64_t tp = 1;  // Megatron tensor parallelism: heads and FFN units split over tp ranks
   std::int64_t pp = 1;  // pipeline stages: contiguous layers per stage, a 1F1B schedule
+  // Model chunks per stage (PTD-P's interleaved 1F1B, Narayanan et al. 2021):
+  // stage s holds chunks s, s + pp, ... of layers / (pp v) layers each.
+  std::int64_t virtual_stages = 1;
   // Megatron's sequence parallelism inside TP (Korthikanti et al. 2022): the
   // LayerNorm and residual rows split over the TP ranks, gathered and
   // reduce-scattered; false: 2021's Megatron (and Megatron-LM's default

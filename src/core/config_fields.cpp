@@ -42,6 +42,7 @@ const std::vector<Field>& fields() {
       {"parallel", "dp", MINIATTN_CONFIG_REF(parallel, dp)},
       {"parallel", "tp", MINIATTN_CONFIG_REF(parallel, tp)},
       {"parallel", "pp", MINIATTN_CONFIG_REF(parallel, pp)},
+      {"parallel", "virtual_stages", MINIATTN_CONFIG_REF(parallel, virtual_stages)},
       {"parallel", "ulysses_degree", MINIATTN_CONFIG_REF(parallel, ulysses_degree)},
       {"parallel", "tp_sequence_parallel", MINIATTN_CONFIG_REF(parallel, tp_sequence_parallel)},
       {"parallel", "comm", MINIATTN_CONFIG_ENUM(parallel, comm)},

@@ -109,6 +109,25 @@ void check_enums_and_reals(const Config& c) {
   }
 }
 
+// Interleaved 1F1B (Megatron-LM's rules): equal chunks of layers over pp x v
+// virtual stages, and micro-batches in groups of pp, the schedule's unit.
+void check_virtual_stages(const Config& c) {
+  const ParallelConfig& p = c.parallel;
+  const std::int64_t v = p.virtual_stages, chunks = p.pp * v;
+  if (v == 1) return;
+  if (p.pp == 1) reject("parallel.virtual_stages", "interleaves pipeline stages: it needs parallel.pp > 1");
+  if (c.model.layers % chunks != 0) {
+    reject("parallel.virtual_stages", "needs model.layers divisible by parallel.pp x parallel.virtual_stages (" +
+                                          std::to_string(c.model.layers) + " % " + std::to_string(chunks) +
+                                          " != 0): every chunk holds the same layers");
+  }
+  if (c.train.micro_batches % p.pp != 0) {
+    reject("parallel.virtual_stages", "needs train.micro_batches divisible by parallel.pp (" +
+                                          std::to_string(c.train.micro_batches) + " % " + std::to_string(p.pp) +
+                                          " != 0): the interleaved schedule takes micro-batches pp at a time");
+  }
+}
+
 // Sizes and counts.
 void check_sizes_and_counts(const Config& c) {
   const ModelConfig& m = c.model;
@@ -124,6 +143,7 @@ void check_sizes_and_counts(const Config& c) {
   require_at_least("parallel.dp", c.parallel.dp, 1);
   require_at_least("parallel.tp", c.parallel.tp, 1);
   require_at_least("parallel.pp", c.parallel.pp, 1);
+  require_at_least("parallel.virtual_stages", c.parallel.virtual_stages, 1);
   require_at_least("train.micro_batches", c.train.micro_batches, 1);
   require_at_least("parallel.ulysses_degree", c.parallel.ulysses_degree, 1);
   if (c.run.mode == RunMode::predict) {
@@ -256,6 +276,7 @@ void check_grid_divides(const Config& c, std::int64_t world) {
     reject("parallel.pp", "must be <= model.layers (" + std::to_string(p.pp) + " stages > " +
                               std::to_string(m.layers) + " layers): each stage holds at least one layer");
   }
+  check_virtual_stages(c);
   if (m.batch % p.dp != 0) {
     reject("model.batch", "must be divisible by parallel.dp (" + std::to_string(m.batch) + " % " +
                               std::to_string(p.dp) + " != 0)");

@@ -15,6 +15,7 @@ struct Decomposition {
   int dp = 1, pp = 1, tp = 1, sp = 1;
   int ulysses = 1;                     // Ulysses degree: sp for ulysses, 1 for ring, rsa, allgather and local
   std::int64_t micro_batches = 1;      // per DP replica and step (train.micro_batches)
+  int virtual_stages = 1;              // model chunks per pipeline stage (interleaved 1F1B)
   bool tp_sequence_parallel = true;    // LayerNorm and residual rows split over TP (else replicated)
   // The rows a TP rank holds in the LayerNorm and residual regions, of `rows`.
   std::int64_t tp_chunk_rows(std::int64_t rows) const { return tp_sequence_parallel ? rows / tp : rows; }

@@ -1,11 +1,14 @@
-// One step's forward and backward passes in the 1F1B order. Activations go
-// to the next stage and their gradients to the previous one as non-blocking
+// One step's forward and backward passes in the 1F1B order, or Megatron's
+// interleaved 1F1B over the stage's model chunks. Activations go to the next
+// virtual stage and their gradients to the previous one as non-blocking
 // sends; a receive is posted when its pass is due and completed before it
-// runs. Micro-batch k lives in slot k % slots of the model: in 1F1B its
-// previous occupant (k - slots) has finished its backward pass by then.
+// runs. The next virtual stage of (stage s, chunk c) is stage s + 1's chunk c,
+// or, from the last stage, the first stage's chunk c + 1. Micro-batch k of
+// chunk c lives in the chunk's slot k % slots: in 1F1B, interleaved or not,
+// its previous occupant has finished its backward pass by then.
 // The span is the whole pipeline's (between barriers of the stages), so a
 // stage's idle time counts its wait for the first activation and for the
-// others' last passes, as the bubble's model (pp - 1) / (m + pp - 1) does.
+// others' last passes, as the bubble's model (pp - 1) / (v m + pp - 1) does.
 #include "comm/exchange_watch.hpp"
 #include "comm/watched_mpi.hpp"
 #include "model/pipeline_schedule.hpp"
@@ -27,6 +30,15 @@ void receive(Comm& comm, const View2<T>& into, int source, MPI_Comm group, Excha
   comm.wait(pending);
 }
 
+// The neighbours of this stage's chunks in the model's order of virtual stages.
+struct ChunkNeighbours {
+  int stage = 0, stages = 1, chunks = 1;
+  int previous(index_t chunk) const { return stage == 0 && chunk == 0 ? MPI_PROC_NULL : (stage + stages - 1) % stages; }
+  int next(index_t chunk) const {
+    return stage == stages - 1 && chunk == chunks - 1 ? MPI_PROC_NULL : (stage + 1) % stages;
+  }
+};
+
 }  // namespace
 
 template <class T>
@@ -34,18 +46,19 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
   const ProcessGrid& grid = s.grid;
   Transformer<T>& model = s.model;
   Comm& comm = *s.comm;
-  const int previous = grid.first_stage() ? MPI_PROC_NULL : grid.pp_rank - 1;
-  const int next = grid.last_stage() ? MPI_PROC_NULL : grid.pp_rank + 1;
-  const index_t slots = model.slots(), rows = s.share.micro_batch_rows();
+  const ChunkNeighbours neighbours{grid.pp_rank, grid.pp_size, s.layout.virtual_stages()};
+  const index_t rows = s.share.micro_batch_rows();
   const double tokens = static_cast<double>(s.config.model.batch * s.config.model.seq_len);
-  std::vector<PendingExchange> activation_sends(static_cast<std::size_t>(slots));
+  std::vector<PendingExchange> activation_sends(static_cast<std::size_t>(model.slots()));
   PendingExchange gradient_send;
 
   PipelinePass pass;
   if (grid.pp_size > 1) watched_barrier(grid.pp_comm, "pipeline.start");
   const double start = wall_seconds();
-  for (const PipelineOp& op : one_forward_one_backward(grid.pp_rank, grid.pp_size, s.share.micro_batches)) {
-    const index_t slot = op.micro_batch % slots;
+  for (const PipelineOp& op : interleaved_one_forward_one_backward(grid.pp_rank, grid.pp_size, neighbours.chunks,
+                                                                   s.share.micro_batches)) {
+    const index_t slot = model.slot_of(op.chunk, op.micro_batch);
+    const int previous = neighbours.previous(op.chunk), next = neighbours.next(op.chunk);
     set_exchange_step(step, op.micro_batch);
     const View2<index_t> ids =
         s.document_ids.empty() ? View2<index_t>() : s.document_ids[static_cast<std::size_t>(slot)];
@@ -69,7 +82,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
                        activation_sends[static_cast<std::size_t>(slot)]);
     } else {
       if (next != MPI_PROC_NULL)
-        receive(comm, model.residual_gradient(), next, grid.pp_comm, Exchange::pipeline_gradients);
+        receive(comm, model.residual_gradient(), next, grid.pp_gradient_comm, Exchange::pipeline_gradients);
       const double t0 = wall_seconds();
       {
         auto timed = s.timer.measure("backward");
@@ -79,7 +92,7 @@ PipelinePass run_pipeline(TrainingState<T>& s, index_t step) {
       if (previous != MPI_PROC_NULL) {
         comm.wait(gradient_send);
         Kokkos::deep_copy(s.pipeline_send, model.residual_gradient());
-        comm.post_send(s.pipeline_send.data(), s.pipeline_send.span(), previous, grid.pp_comm,
+        comm.post_send(s.pipeline_send.data(), s.pipeline_send.span(), previous, grid.pp_gradient_comm,
                        Exchange::pipeline_gradients, gradient_send);
       }
     }

@@ -177,26 +177,35 @@ nlohmann::json memory_section(const MemoryCheck& memory, std::size_t allocated, 
   return section;
 }
 
-// The pipeline: stages, their layers, micro-batches in flight, and the
-// bubble: each rank's idle time over the span of its passes (median over the
-// steps after the first), against the ideal 1F1B's (pp - 1) / (m + pp - 1).
+// The pipeline: stages, their layers (each stage's chunks, [first, end) each),
+// micro-batches in flight, and the bubble: each rank's idle time over the
+// span of its passes (median over the steps after the first), against the
+// ideal schedule's (pp - 1) / (v m + pp - 1).
 template <class T>
 nlohmann::json pipeline_section(const TrainingState<T>& s, const StepRecord& record, MPI_Comm world) {
   const ProcessGrid& grid = s.grid;
   const index_t m = s.share.micro_batches;
+  const int v = s.layout.virtual_stages();
   nlohmann::json layers = nlohmann::json::array();
   for (int stage = 0; stage < grid.pp_size; ++stage) {
-    const StageLayers l = stage_layers(s.config.model.layers, grid.pp_size, stage);
-    layers.push_back({l.first, l.end});
+    nlohmann::json chunks = nlohmann::json::array();
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const StageLayers l = chunk_layers(s.config.model.layers, grid.pp_size, v, stage, chunk);
+      chunks.push_back({l.first, l.end});
+    }
+    layers.push_back(v == 1 ? chunks[0] : chunks);
   }
+  const std::vector<index_t> first_stage_slots = interleaved_slots(0, grid.pp_size, v, m);
   const auto& idle = record.idle_fractions;
   const double idle_median = median(std::vector<double>(idle.begin() + (idle.size() > 1 ? 1 : 0), idle.end()));
   return {{"stages", grid.pp_size},
+          {"virtual_stages", v},
+          {"schedule", v == 1 ? "1F1B" : "interleaved 1F1B"},
           {"micro_batches", m},
           {"stage_layers", layers},
-          {"slots_first_stage", pipeline_slots(0, grid.pp_size, m)},
+          {"slots_first_stage", std::accumulate(first_stage_slots.begin(), first_stage_slots.end(), index_t{0})},
           {"bubble_fraction_measured", spread_over_ranks(idle_median, world)},
-          {"bubble_fraction_model", modelled_bubble_fraction(grid.pp_size, m)}};
+          {"bubble_fraction_model", modelled_interleaved_bubble_fraction(grid.pp_size, v, m)}};
 }
 
 // The attention kernel that ran, its tiles and, for cudnn, its calls.

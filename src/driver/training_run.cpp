@@ -257,7 +257,8 @@ nlohmann::json run_training(const Config& c, MPI_Comm world) {
   const int ulysses = strategy_record(c.parallel.strategy).ulysses_degree(sp, static_cast<int>(c.parallel.ulysses_degree));
   ProcessGrid grid = ProcessGrid::create(world, dp, pp, tp, ulysses);
   const RankShare share = rank_share(c, grid);
-  const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank);
+  const ParameterLayout layout(c.model, share.n, grid.tp_size, grid.tp_rank, grid.pp_size, grid.pp_rank,
+                               static_cast<int>(c.parallel.virtual_stages));
   const InjectedFault fault = injected_fault(grid.world_rank);
   kernels::AttentionTiles tiles = agreed_attention_tiles<T>(c, grid);
   const ElementSizes sizes = element_sizes(c.model.precision);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -199,7 +200,9 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   share.first_sample = grid.dp_rank * share.local_batch;
   share.micro_batches = c.train.micro_batches;
   share.micro_batch = share.local_batch / share.micro_batches;
-  share.slots = pipeline_slots(grid.pp_rank, grid.pp_size, share.micro_batches);
+  share.chunk_slots = interleaved_slots(grid.pp_rank, grid.pp_size, static_cast<int>(c.parallel.virtual_stages),
+                                       share.micro_batches);
+  share.slots = std::accumulate(share.chunk_slots.begin(), share.chunk_slots.end(), index_t{0});
   return share;
 }
 
@@ -304,13 +307,14 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_positions(ring_positions(c.model, c.parallel, g)),
       model(c.model, l, sh.micro_batch, sh.n,
             make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
-                                     sh.slots, l.layers().count()),
+                                     sh.slots, l.chunk_layers(0).count()),
             TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size, c.parallel.tp_sequence_parallel},
-            sh.slots,
+            sh.chunk_slots,
             RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots : 0), recompute),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       document_ids(document_buffers(c.data.documents, model.slots(), sh.micro_batch, c.model.seq_len)),
-      pipeline_send("pipeline_send", g.first_stage() ? 0 : model.chunk_rows(), c.model.d_model),
+      pipeline_send("pipeline_send", g.first_stage() && l.virtual_stages() == 1 ? 0 : model.chunk_rows(),
+                    c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents, c.data.task} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);
 }

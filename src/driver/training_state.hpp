@@ -35,7 +35,8 @@ struct RankShare {
   index_t first_sample = 0;
   index_t micro_batches = 1;
   index_t micro_batch = 0;  // samples per micro-batch
-  index_t slots = 1;        // micro-batches this stage holds at once (pipeline_slots)
+  std::vector<index_t> chunk_slots{1};  // micro-batches each model chunk of this stage holds at once (interleaved_slots)
+  index_t slots = 1;                    // of all chunks
   index_t rows() const { return local_batch * n; }
   index_t micro_batch_rows() const { return micro_batch * n; }
 };
@@ -115,7 +116,7 @@ struct TrainingState {
   // With packed documents, the document ids [micro_batch, N] of the
   // micro-batch each slot holds, from its forward pass to its backward pass.
   std::vector<View2<index_t>> document_ids;
-  View2<T> pipeline_send;          // the input gradient in flight to the previous stage (none on the first)
+  View2<T> pipeline_send;  // the input gradient in flight to the previous stage (none from the model's first chunk)
   SyntheticTask task;
   PhaseTimer timer;
 

@@ -23,6 +23,10 @@ StageLayers stage_layers(index_t layers, int stages, int stage) {
   return l;
 }
 
+StageLayers chunk_layers(index_t layers, int stages, int chunks, int stage, int chunk) {
+  return stage_layers(layers, stages * chunks, chunk * stages + stage);
+}
+
 std::size_t ParameterLayout::add(const std::string& name, std::vector<index_t> shape, InitKind init, double std,
                                  bool decay, int tp_dim, std::vector<index_t> tp_group_rows) {
   ParameterInfo info;
@@ -64,12 +68,10 @@ void ParameterLayout::place_in_buffers() {
 }
 
 ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, int tp_size, int tp_rank,
-                                 int pp_size, int pp_rank)
-    : tp_size_(tp_size),
-      tp_rank_(tp_rank),
-      pp_size_(pp_size),
-      pp_rank_(pp_rank),
-      layers_(stage_layers(m.layers, pp_size, pp_rank)) {
+                                 int pp_size, int pp_rank, int virtual_stages)
+    : tp_size_(tp_size), tp_rank_(tp_rank), pp_size_(pp_size), pp_rank_(pp_rank) {
+  for (int chunk = 0; chunk < virtual_stages; ++chunk)
+    chunks_.push_back(miniattn::chunk_layers(m.layers, pp_size, virtual_stages, pp_rank, chunk));
   const index_t D = m.d_model, F = m.ffn_width(), V = m.vocab, N = m.seq_len;
   const index_t KVD = m.kv_head_count() * m.head_dim();  // rows of k and of v in the QKV projection
   const std::vector<index_t> qkv_rows = {D, KVD, KVD};
@@ -107,7 +109,8 @@ ParameterLayout::ParameterLayout(const ModelConfig& m, index_t local_positions, 
         add(p + "ffn.fc2.weight", {D, F}, InitKind::normal, residual_std, true, columns),
         add(p + "ffn.fc2.bias", {D}, InitKind::zeros, 0.0, false),
     });
-    const bool on_stage = l >= layers_.first && l < layers_.end;
+    const bool on_stage = std::any_of(chunks_.begin(), chunks_.end(),
+                                      [&](const StageLayers& c) { return l >= c.first && l < c.end; });
     for (std::size_t i : block_params.back()) params_[i].held = on_stage;
   }
   const std::size_t ln_f_weight = add("ln_f.weight", {D}, InitKind::ones, 0.0, false);

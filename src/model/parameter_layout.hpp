@@ -11,8 +11,8 @@
 //    embeddings); read, written and reduced by rows. Empty with rotary
 //    positions (model.positions rope), which have no wpe.
 // With pipeline parallelism a rank holds only its stage's tensors (held):
-// its blocks, wte and wpe on the first stage, ln_f and wte (the tied head) on
-// the last. The list names every parameter of the model on every rank, in
+// the blocks of its model chunks (one, or v interleaved), wte and wpe on the
+// first stage, ln_f and wte (the tied head) on the last. The list names every parameter of the model on every rank, in
 // model order (initialisation and the files' collective calls key on it).
 #include <cstdint>
 #include <string>
@@ -90,13 +90,19 @@ struct StageLayers {
 };
 StageLayers stage_layers(index_t layers, int stages, int stage);
 
+// Model chunk `chunk` of stage `stage` under the interleaved schedule with
+// `chunks` chunks a stage: the model's chunk chunk x stages + stage of
+// stages x chunks (stage_layers of them; with one chunk, the stage's layers).
+StageLayers chunk_layers(index_t layers, int stages, int chunks, int stage, int chunk);
+
 class ParameterLayout {
  public:
   // local_positions: number of sequence positions (wpe rows) this rank owns;
   // tp_size, tp_rank: the tensor-parallel group and this rank's index in it;
-  // pp_size, pp_rank: the pipeline stages and this rank's.
+  // pp_size, pp_rank: the pipeline stages and this rank's; virtual_stages:
+  // the model chunks each stage holds (parallel.virtual_stages).
   ParameterLayout(const ModelConfig& model, index_t local_positions, int tp_size = 1, int tp_rank = 0,
-                  int pp_size = 1, int pp_rank = 0);
+                  int pp_size = 1, int pp_rank = 0, int virtual_stages = 1);
 
   const std::vector<ParameterInfo>& parameters() const { return params_; }
   const ParameterInfo& find(const std::string& name) const;  // throws std::out_of_range
@@ -106,7 +112,9 @@ class ParameterLayout {
   index_t sharded_size() const { return sharded_size_; }
   index_t total_global_count() const;  // parameter count of the whole model
 
-  const StageLayers& layers() const { return layers_; }
+  int virtual_stages() const { return static_cast<int>(chunks_.size()); }
+  // The layers of this stage's model chunk `chunk` (0: the only one without interleaving).
+  const StageLayers& chunk_layers(int chunk) const { return chunks_[static_cast<std::size_t>(chunk)]; }
   bool holds_embedding() const { return pp_rank_ == 0; }           // wte and wpe
   bool holds_head() const { return pp_rank_ == pp_size_ - 1; }     // ln_f and the tied wte
   // Elements at the start of the replicated buffer that are the tied copy of
@@ -128,7 +136,7 @@ class ParameterLayout {
   std::vector<ParameterInfo> params_;
   std::vector<BlockOffsets> blocks_;
   int tp_size_ = 1, tp_rank_ = 0, pp_size_ = 1, pp_rank_ = 0;
-  StageLayers layers_;
+  std::vector<StageLayers> chunks_;
   index_t tied_copy_size_ = 0;
   index_t replicated_size_ = 0;
   index_t tensor_parallel_begin_ = 0;

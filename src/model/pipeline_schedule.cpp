@@ -29,8 +29,7 @@ std::vector<PipelineOp> interleaved_one_forward_one_backward(int stage, int stag
     const index_t chunk = (k % group) / pp;
     return PipelineOp{forward, (k / group) * pp + k % pp, forward ? chunk : v - 1 - chunk};
   };
-  const index_t warm_up =
-      micro_batches == pp ? total : std::min<index_t>(2 * (pp - stage - 1) + (v - 1) * pp, total);
+  const index_t warm_up = std::min<index_t>(2 * (pp - stage - 1) + (v - 1) * pp, total);
   std::vector<PipelineOp> ops;
   for (index_t k = 0; k < warm_up; ++k) ops.push_back(op(k, true));
   for (index_t k = 0; k < total - warm_up; ++k) {

@@ -27,10 +27,13 @@ std::vector<PipelineOp> one_forward_one_backward(int stage, int stages, index_t 
 // over (micro-batch, chunk) pairs, the k-th forward on chunk (k mod pp v) / pp
 // of micro-batch (k / pp v) pp + k mod pp (the chunks taken in turn over
 // groups of pp micro-batches; backward passes take the chunks in reverse): a
-// warm-up of min(2 (pp - s - 1) + (v - 1) pp, m v) forward passes (all of
-// them where m = pp), then one forward and one backward, then the remaining
-// backward passes. Needs m % pp == 0 (as Megatron does). With one chunk it is
-// one_forward_one_backward. Every stage takes each chunk's micro-batches in
+// warm-up of min(2 (pp - s - 1) + (v - 1) pp, m v) forward passes, then one
+// forward and one backward, then the remaining backward passes. Needs
+// m % pp == 0 (as Megatron does). With one chunk it is one_forward_one_backward.
+// Where m = pp, Megatron-LM runs every forward pass first on every stage; here
+// the formula holds there too, so that on the last stage each pass of the
+// model's last chunk is followed by its backward, as in 1F1B: the head keeps
+// one micro-batch's logits (model/transformer.hpp), not one per slot. Every stage takes each chunk's micro-batches in
 // order, forward and backward, and each pair of neighbouring virtual stages
 // exchanges its messages in the same order on both sides.
 std::vector<PipelineOp> interleaved_one_forward_one_backward(int stage, int stages, int chunks,

@@ -61,8 +61,8 @@ void fill_with_index(const View1<index_t>& v) {
 template <class T>
 Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch,
                             index_t local_positions, AttentionLayers<T> attention, const TensorParallelGroup& tp,
-                            index_t slots, RotaryPositions<T> rotary, bool recompute)
-    : model_(model), layout_(layout), layers_(layout.layers()), tp_(tp), local_batch_(micro_batch),
+                            const std::vector<index_t>& chunk_slots, RotaryPositions<T> rotary, bool recompute)
+    : model_(model), layout_(layout), tp_(tp), local_batch_(micro_batch),
       local_positions_(local_positions), rows_(micro_batch * local_positions), chunk_rows_(tp.chunk_rows(rows_)),
       first_row_(tp.first_row(rows_)), d_shard_(model.d_model / tp.size),
       kv_shard_(model.kv_head_count() / tp.size * model.head_dim()), ffn_shard_(model.ffn_width() / tp.size),
@@ -74,12 +74,20 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   wpe_row_ = allocate<View1<index_t>>("wpe_row", n);
   fill_with_index(wpe_row_);
 
-  for (index_t k = 0; k < slots; ++k) {
+  const int chunks = layout.virtual_stages();
+  first_slot_.push_back(0);
+  for (int chunk = 0; chunk < chunks; ++chunk)
+    first_slot_.push_back(first_slot_.back() + chunk_slots.at(static_cast<std::size_t>(chunk)));
+  for (index_t k = 0; k < first_slot_.back(); ++k) {
     SlotActivations<T> slot;
-    const std::string prefix = slots > 1 ? "slot" + std::to_string(k) + "." : "";
-    for (index_t l = layers_.first; l <= layers_.end; ++l)
+    const int chunk = static_cast<int>(std::upper_bound(first_slot_.begin(), first_slot_.end(), k) - first_slot_.begin()) - 1;
+    slot.layers = layout.chunk_layers(chunk);
+    slot.embedding = layout.holds_embedding() && chunk == 0;
+    slot.head = layout.holds_head() && chunk == chunks - 1;
+    const std::string prefix = first_slot_.back() > 1 ? "slot" + std::to_string(k) + "." : "";
+    for (index_t l = slot.layers.first; l <= slot.layers.end; ++l)
       slot.residual.push_back(allocate<View2<T>>(prefix + "residual." + std::to_string(l), r, D));
-    for (index_t l = layers_.first; l < layers_.end; ++l) {
+    for (index_t l = slot.layers.first; l < slot.layers.end; ++l) {
       const std::string p = prefix + "blocks." + std::to_string(l) + ".";
       BlockActivations<T> a;
       a.after_attention = allocate<View2<T>>(p + "after_attention", r, D);
@@ -166,7 +174,7 @@ void Transformer<T>::block_forward(const ParameterBuffers<T>& params, index_t sl
                                    const DocumentIds& documents) {
   const BlockTensors<T> w(params.replicated, layout_.block(l), model_.d_model, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
-  const std::size_t i = static_cast<std::size_t>(l - layers_.first);
+  const std::size_t i = static_cast<std::size_t>(l - saved.layers.first);
   BlockActivations<T>& a = saved.blocks[i];
   const View2<T>& x_in = saved.residual[i];
   const View2<T>& x_out = saved.residual[i + 1];
@@ -194,16 +202,16 @@ double Transformer<T>::forward(const ParameterBuffers<T>& params, index_t slot, 
   const auto wte = matrix_at(params.replicated, layout_.wte(), V, D);
   const SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
   rotary_.refresh(slot, batch.documents);
-  if (layout_.holds_embedding()) {
+  if (saved.embedding) {
     const auto wpe = matrix_at(params.sharded, 0, layout_.sharded_size() > 0 ? local_positions_ : 0, D);
     kernels::embedding_forward<T>(chunk_of(batch.inputs), wpe_row_, wte, wpe, saved.residual.front(), first_row_);
   }
-  for (index_t l = layers_.first; l < layers_.end; ++l) {
+  for (index_t l = saved.layers.first; l < saved.layers.end; ++l) {
     set_exchange_layer(l);
     block_forward(params, slot, l, batch.documents);
   }
   set_exchange_layer(-1);
-  if (!layout_.holds_head()) return 0.0;
+  if (!saved.head) return 0.0;
   kernels::layer_norm_forward<T>(saved.residual.back(), vector_at(params.replicated, layout_.ln_f_weight(), D),
                                  vector_at(params.replicated, layout_.ln_f_bias(), D), normed_, final_mean_,
                                  final_rstd_);
@@ -220,7 +228,7 @@ void Transformer<T>::block_backward(const ParameterBuffers<T>& params, const Par
   const BlockTensors<T> w(params.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
   const BlockTensors<Param<T>> g(grads.replicated, layout_.block(l), D, d_shard_, qkv_rows(), ffn_shard_);
   SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
-  const std::size_t i = static_cast<std::size_t>(l - layers_.first);
+  const std::size_t i = static_cast<std::size_t>(l - saved.layers.first);
   BlockActivations<T>& a = saved.blocks[i];
   const View2<T>& x_in = saved.residual[i];
 
@@ -289,14 +297,14 @@ template <class T>
 void Transformer<T>::backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads,
                               index_t slot, const MicroBatch& batch, Acc<T> loss_scale) {
   compat::ProfilingRegion region("miniattn::backward");
-  if (layout_.holds_head())
-    head_backward(params, grads, slots_[static_cast<std::size_t>(slot)].residual.back(), batch.targets, loss_scale);
-  for (index_t l = layers_.end - 1; l >= layers_.first; --l) {
+  const SlotActivations<T>& saved = slots_[static_cast<std::size_t>(slot)];
+  if (saved.head) head_backward(params, grads, saved.residual.back(), batch.targets, loss_scale);
+  for (index_t l = saved.layers.end - 1; l >= saved.layers.first; --l) {
     set_exchange_layer(l);
     block_backward(params, grads, slot, l, batch.documents);
   }
   set_exchange_layer(-1);
-  if (!layout_.holds_embedding()) return;
+  if (!saved.embedding) return;
   const index_t D = model_.d_model, V = model_.vocab;
   kernels::group_rows_by_token(chunk_of(batch.inputs), token_rows_);
   kernels::embedding_backward<T>(d_residual_, token_rows_, wpe_row_, matrix_at(grads.replicated, layout_.wte(), V, D),
@@ -306,13 +314,17 @@ void Transformer<T>::backward(const ParameterBuffers<T>& params, const Parameter
 
 template <class T>
 index_t Transformer<T>::first_nonfinite_stage() const {
-  // A stage's input is the previous stage's output: the first stage checks its embedding.
-  const std::size_t first = layout_.holds_embedding() ? 0 : 1;
-  for (std::size_t i = first; i <= static_cast<std::size_t>(layers_.count()); ++i)
-    for (const SlotActivations<T>& saved : slots_)
-      if (kernels::count_nonfinite<T>(saved.residual[i]) > 0) return layers_.first + static_cast<index_t>(i);
-  if (layout_.holds_head() && kernels::count_nonfinite<T>(logits_) > 0) return model_.layers + 1;
-  return -1;
+  // A chunk's input is the previous chunk's output: only the model's first chunk checks its input, the embedding.
+  index_t earliest = -1;
+  const auto found = [&](index_t stage) { earliest = earliest < 0 ? stage : std::min(earliest, stage); };
+  for (const SlotActivations<T>& saved : slots_)
+    for (std::size_t i = saved.embedding ? 0 : 1; i < saved.residual.size(); ++i)
+      if (kernels::count_nonfinite<T>(saved.residual[i]) > 0) {
+        found(saved.layers.first + static_cast<index_t>(i));
+        break;
+      }
+  if (layout_.holds_head() && earliest < 0 && kernels::count_nonfinite<T>(logits_) > 0) found(model_.layers + 1);
+  return earliest;
 }
 
 template <class T>

@@ -10,9 +10,13 @@
 //
 // With pipeline parallelism the model is this rank's stage: its layers, the
 // embedding on the first stage, ln_f, the head and the loss on the last. The
-// rows are one micro-batch's, and `slots` micro-batches can be in flight
+// rows are one micro-batch's, and a number of micro-batches can be in flight
 // between their forward and backward passes (the 1F1B schedule bounds them):
-// each slot saves its own activations; workspaces are shared.
+// each slot saves its own activations; workspaces are shared. With the
+// interleaved schedule the stage holds v model chunks (ParameterLayout's
+// chunk_layers); each chunk has its own slots, and a slot runs its chunk's
+// layers (the embedding in chunk 0 of the first stage, the head in chunk v - 1
+// of the last).
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -50,10 +54,12 @@ struct BlockActivations {
   View2<T> fc1_out;  // [rows, F / tp]
 };
 
-// What one micro-batch in flight saves on this stage.
+// What one micro-batch in flight saves on this stage, for one model chunk.
 template <class T>
 struct SlotActivations {
-  std::vector<View2<T>> residual;  // [i]: input of the stage's block i; back(): the stage's output
+  StageLayers layers;                 // the chunk's
+  bool embedding = false, head = false;  // whether the chunk starts with the embedding or ends with the head
+  std::vector<View2<T>> residual;  // [i]: input of the chunk's block i; back(): the chunk's output
   std::vector<BlockActivations<T>> blocks;
 };
 
@@ -71,13 +77,16 @@ struct BlockTensors;
 template <class T>
 class Transformer {
  public:
-  // attention: one strategy per slot and layer of the stage (each keeps what
+  // attention: one strategy per slot and layer of its chunk (each keeps what
   // its backward pass needs; slot-major) over this rank's H / tp heads.
+  // chunk_slots: the slots of each model chunk of the stage (layout's
+  // virtual_stages of them; one chunk without interleaving).
   // rotary: the rotations of q and k with model.positions rope (none by default).
   // recompute: whether the backward pass recomputes q, k, v and fc1's output
   // (the memory plan's choice: perf/memory_plan.hpp); the same bits either way.
   Transformer(const ModelConfig& model, const ParameterLayout& layout, index_t micro_batch, index_t local_positions,
-              AttentionLayers<T> attention, const TensorParallelGroup& tp = {}, index_t slots = 1,
+              AttentionLayers<T> attention, const TensorParallelGroup& tp = {},
+              const std::vector<index_t>& chunk_slots = {1},
               RotaryPositions<T> rotary = {}, bool recompute = true);
 
   // Runs the stage on one micro-batch in `slot`. On the first stage it starts from the embedding, on the
@@ -100,6 +109,11 @@ class Transformer {
   index_t rows() const { return rows_; }
   index_t chunk_rows() const { return chunk_rows_; }
   index_t slots() const { return static_cast<index_t>(slots_.size()); }
+  // The slot of micro-batch `micro_batch` on model chunk `chunk` (its micro-batches take the chunk's slots in turn).
+  index_t slot_of(index_t chunk, index_t micro_batch) const {
+    const std::size_t c = static_cast<std::size_t>(chunk);
+    return first_slot_[c] + micro_batch % (first_slot_[c + 1] - first_slot_[c]);
+  }
   // [chunk rows, D]: what enters and leaves the stage, and their gradient (one buffer).
   View2<T> stage_input(index_t slot) const { return slots_[static_cast<std::size_t>(slot)].residual.front(); }
   View2<T> stage_output(index_t slot) const { return slots_[static_cast<std::size_t>(slot)].residual.back(); }
@@ -135,7 +149,8 @@ class Transformer {
   void head_backward(const ParameterBuffers<T>& params, const ParameterBuffers<Param<T>>& grads, const View2<T>& x,
                      const View1<const index_t>& targets, Acc<T> loss_scale);
   AttentionStrategy<T>& attention(index_t slot, index_t l) {
-    return *attention_.layers[static_cast<std::size_t>(slot * layers_.count() + l - layers_.first)];
+    const StageLayers& layers = slots_[static_cast<std::size_t>(slot)].layers;  // every chunk's count is the same
+    return *attention_.layers[static_cast<std::size_t>(slot * layers.count() + l - layers.first)];
   }
   // A View of these extents, its bytes counted in allocated_bytes() (so that
   // the count is what was allocated, not a second list of the Views).
@@ -154,7 +169,7 @@ class Transformer {
   PhaseTimer* timer_ = nullptr;
   std::size_t view_bytes_ = 0;  // of the Views allocate() made
   const ParameterLayout& layout_;
-  StageLayers layers_;
+  std::vector<index_t> first_slot_;  // [chunk]: the chunk's first slot; back(): slots()
   TensorParallelGroup tp_;
   index_t local_batch_, local_positions_, rows_, chunk_rows_, first_row_;
   index_t d_shard_, kv_shard_, ffn_shard_;  // this rank's D / tp attention columns, KV Dh / tp K (and V)
@@ -165,6 +180,8 @@ class Transformer {
 
   View1<index_t> wpe_row_;  // local wpe row of each local position (identity)
   std::vector<SlotActivations<T>> slots_;
+  // The head's forward state, kept for one micro-batch (not per slot): the
+  // schedules run the last chunk's backward right after its forward.
   View2<T> logits_;  // [r, V] on the last stage, else empty
   View1<Acc<T>> final_mean_, final_rstd_;
   View1<Acc<T>> logits_lse_;  // [R]: log-sum-exp of each row of logits (forward, reused by backward)

@@ -35,8 +35,11 @@ std::map<Exchange, double> modelled_exchange_bytes(const ExchangeModelInput& in)
     bytes[Exchange::gradients_tied_embedding] = static_cast<double>(m.vocab * m.d_model) * p;
   const int norm_shares = (wpe && in.sp > 1) + (in.tp > 1) + (in.pp > 1);
   if (norm_shares > 0) bytes[Exchange::grad_norm] = sizeof(double) * norm_shares;
-  if (!last_stage) bytes[Exchange::pipeline_activations] = X;
-  if (!first_stage) bytes[Exchange::pipeline_gradients] = X;
+  // Each of the stage's v chunks sends its output on and its input gradient
+  // back, but the model's last chunk (no output) and first (no input).
+  const double v = in.virtual_stages;
+  if (v - last_stage > 0) bytes[Exchange::pipeline_activations] = (v - last_stage) * X;
+  if (v - first_stage > 0) bytes[Exchange::pipeline_gradients] = (v - first_stage) * X;
   if (tp_replicates_rows) {
     // Per layer two all-reduces forward (proj's and fc2's outputs) and two
     // backward (the input gradients of qkv and fc1), of the whole [b n, D].

@@ -257,6 +257,23 @@ std::vector<BadDeck> bad_decks() {
        {},
        4,
        {"parallel.pp: must be <= model.layers", "4 stages > 2 layers"}},
+      {"virtual_stages_zero", "parallel:\n  virtual_stages: 0\n", {}, 1, {"parallel.virtual_stages: must be >= 1"}},
+      {"virtual_stages_without_pipeline",
+       "parallel:\n  virtual_stages: 2\n",
+       {},
+       1,
+       {"parallel.virtual_stages: interleaves pipeline stages: it needs parallel.pp > 1"}},
+      {"virtual_stages_divide_layers",
+       "parallel:\n  pp: 2\n  virtual_stages: 2\nmodel:\n  layers: 6\ntrain:\n  micro_batches: 2\n",
+       {},
+       2,
+       {"parallel.virtual_stages: needs model.layers divisible by parallel.pp x parallel.virtual_stages",
+        "6 % 4 != 0"}},
+      {"virtual_stages_micro_batches_by_pp",
+       "parallel:\n  pp: 2\n  virtual_stages: 2\nmodel:\n  layers: 4\n  batch: 3\ntrain:\n  micro_batches: 3\n",
+       {},
+       2,
+       {"parallel.virtual_stages: needs train.micro_batches divisible by parallel.pp", "3 % 2 != 0"}},
       {"micro_batches_zero", "train:\n  micro_batches: 0\n", {}, 1, {"train.micro_batches: must be >= 1"}},
       {"micro_batches_divide_samples",
        "model:\n  batch: 6\ntrain:\n  micro_batches: 4\n",
@@ -766,6 +783,12 @@ TEST(ConfigWriters, EveryFieldRoundTrips) {
         },
         field.ref);
     if (field.name() == "parallel.tp") c.model.heads = 6;  // tp 2 needs an even head count
+    if (field.name() == "parallel.virtual_stages") {  // interleaving needs pp > 1, pp v | layers, pp | micro-batches
+      c.parallel.pp = 2;
+      c.model.layers = 8;
+      c.model.batch = 12;
+      c.train.micro_batches = 2;
+    }
     if (!kernels::attention_kernel_record(c.kernels.attention == AttentionKernel::automatic ? AttentionKernel::gemm
                                                                                              : c.kernels.attention)
              .computes(c.model.precision))

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -106,12 +107,20 @@ TEST(InterleavedSchedule, EveryPairOnceForwardThenBackwardEachChunkInOrder) {
         }
       }
       EXPECT_EQ(most, interleaved_slots(stage, stages, chunks, m)) << stages << " " << stage << " " << chunks;
-      // Megatron's warm-up: 2 (pp - s - 1) + (v - 1) pp forward passes (all where m = pp), then
+      // Megatron's warm-up: 2 (pp - s - 1) + (v - 1) pp forward passes (where m = pp too), then
       // the steady state's first forward before the first backward.
       const index_t total = m * chunks;
-      const index_t warm_up = m == stages ? total : std::min<index_t>(2 * (stages - stage - 1) + (chunks - 1) * stages, total);
+      const index_t warm_up = std::min<index_t>(2 * (stages - stage - 1) + (chunks - 1) * stages, total);
       const auto first_backward = std::find_if(ops.begin(), ops.end(), [](const PipelineOp& op) { return !op.forward; });
       EXPECT_EQ(first_backward - ops.begin(), warm_up + (warm_up < total ? 1 : 0)) << stages << " " << stage;
+      // The head keeps one micro-batch's logits: on the last stage the last chunk's backward follows its forward.
+      for (std::size_t i = 0; stage == stages - 1 && i < ops.size(); ++i)
+        if (ops[i].forward && ops[i].chunk == chunks - 1) {
+          ASSERT_LT(i + 1, ops.size());
+          EXPECT_TRUE(!ops[i + 1].forward && ops[i + 1].chunk == chunks - 1 &&
+                      ops[i + 1].micro_batch == ops[i].micro_batch)
+              << stages << " stages, " << chunks << " chunks, m " << m << ", pass " << i;
+        }
     }
   });
   for (int stage = 0; stage < 4; ++stage) {
@@ -221,7 +230,7 @@ TEST(ParameterLayout, StagesHoldTheirTensorsOnce) {
     index_t held = 0;
     for (int s = 0; s < stages; ++s) {
       const ParameterLayout stage(m, m.seq_len, 1, 0, stages, s);
-      const StageLayers l = stage.layers();
+      const StageLayers l = stage.chunk_layers(0);
       for (const ParameterInfo& p : stage.parameters()) {
         const bool block = p.name.rfind("blocks.", 0) == 0;
         const index_t layer = block ? std::stol(p.name.substr(7)) : -1;
@@ -239,6 +248,38 @@ TEST(ParameterLayout, StagesHoldTheirTensorsOnce) {
       EXPECT_EQ(stage.tied_copy_size(), s == stages - 1 ? m.vocab * m.d_model : 0);
     }
     EXPECT_EQ(held, whole.total_global_count()) << stages << " stages";
+  }
+}
+
+// Interleaved: stage s holds model chunks s, s + pp, ... (Megatron's order),
+// every layer is held on exactly one stage, and a stage holds only its chunks' blocks.
+TEST(ParameterLayout, InterleavedStagesHoldChunksPpApart) {
+  ModelConfig m;
+  m.vocab = 11;
+  m.d_model = 4;
+  m.heads = 2;
+  m.layers = 12;
+  m.seq_len = 4;
+  for (const auto& [stages, chunks] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}, std::pair{2, 6}}) {
+    std::vector<int> holders(static_cast<std::size_t>(m.layers), 0);
+    for (int s = 0; s < stages; ++s) {
+      const ParameterLayout stage(m, m.seq_len, 1, 0, stages, s, chunks);
+      ASSERT_EQ(stage.virtual_stages(), chunks);
+      for (int c = 0; c < chunks; ++c) {
+        const StageLayers l = stage.chunk_layers(c);
+        const index_t size = m.layers / (stages * chunks);
+        EXPECT_EQ(l.first, (c * stages + s) * size) << "stage " << s << " chunk " << c;
+        EXPECT_EQ(l.count(), size);
+      }
+      for (const ParameterInfo& p : stage.parameters()) {
+        if (p.name.rfind("blocks.", 0) != 0) continue;
+        const index_t layer = std::stol(p.name.substr(7));
+        const bool own = (layer / (m.layers / (stages * chunks))) % stages == s;
+        EXPECT_EQ(p.held, own) << p.name << " on stage " << s;
+        if (p.held && p.name.find("ln1.weight") != std::string::npos) ++holders[static_cast<std::size_t>(layer)];
+      }
+    }
+    for (int held : holders) EXPECT_EQ(held, 1);
   }
 }
 

@@ -676,6 +676,37 @@ TEST(PerformanceModel, MoreMicroBatchesShrinkTheBubble) {
   EXPECT_GT(idle16, 0.5 * idle8);
 }
 
+// PTD-P's interleaved schedule: v chunks a stage shrink the bubble to
+// (pp - 1) / (v m + pp - 1) of the span (m + (pp - 1) / v) t, for v times
+// the point-to-point messages and bytes (the model's ends send one fewer).
+TEST(PerformanceModel, InterleavingShrinksTheBubbleForMoreMessages) {
+  const MachineDescription m = test_machine();
+  StepConfig interleaved = pipelined(4, 8);
+  interleaved.virtual_stages = 2;
+  const StepPrediction plain = predict_step(m, pipelined(4, 8)), p = predict_step(m, interleaved);
+  ASSERT_TRUE(p.valid) << p.problem;
+  EXPECT_DOUBLE_EQ(p.bubble_fraction, 3.0 / 19.0);
+  const double slowest = *std::max_element(p.stage_seconds.begin(), p.stage_seconds.end());
+  EXPECT_NEAR(p.pipeline_seconds, (8 + 3.0 / 2) * slowest, 1e-12 * p.pipeline_seconds);
+  // Stage 0 sends its activations from both chunks, and its second chunk's input gradient (to the last stage).
+  const double X = plain.exchange_bytes.at(Exchange::pipeline_activations);
+  EXPECT_EQ(p.exchange_bytes.at(Exchange::pipeline_activations), 2 * X);
+  EXPECT_EQ(p.exchange_bytes.at(Exchange::pipeline_gradients), X);
+  EXPECT_EQ(plain.exchange_bytes.count(Exchange::pipeline_gradients), 0u);
+  // A middle stage's micro-batch: the same compute, one more message each way of the same size.
+  const double hop = m.latency_intra + X / 8 / m.bandwidth_intra;
+  EXPECT_NEAR(p.stage_seconds[1] - plain.stage_seconds[1], 2 * hop, 1e-9 * plain.stage_seconds[1]);
+  // On this machine's fast links the bubble's share outweighs the extra messages.
+  EXPECT_LT(p.step_seconds, plain.step_seconds);
+  EXPECT_GT(p.step_seconds, plain.step_seconds - (plain.pipeline_seconds - p.pipeline_seconds) - 1e-12);
+  // The validator's rules: pp v must divide the layers.
+  interleaved.virtual_stages = 3;
+  const StepPrediction uneven = predict_step(m, interleaved);
+  EXPECT_FALSE(uneven.valid);
+  EXPECT_NE(uneven.problem.find("parallel.virtual_stages: needs model.layers divisible"), std::string::npos)
+      << uneven.problem;
+}
+
 TEST(PerformanceModel, PipelineStagesSplitTheParameters) {
   const MachineDescription m = test_machine();
   const StepConfig whole = pipelined(1, 4, 512), split = pipelined(4, 4, 512);
