@@ -169,7 +169,8 @@ option(MINIATTN_CUDNN_GRAPH_CHECK "Build miniattn_cudnn and test_cudnn_graphs wh
        ${_miniattn_cudnn_graph_default})
 
 if(MINIATTN_CUDNN_FOUND AND (MINIATTN_ENABLE_CUDNN OR MINIATTN_CUDNN_GRAPH_CHECK))
-  add_library(miniattn_cudnn STATIC ${PROJECT_SOURCE_DIR}/src/kernels/attention/cudnn/cudnn_graphs.cpp)
+  add_library(miniattn_cudnn STATIC ${PROJECT_SOURCE_DIR}/src/kernels/attention/cudnn/cudnn_graphs.cpp
+                                    ${PROJECT_SOURCE_DIR}/src/kernels/attention/cudnn/sdpa_shape_checks.cpp)
   target_compile_features(miniattn_cudnn PUBLIC cxx_std_17)
   # JSON off: the frontend would otherwise need nlohmann's json.hpp of its own version.
   # Dynamic loading: every cuDNN and CUDA runtime call through dlsym, so nothing is linked.
