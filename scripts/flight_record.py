@@ -19,6 +19,9 @@ The record ("format": "miniattn flight record 1"):
                               allgather, reduce_scatter, bcast, barrier
                 group         world ranks of the communicator, in its rank order;
                               a group is known by its sorted ranks
+                channel       "" or the name of a communicator that duplicates
+                              another's ranks (the pipeline's gradients): its
+                              point-to-point messages are counted on their own
                 group_seq     collectives: the rank's count of collectives on the group
                 send_to, send_seq, recv_from, recv_seq
                               point-to-point: the peer's world rank, and the rank's
@@ -29,7 +32,8 @@ The record ("format": "miniattn flight record 1"):
                               null while the exchange has not completed
 
 How exchanges match (MPI's ordering rules):
-  - rank A's send #k to B in a group meets B's receive #k from A in that group;
+  - rank A's send #k to B in a group meets B's receive #k from A in that group
+    (and channel);
   - every member's collective #n on a group is the same collective, so they
     agree on label and op (and normally on step, micro-batch and layer).
 
@@ -91,6 +95,11 @@ def is_number(value):
 
 def group_key(group):
     return tuple(sorted(group))
+
+
+def channel_key(entry):
+    """Where an entry's point-to-point messages are counted: its group, and its channel if any."""
+    return group_key(entry["group"]), entry.get("channel") or ""
 
 
 # ---------------------------------------------------------------- reading
@@ -244,11 +253,12 @@ class IndexedRecord:
         if entry["op"] in COLLECTIVE_OPS:
             self._add(self.collectives, group, entry["group_seq"], entry, where, "collective")
             return
+        channel = channel_key(entry)
         if entry["send_to"] is not None:
-            self._add(self.sends, (group, entry["send_to"]), entry["send_seq"], entry, where,
+            self._add(self.sends, (channel, entry["send_to"]), entry["send_seq"], entry, where,
                       f"send to {entry['send_to']}")
         if entry["recv_from"] is not None:
-            self._add(self.receives, (group, entry["recv_from"]), entry["recv_seq"], entry, where,
+            self._add(self.receives, (channel, entry["recv_from"]), entry["recv_seq"], entry, where,
                       f"receive from {entry['recv_from']}")
 
     @staticmethod
@@ -341,7 +351,7 @@ def half_blame(rank, entry, half, records):
     if peer_record is None:
         return blame(peer, "no_record", f"{mine}: rank {peer} wrote no record")
     table = peer_record.sends if peer_verb == "send" else peer_record.receives
-    state, found = peer_record.lookup(table, (group_key(entry["group"]), rank), count)
+    state, found = peer_record.lookup(table, (channel_key(entry), rank), count)
     if state == "absent":
         count_field = "send_seq" if peer_verb == "send" else "recv_seq"
         last = (f"its last is #{found[count_field]}, {describe(found)}" if found
@@ -480,18 +490,19 @@ def first_mismatch(first_table, second_table, key):
 
 
 def point_to_point_disagreements(records, world):
-    """The first mismatch of each pair of ranks in each group, both directions taken together."""
+    """The first mismatch of each pair of ranks in each group and channel, both directions taken together."""
     first_by_pair = {}
     for sender, indexed in sorted(records.items()):
-        for (group, receiver), sends in sorted(indexed.sends.items()):
+        for (channel, receiver), sends in sorted(indexed.sends.items()):
             if receiver not in records:
                 continue
-            receives = records[receiver].receives.get((group, sender), {})
+            receives = records[receiver].receives.get((channel, sender), {})
             count = first_mismatch(sends, receives, exchange_key)
             if count is None:
                 continue
-            finding = point_to_point_disagreement(group, (sender, sends), (receiver, receives), count, records, world)
-            pair = (group, min(sender, receiver), max(sender, receiver))
+            finding = point_to_point_disagreement(channel, (sender, sends), (receiver, receives), count, records,
+                                                  world)
+            pair = (channel, min(sender, receiver), max(sender, receiver))
             # Both directions of a pair show one skipped shift: keep the one earliest in the lower rank's
             # record, and of one shift the direction that reads "the sender runs ahead".
             order = ((sends if sender == pair[1] else receives)[count]["seq"], finding["suspects"] != [sender])
@@ -500,8 +511,9 @@ def point_to_point_disagreements(records, world):
     return [first_by_pair[pair][1] for pair in sorted(first_by_pair)]
 
 
-def point_to_point_disagreement(group, sending, receiving, count, records, world):
+def point_to_point_disagreement(channel, sending, receiving, count, records, world):
     (sender, sends), (receiver, receives) = sending, receiving
+    group, name = channel
     side, because = ahead_side(sends, receives, count, exchange_key, (records[sender], records[receiver]))
     if side is None:
         suspects, verdict = [sender, receiver], "one of them skipped or added an exchange"
@@ -512,13 +524,13 @@ def point_to_point_disagreement(group, sending, receiving, count, records, world
         suspects = [ahead]
         verdict = f"rank {ahead} runs one exchange ahead ({because}): it skipped one, or rank {other} added one"
         reasons = {ahead: f"runs one exchange ahead of rank {other}"}
-    where = "" if group == tuple(range(world)) else f" in {group_name(group, world)}"
+    where = ("" if group == tuple(range(world)) else f" in {group_name(group, world)}") + (f" ({name})" if name else "")
     text = (f"ranks disagree on the order of exchanges{where}:"
             f" rank {receiver}'s {exchange_name('receive', count, sender)} is {describe(receives[count])};"
             f" rank {sender}'s {exchange_name('send', count, receiver)} is {describe(sends[count])}: {verdict}")
     sides = [dict(rank=sender, role=f"send #{count} to {receiver}", **entry_summary(sends[count])),
              dict(rank=receiver, role=f"receive #{count} from {sender}", **entry_summary(receives[count]))]
-    return {"kind": "point-to-point", "group": list(group), "count": count, "sides": sides,
+    return {"kind": "point-to-point", "group": list(group), "channel": name, "count": count, "sides": sides,
             "suspects": sorted(suspects), "suspect_reasons": reasons, "text": text}
 
 

@@ -44,14 +44,19 @@ const FlightRecord::Communicator& FlightRecord::communicator(MPI_Comm comm) {
   MPI_Group_translate_ranks(group, size, local.data(), world_group_, world.data());
   MPI_Group_free(&group);
   // Counted per set of ranks, not per communicator: the analyzer knows a
-  // group by its members (world and a grid axis spanning it are one group).
+  // group by its members (world and a grid axis spanning it are one group),
+  // and by its channel where a named duplicate has one.
   std::vector<int> members = world;
   std::sort(members.begin(), members.end());
+  char name[MPI_MAX_OBJECT_NAME] = "";
+  int length = 0;
+  MPI_Comm_get_name(comm, name, &length);
+  const std::string channel = std::string(name).rfind(kChannelPrefix, 0) == 0 ? name : "";
   int index = -1;
   for (std::size_t g = 0; g < groups_.size() && index < 0; ++g)
-    if (groups_[g].members == members) index = static_cast<int>(g);
+    if (groups_[g].members == members && groups_[g].channel == channel) index = static_cast<int>(g);
   if (index < 0) {
-    groups_.push_back(Group{world, members, 0, {}, {}});
+    groups_.push_back(Group{world, members, channel, 0, {}, {}});
     index = static_cast<int>(groups_.size()) - 1;
   }
   return communicators_.emplace(comm, Communicator{index, world}).first->second;
@@ -101,6 +106,7 @@ nlohmann::json FlightRecord::entry_json(const FlightEntry& e) const {
           {"label", e.label},
           {"op", to_string(e.op)},
           {"group", group_ranks(e.group)},
+          {"channel", groups_[static_cast<std::size_t>(e.group)].channel},
           {"group_seq", or_null(e.group_seq)},
           {"send_to", or_null(e.send_to)},
           {"send_seq", or_null(e.send_seq)},

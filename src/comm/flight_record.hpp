@@ -72,6 +72,7 @@ class FlightRecord {
   struct Group {
     std::vector<int> ranks;    // world ranks, in the (first) communicator's order
     std::vector<int> members;  // the same, sorted
+    std::string channel;       // kChannelPrefix's name of a communicator that duplicates others' ranks, else ""
     std::int64_t collectives = 0;
     std::map<int, std::int64_t> sends, receives;  // by world rank
   };
@@ -81,6 +82,10 @@ class FlightRecord {
     std::vector<int> world_ranks;
   };
   const Communicator& communicator(MPI_Comm comm);
+  // A communicator named with this prefix (MPI_Comm_set_name) counts its
+  // messages on its own channel: MPI and NCCL match them per communicator,
+  // and its order of them may differ from another's with the same ranks.
+  static constexpr const char* kChannelPrefix = "miniattn.";
   nlohmann::json entry_json(const FlightEntry& e) const;
 
   std::chrono::steady_clock::time_point start_;

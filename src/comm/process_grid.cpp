@@ -31,6 +31,7 @@ ProcessGrid ProcessGrid::create(MPI_Comm world, int dp, int pp, int tp, int ulys
   MPI_Comm_split(world, pp_index, (dp_index * sp + sp_index) * tp + tp_index, &g.stage_comm);
   MPI_Comm_split(world, (dp_index * sp + sp_index) * tp + tp_index, pp_index, &g.pp_comm);
   MPI_Comm_dup(g.pp_comm, &g.pp_gradient_comm);
+  MPI_Comm_set_name(g.pp_gradient_comm, "miniattn.pipeline_gradients");  // its own channel in the flight record
   const bool holds_wte = pp > 1 && (pp_index == 0 || pp_index == pp - 1);
   MPI_Comm_split(world, holds_wte ? (dp_index * sp + sp_index) * tp + tp_index : MPI_UNDEFINED, pp_index,
                  &g.tied_embedding_comm);

@@ -47,13 +47,15 @@ class RankLog:
         return self._open(label, "shift", group, where, send_to=to, send_seq=self._count(key, "send", to),
                           recv_from=source, recv_seq=self._count(key, "recv", source))
 
-    def send(self, label, to, where, group=None):
-        key = tuple(sorted(group or range(self.world)))
-        return self._open(label, "send", group, where, send_to=to, send_seq=self._count(key, "send", to))
+    def send(self, label, to, where, group=None, channel=""):
+        key = (tuple(sorted(group or range(self.world))), channel)
+        return self._open(label, "send", group, where, send_to=to, send_seq=self._count(key, "send", to),
+                          channel=channel)
 
-    def recv(self, label, source, where, group=None):
-        key = tuple(sorted(group or range(self.world)))
-        return self._open(label, "recv", group, where, recv_from=source, recv_seq=self._count(key, "recv", source))
+    def recv(self, label, source, where, group=None, channel=""):
+        key = (tuple(sorted(group or range(self.world))), channel)
+        return self._open(label, "recv", group, where, recv_from=source, recv_seq=self._count(key, "recv", source),
+                          channel=channel)
 
     def collective(self, label, where, op="allreduce", group=None):
         key = tuple(sorted(group or range(self.world)))
@@ -274,6 +276,34 @@ def healthy_but_one_missing(analyzer, folder, world):
     assert lines[1].startswith(f"ranks 0-4, 6{', 7' if world == 8 else '-' + str(world - 1)} wait in loss"), lines[1]
 
 
+def pipeline_channels(analyzer, folder):
+    """Interleaved pp = 2: rank 1 sends rank 0 activations (its last chunk's outputs wrap round) and
+    gradients, on two communicators of the same ranks, in another order than rank 0 receives them. Counted
+    per channel (the gradients' communicator is named), nothing disagrees and rank 0's wait for the
+    gradient that rank 1 never sent (it is busy elsewhere) blames rank 1; counted together, they would
+    disagree."""
+    gradients = "miniattn.pipeline_gradients"
+    for channels in (True, False):
+        logs = [RankLog(rank, 2) for rank in range(2)]
+        channel = gradients if channels else ""
+        logs[1].send("pipeline.activations", 0, (0, 0, -1))
+        logs[1].send("pipeline.gradients", 0, (0, 0, -1), channel=channel)
+        logs[1].send("pipeline.activations", 0, (0, 1, -1))
+        logs[0].recv("pipeline.activations", 1, (0, 0, -1))
+        logs[0].recv("pipeline.activations", 1, (0, 1, -1))
+        logs[0].recv("pipeline.gradients", 1, (0, 0, -1), channel=channel)
+        logs[0].recv("pipeline.gradients", 1, (0, 1, -1), channel=channel)
+        logs[0].write(folder)
+        logs[1].write(folder, waiting=False)  # busy outside any exchange
+        findings = analyze(analyzer, folder)
+        if channels:
+            expect(findings["disagreements"], [], "disagreements with the gradients on their own channel")
+            expect(findings["suspects"], [1], "suspects")
+            expect(wait_of(findings, 0)["for"], [1], "rank 0 waits for")
+        else:
+            assert findings["disagreements"], "one channel: the orders should disagree"
+
+
 def truncated_peer(analyzer, folder):
     """Rank 1's record no longer shows whether it sent to rank 0: the analyzer must not guess."""
     logs = [RankLog(rank, 2) for rank in range(2)]
@@ -342,6 +372,7 @@ CASES = {
     "collective skipped": collective_skipped,
     "8 ranks, one record missing": lambda a, f: healthy_but_one_missing(a, f, 8),
     "256 ranks, one record missing": lambda a, f: healthy_but_one_missing(a, f, 256),
+    "pipeline's two channels": pipeline_channels,
     "truncated peer record": truncated_peer,
     "world size from groups and --world-size": world_size_given,
     "unreadable folders and files": unreadable,

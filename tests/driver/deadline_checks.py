@@ -47,6 +47,9 @@ FAMILIES = {
     "rsa": ["parallel.strategy=rsa"],
     "tp": ["parallel.strategy=local", "parallel.tp=2"],
     "pp": ["parallel.strategy=local", "parallel.pp=2"],
+    # Both stages send each other activations and gradients (on two communicators of the same ranks).
+    "interleaved": ["parallel.strategy=local", "parallel.pp=2", "parallel.virtual_stages=2", "model.layers=4",
+                    "train.micro_batches=2"],
     "dp": ["parallel.strategy=local", "parallel.dp=2"],
 }
 
