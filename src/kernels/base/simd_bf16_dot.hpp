@@ -25,8 +25,13 @@
 #include <cstring>
 #include <string>
 
-#if defined(__AVX512BF16__)
+// The intrinsics only where a host compiler alone compiles the file: GPU
+// builds (nvcc, hipcc) never run bf16 products on the host.
+#if defined(__AVX512BF16__) && !defined(__CUDACC__) && !defined(__HIPCC__)
+#define MINIATTN_NATIVE_BF16_DOT 1
 #include <immintrin.h>
+#else
+#define MINIATTN_NATIVE_BF16_DOT 0
 #endif
 
 #include "core/bf16.hpp"
@@ -48,11 +53,7 @@ enum class Bf16Dot {
 };
 
 // Whether this build targets vdpbf16ps (-march=native on a core with AVX512-BF16).
-#if defined(__AVX512BF16__)
-constexpr bool kNativeBf16Dot = true;
-#else
-constexpr bool kNativeBf16Dot = false;
-#endif
+constexpr bool kNativeBf16Dot = MINIATTN_NATIVE_BF16_DOT;
 
 // The path the kernels take: native where built for and the CPU has it,
 // unless MINIATTN_BF16_DOT=widened (a core without bf16 dot products, played).
@@ -60,7 +61,7 @@ inline Bf16Dot bf16_dot_path() {
   static const Bf16Dot path = [] {
     const char* forced = std::getenv("MINIATTN_BF16_DOT");
     if (forced != nullptr && std::string(forced) == "widened") return Bf16Dot::widened;
-#if defined(__AVX512BF16__) && (defined(__GNUC__) || defined(__clang__))
+#if MINIATTN_NATIVE_BF16_DOT
     if (__builtin_cpu_supports("avx512bf16")) return Bf16Dot::native;
 #endif
     return Bf16Dot::widened;
@@ -112,7 +113,7 @@ void widened_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index
   }
 }
 
-#if defined(__AVX512BF16__)
+#if MINIATTN_NATIVE_BF16_DOT
 template <int R, int P>
 void native_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index_t ldb,
                  float (&acc)[R][P * kBf16TileColumns]) {
@@ -140,7 +141,7 @@ void native_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index_
 template <int R, int P>
 void bf16_dot_tile(Bf16Dot path, index_t pairs, const bf16* const (&a)[R], const bf16* b, index_t ldb,
                    float (&acc)[R][P * kBf16TileColumns]) {
-#if defined(__AVX512BF16__)
+#if MINIATTN_NATIVE_BF16_DOT
   if (path == Bf16Dot::native) return bf16_dot_detail::native_tile<R, P>(pairs, a, b, ldb, acc);
 #endif
   (void)path;
