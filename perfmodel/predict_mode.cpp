@@ -192,10 +192,13 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
   std::printf("miniattn: predicted step seconds and memory per rank ('!': does not fit in %s; 'r': fits with q, k, v "
               "and fc1's output recomputed; '-': not possible)\n",
               memory.c_str());
+  const std::string chunks = c.parallel.virtual_stages > 1
+                                 ? " of " + std::to_string(c.parallel.virtual_stages) + " chunks (interleaved)"
+                                 : std::string();
   std::printf("miniattn: dp, pp and tp are those of the sequence-parallel strategies; %s is local with tp = ranks / "
-              "(dp pp); pp %lld stages (%lld chunks each), %lld micro-batches, modelled bubble %.3f\n",
-              kTensorParallelChoice, static_cast<long long>(c.parallel.pp),
-              static_cast<long long>(c.parallel.virtual_stages), static_cast<long long>(c.train.micro_batches),
+              "(dp pp); pp %lld stages%s, %lld micro-batches, modelled bubble %.3f\n",
+              kTensorParallelChoice, static_cast<long long>(c.parallel.pp), chunks.c_str(),
+              static_cast<long long>(c.train.micro_batches),
               modelled_interleaved_bubble_fraction(static_cast<int>(c.parallel.pp),
                                                    static_cast<int>(c.parallel.virtual_stages),
                                                    c.train.micro_batches));

@@ -58,7 +58,8 @@ def result_of(proc):
 def check_pipeline(exe, deck, machine, mpiexec):
     """pp 2 x 4 micro-batches on 2 ranks: (m + pp - 1) slots of the slowest
     stage, then stage 0's reductions and update; rank counts pp cannot divide
-    are invalid with the validator's message."""
+    are invalid with the validator's message; interleaved over 2 chunks a
+    stage, (m + (pp - 1) / v) slots and the interleaved bubble."""
     sets = [f"run.machine={machine}", "parallel.pp=2", "train.micro_batches=4", "model.batch=4",
             "run.predict_seq_lens=4096"]
     proc, _ = run(exe, deck, sets, [mpiexec, "-n", "2"])
@@ -82,6 +83,15 @@ def check_pipeline(exe, deck, machine, mpiexec):
                 check(not s["valid"] and "parallel.pp" in s["problem"], f"1 rank cannot hold 2 stages: {name} {s}")
             elif name == "local" and s["valid"]:
                 check(s["dp"] * s["pp"] * s["tp"] == row["ranks"], f"local fills the ranks: {row['ranks']} {s}")
+    # Interleaved over 2 chunks a stage (4 layers): (v m + pp - 1) passes of half a stage's micro-batch.
+    proc, _ = run(exe, deck, sets + ["parallel.virtual_stages=2", "model.layers=4"], [mpiexec, "-n", "2"])
+    check("pp 2 stages of 2 chunks (interleaved), 4 micro-batches, modelled bubble 0.111" in proc.stdout,
+          f"the interleaved table's header: {proc.stdout}")
+    own = result_of(proc)["prediction_for_deck"]
+    check(own["valid"] and own["virtual_stages"] == 2, f"own: {own}")
+    check(abs(own["bubble_fraction"] - 1 / 9) < 1e-15, f"bubble (pp-1)/(vm+pp-1): {own['bubble_fraction']}")
+    span = 4.5 * max(own["stage_seconds_per_micro_batch"])
+    check(abs(own["pipeline_seconds"] - span) <= 1e-12 * span, f"span {own['pipeline_seconds']} != 4.5 x the slowest")
 
 
 def main():
