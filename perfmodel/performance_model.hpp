@@ -191,7 +191,7 @@ struct StepPrediction {
   std::map<Exchange, double> exchange_bytes;  // bytes per step by Comm label (modelled_exchange_bytes, stage 0)
   // Pipeline: per-micro-batch seconds of each stage; the 1F1B span
   // (m + (pp - 1) / v) x their maximum; stage 0's idle time in it; and the idle
-  // fraction of the ideal pipeline, modelled_interleaved_bubble_fraction(pp, v, m).
+  // fraction of the ideal pipeline, modelled_bubble_fraction(pp, m, v).
   std::vector<double> stage_seconds;
   double pipeline_seconds = 0, bubble_seconds = 0, bubble_fraction = 0;
   std::map<MemoryPart, std::size_t> memory_parts;  // of the stage needing the most

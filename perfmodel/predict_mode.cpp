@@ -199,9 +199,8 @@ void print_report(const Config& c, const MachineDescription& machine, const nloh
               "(dp pp); pp %lld stages%s, %lld micro-batches, modelled bubble %.3f\n",
               kTensorParallelChoice, static_cast<long long>(c.parallel.pp), chunks.c_str(),
               static_cast<long long>(c.train.micro_batches),
-              modelled_interleaved_bubble_fraction(static_cast<int>(c.parallel.pp),
-                                                   static_cast<int>(c.parallel.virtual_stages),
-                                                   c.train.micro_batches));
+              modelled_bubble_fraction(static_cast<int>(c.parallel.pp), c.train.micro_batches,
+                                       static_cast<int>(c.parallel.virtual_stages)));
   for (const nlohmann::json& warning : result.at("warnings"))
     std::printf("miniattn: warning: %s\n", warning.get<std::string>().c_str());
   std::printf("%7s %4s %4s %4s %10s", "ranks", "dp", "pp", "tp", "seq_len");

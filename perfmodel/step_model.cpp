@@ -539,7 +539,7 @@ StepPrediction predict_step(const MachineDescription& node_machine, const StepCo
   }
   const double m = static_cast<double>(c.micro_batches), v = c.virtual_stages;
   out.pipeline_seconds = (m + (c.pp - 1) / v) * *std::max_element(out.stage_seconds.begin(), out.stage_seconds.end());
-  out.bubble_fraction = modelled_interleaved_bubble_fraction(c.pp, c.virtual_stages, c.micro_batches);
+  out.bubble_fraction = modelled_bubble_fraction(c.pp, c.micro_batches, c.virtual_stages);
 
   // Stage 0 runs the step's last backward pass, so its gradient all-reduces
   // and update end the step: its m micro-batches, its idle time in the

@@ -195,7 +195,6 @@ nlohmann::json pipeline_section(const TrainingState<T>& s, const StepRecord& rec
     }
     layers.push_back(v == 1 ? chunks[0] : chunks);
   }
-  const std::vector<index_t> first_stage_slots = interleaved_slots(0, grid.pp_size, v, m);
   const auto& idle = record.idle_fractions;
   const double idle_median = median(std::vector<double>(idle.begin() + (idle.size() > 1 ? 1 : 0), idle.end()));
   return {{"stages", grid.pp_size},
@@ -203,9 +202,9 @@ nlohmann::json pipeline_section(const TrainingState<T>& s, const StepRecord& rec
           {"schedule", v == 1 ? "1F1B" : "interleaved 1F1B"},
           {"micro_batches", m},
           {"stage_layers", layers},
-          {"slots_first_stage", std::accumulate(first_stage_slots.begin(), first_stage_slots.end(), index_t{0})},
+          {"slots_first_stage", pipeline_slots(0, grid.pp_size, m, v)},
           {"bubble_fraction_measured", spread_over_ranks(idle_median, world)},
-          {"bubble_fraction_model", modelled_interleaved_bubble_fraction(grid.pp_size, v, m)}};
+          {"bubble_fraction_model", modelled_bubble_fraction(grid.pp_size, m, v)}};
 }
 
 // The attention kernel that ran, its tiles and, for cudnn, its calls.

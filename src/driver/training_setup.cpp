@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
-#include <numeric>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -202,7 +201,6 @@ RankShare rank_share(const Config& c, const ProcessGrid& grid) {
   share.micro_batch = share.local_batch / share.micro_batches;
   share.chunk_slots = interleaved_slots(grid.pp_rank, grid.pp_size, static_cast<int>(c.parallel.virtual_stages),
                                        share.micro_batches);
-  share.slots = std::accumulate(share.chunk_slots.begin(), share.chunk_slots.end(), index_t{0});
   return share;
 }
 
@@ -307,13 +305,13 @@ TrainingState<T>::TrainingState(const Config& c, const ProcessGrid& g, const Ran
       attention_positions(ring_positions(c.model, c.parallel, g)),
       model(c.model, l, sh.micro_batch, sh.n,
             make_attention_layers<T>(c, g, *comm, attention_positions, attention_tiles.blocking, sh.micro_batch,
-                                     sh.slots, l.chunk_layers(0).count()),
+                                     sh.slots(), l.chunk_layers(0).count()),
             TensorParallelGroup{comm.get(), g.tp_comm, g.tp_rank, g.tp_size, c.parallel.tp_sequence_parallel},
             sh.chunk_slots,
-            RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots : 0), recompute),
+            RotaryPositions<T>(c.model, positions, sh.micro_batch, c.data.documents ? sh.slots() : 0), recompute),
       inputs("inputs", sh.rows()), targets("targets", sh.rows()),
       document_ids(document_buffers(c.data.documents, model.slots(), sh.micro_batch, c.model.seq_len)),
-      pipeline_send("pipeline_send", g.first_stage() && l.virtual_stages() == 1 ? 0 : model.chunk_rows(),
+      pipeline_send("pipeline_send", sends_input_gradients(g.pp_rank, l.virtual_stages()) ? model.chunk_rows() : 0,
                     c.model.d_model),
       task{c.model.vocab, c.model.seq_len, c.train.seed, c.data.documents, c.data.task} {
   if (c.run.mode == RunMode::bench) model.set_timer(&timer);

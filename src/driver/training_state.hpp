@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -35,9 +36,10 @@ struct RankShare {
   index_t first_sample = 0;
   index_t micro_batches = 1;
   index_t micro_batch = 0;  // samples per micro-batch
-  std::vector<index_t> chunk_slots{1};  // micro-batches each model chunk of this stage holds at once (interleaved_slots)
-  index_t slots = 1;                    // of all chunks
+  std::vector<index_t> chunk_slots{1};  // micro-batches each model chunk of this stage holds at once
   index_t rows() const { return local_batch * n; }
+  // Of all chunks: pipeline_slots.
+  index_t slots() const { return std::accumulate(chunk_slots.begin(), chunk_slots.end(), index_t{0}); }
   index_t micro_batch_rows() const { return micro_batch * n; }
 };
 RankShare rank_share(const Config& c, const ProcessGrid& grid);

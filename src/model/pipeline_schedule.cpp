@@ -1,6 +1,7 @@
 #include "model/pipeline_schedule.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace miniattn {
 
@@ -17,9 +18,6 @@ std::vector<PipelineOp> one_forward_one_backward(int stage, int stages, index_t 
   return ops;
 }
 
-index_t pipeline_slots(int stage, int stages, index_t micro_batches) {
-  return std::min<index_t>(stages - stage, micro_batches);
-}
 
 std::vector<PipelineOp> interleaved_one_forward_one_backward(int stage, int stages, int chunks,
                                                              index_t micro_batches) {
@@ -50,12 +48,14 @@ std::vector<index_t> interleaved_slots(int stage, int stages, int chunks, index_
   return most;
 }
 
-double modelled_interleaved_bubble_fraction(int stages, int chunks, index_t micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(chunks * micro_batches + stages - 1);
+index_t pipeline_slots(int stage, int stages, index_t micro_batches, int chunks) {
+  if (chunks == 1) return std::min<index_t>(stages - stage, micro_batches);
+  const std::vector<index_t> slots = interleaved_slots(stage, stages, chunks, micro_batches);
+  return std::accumulate(slots.begin(), slots.end(), index_t{0});
 }
 
-double modelled_bubble_fraction(int stages, index_t micro_batches) {
-  return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
+double modelled_bubble_fraction(int stages, index_t micro_batches, int chunks) {
+  return static_cast<double>(stages - 1) / static_cast<double>(chunks * micro_batches + stages - 1);
 }
 
 }  // namespace miniattn

@@ -43,15 +43,17 @@ std::vector<PipelineOp> interleaved_one_forward_one_backward(int stage, int stag
 // the interleaved schedule (the slots of activations each keeps).
 std::vector<index_t> interleaved_slots(int stage, int stages, int chunks, index_t micro_batches);
 
-// The idle fraction of every stage in the ideal interleaved step (equal
-// chunks, no exchange time): (pp - 1) / (v m + pp - 1).
-double modelled_interleaved_bubble_fraction(int stages, int chunks, index_t micro_batches);
+// The slots of activations a stage keeps: in 1F1B the micro-batches in
+// flight at once, min(stages - stage, micro_batches); interleaved, the sum of
+// its chunks' interleaved_slots (a slot holds one chunk's layers).
+index_t pipeline_slots(int stage, int stages, index_t micro_batches, int chunks = 1);
 
-// Micro-batches in flight at once on a stage: min(stages - stage, micro_batches).
-index_t pipeline_slots(int stage, int stages, index_t micro_batches);
+// The idle fraction of every stage in the ideal step (equal stages or
+// chunks, no exchange time): (pp - 1) / (v m + pp - 1), 1F1B's with v = 1.
+double modelled_bubble_fraction(int stages, index_t micro_batches, int chunks = 1);
 
-// The idle fraction of every stage in the ideal 1F1B step (equal stages, no
-// exchange time): (pp - 1) / (m + pp - 1).
-double modelled_bubble_fraction(int stages, index_t micro_batches);
+// Whether a stage sends input gradients back: all but one holding only the
+// model's first chunk (the first stage of 1F1B). It keeps a send buffer for them.
+inline bool sends_input_gradients(int stage, int chunks) { return stage > 0 || chunks > 1; }
 
 }  // namespace miniattn

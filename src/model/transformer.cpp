@@ -75,12 +75,16 @@ Transformer<T>::Transformer(const ModelConfig& model, const ParameterLayout& lay
   fill_with_index(wpe_row_);
 
   const int chunks = layout.virtual_stages();
+  std::vector<int> chunk_of_slot;  // the chunks' slots one after another
   first_slot_.push_back(0);
-  for (int chunk = 0; chunk < chunks; ++chunk)
-    first_slot_.push_back(first_slot_.back() + chunk_slots.at(static_cast<std::size_t>(chunk)));
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const index_t count = chunk_slots.at(static_cast<std::size_t>(chunk));
+    first_slot_.push_back(first_slot_.back() + count);
+    chunk_of_slot.insert(chunk_of_slot.end(), static_cast<std::size_t>(count), chunk);
+  }
   for (index_t k = 0; k < first_slot_.back(); ++k) {
     SlotActivations<T> slot;
-    const int chunk = static_cast<int>(std::upper_bound(first_slot_.begin(), first_slot_.end(), k) - first_slot_.begin()) - 1;
+    const int chunk = chunk_of_slot[static_cast<std::size_t>(k)];
     slot.layers = layout.chunk_layers(chunk);
     slot.embedding = layout.holds_embedding() && chunk == 0;
     slot.head = layout.holds_head() && chunk == chunks - 1;

@@ -78,8 +78,7 @@ RankSizes rank_sizes(const MemoryPlanInput& in) {
   z.N = static_cast<std::size_t>(m.seq_len);
   // Interleaved chunks hold equal layers, each its own slots.
   z.L = static_cast<std::size_t>(chunk_layers(m.layers, in.pp, in.virtual_stages, in.stage, 0).count());
-  for (const index_t slots : interleaved_slots(in.stage, in.pp, in.virtual_stages, in.micro_batches))
-    z.slots += static_cast<std::size_t>(slots);
+  z.slots = static_cast<std::size_t>(pipeline_slots(in.stage, in.pp, in.micro_batches, in.virtual_stages));
   z.first_stage = in.stage == 0, z.last_stage = in.stage == in.pp - 1;
   z.H = static_cast<std::size_t>(m.heads) / z.tp, z.Da = z.D / z.tp;
   z.Dh = z.D / static_cast<std::size_t>(m.heads), z.KV = static_cast<std::size_t>(m.kv_head_count()) / z.tp;
@@ -140,7 +139,7 @@ MemoryPlan plan_memory(const MemoryPlanInput& in) {
   const std::size_t per_block = (r * D + R * Da + kept) * s + (4 * r + R * H) * a;
   plan.parts[MemoryPart::activations] = slots * (L * per_block + (L + 1) * r * D * s) + 3 * r * a +
                               (z.last_stage ? r * V : 0) * s + r * sizeof(double);
-  if (!z.first_stage || in.virtual_stages > 1) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
+  if (sends_input_gradients(in.stage, in.virtual_stages)) plan.parts[MemoryPart::pipeline_send_buffer] = r * D * s;
   plan.parts[MemoryPart::workspaces] =
       (R * Dq + r * D + (in.recompute ? R * std::max(Dq, F) : 0) + 2 * r * D + R * F + 2 * R * (Da + Dk) +
        (tp > 1 && in.tp_sequence_parallel ? 2 * R * D : 0)) *

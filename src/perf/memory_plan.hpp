@@ -13,7 +13,7 @@
 // it adds two [R, D] exchange buffers. With micro-batches, R is one micro-
 // batch's rows; pipeline stage s keeps the activations of its layers for
 // min(pp - s, micro_batches) micro-batches in flight (the 1F1B bound; with
-// interleaving, each chunk's own count: interleaved_slots), the
+// interleaving, each chunk's own count: pipeline_slots), the
 // embedding's parameters on the first stage, the head's on the last, and a
 // [R / tp, D] send buffer for the input gradient on all but the first.
 #include <cstddef>

@@ -177,7 +177,7 @@ TEST(InterleavedSchedule, IdealBubbleIsThePtdpBound) {
     const double bound = 3.0 * static_cast<double>(m) + 3.0 * (stages - 1) / chunks;
     EXPECT_LE(span, bound + 1e-9) << stages << " stages, " << chunks << " chunks, " << m;
     EXPECT_LT(span, 3.0 * static_cast<double>(m + stages - 1)) << stages << " stages, " << chunks << " chunks, " << m;
-    for (double b : busy) EXPECT_LE(1.0 - b / span, modelled_interleaved_bubble_fraction(stages, chunks, m) + 1e-12);
+    for (double b : busy) EXPECT_LE(1.0 - b / span, modelled_bubble_fraction(stages, m, chunks) + 1e-12);
   });
 }
 
