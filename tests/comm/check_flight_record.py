@@ -42,18 +42,22 @@ class RankLog:
         self.entries.append(entry)
         return entry
 
+    def _channel(self, group, channel):
+        """Where the C++ record counts point-to-point messages: the group's sorted ranks and the channel."""
+        return tuple(sorted(group or range(self.world))), channel
+
     def shift(self, label, to, source, where, group=None):
-        key = tuple(sorted(group or range(self.world)))
+        key = self._channel(group, "")
         return self._open(label, "shift", group, where, send_to=to, send_seq=self._count(key, "send", to),
                           recv_from=source, recv_seq=self._count(key, "recv", source))
 
     def send(self, label, to, where, group=None, channel=""):
-        key = (tuple(sorted(group or range(self.world))), channel)
+        key = self._channel(group, channel)
         return self._open(label, "send", group, where, send_to=to, send_seq=self._count(key, "send", to),
                           channel=channel)
 
     def recv(self, label, source, where, group=None, channel=""):
-        key = (tuple(sorted(group or range(self.world))), channel)
+        key = self._channel(group, channel)
         return self._open(label, "recv", group, where, recv_from=source, recv_seq=self._count(key, "recv", source),
                           channel=channel)
 
