@@ -22,6 +22,7 @@
 #include "core/types.hpp"
 #include "kernels/attention/attention.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
+#include "kernels/base/simd_bf16_dot.hpp"
 #include "sdpa_emulation.hpp"
 
 namespace {
@@ -290,6 +291,7 @@ struct KernelUnderTest {
   bool one_launch_backward;
   const char* name;
   bool cudnn_document_calls = false;  // cudnn: packed documents as calls, else on the gemm fallback
+  bool widened_bf16_dot = false;      // fused, bf16: products widened to fp32 (a core without bf16 dot products)
 };
 const KernelUnderTest kKernels[] = {{AttentionKernel::fused, false, "fused_waves"},
                                     {AttentionKernel::fused, true, "fused_one_launch"},
@@ -304,6 +306,7 @@ template <class T>
 AttentionBlocking as_tested(AttentionBlocking tiles) {
   tiles.kernel = kernel_under_test.kernel;
   tiles.one_launch_backward = kernel_under_test.one_launch_backward;
+  tiles.widened_bf16_dot = kernel_under_test.widened_bf16_dot;
   tiles.chunk = std::max<index_t>({tiles.query_block, tiles.key_block, 7});
   if (tiles.kernel == AttentionKernel::cudnn) {  // no tiles of its own; documents as calls or on the gemm fallback
     tiles.cudnn_document_calls = kernel_under_test.cudnn_document_calls;
@@ -898,7 +901,7 @@ TEST_P(AttentionGroupedHeads, MatchesNaiveFloat32) { check_grouped_heads_against
 namespace {
 
 // ---------------------------------------------------------------------------
-// bf16 (the gemm kernel: the fused one has no bf16 version), judged as
+// bf16 (every kernel that computes it: bf16_kernels() below), judged as
 // FlashAttention's tests judge low precision: against the float64 reference on
 // the same bf16-rounded inputs, the kernel's error must stay within a small
 // multiple of the error of a plain bf16 implementation (what PyTorch's eager
@@ -975,16 +978,25 @@ PlainBf16 plain_bf16_attention(const Problem& p, const MaskCase& mask, const std
   return r;
 }
 
-// bf16 kernels: gemm on every backend; cudnn runs cuDNN where the build has
+// bf16 kernels: gemm on every backend; fused on host backends, on the core's
+// bf16 dot products and widened to fp32 (fused_widened: a core without them);
+// cudnn runs cuDNN where the build has
 // it, else its host emulation (sdpa_emulation.hpp): the planner, the merges
 // and the gemm fallback are the kernel's own either way. Packed documents go
 // to the gemm fallback (cudnn) or run as calls of one sample and document
 // each (cudnn_document_calls).
-const KernelUnderTest kBf16Kernels[] = {{AttentionKernel::gemm, false, "gemm"},
-                                        {AttentionKernel::cudnn, false, "cudnn"},
-                                        {AttentionKernel::cudnn, false, "cudnn_document_calls", true}};
+std::vector<KernelUnderTest> bf16_kernels() {
+  std::vector<KernelUnderTest> kernels = {{AttentionKernel::gemm, false, "gemm"},
+                                          {AttentionKernel::cudnn, false, "cudnn"},
+                                          {AttentionKernel::cudnn, false, "cudnn_document_calls", true}};
+  if (miniattn::kHostExecution) {
+    kernels.push_back({AttentionKernel::fused, false, "fused"});
+    kernels.push_back({AttentionKernel::fused, false, "fused_widened", false, true});
+  }
+  return kernels;
+}
 class AttentionBf16 : public AttentionKernels {};
-INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(kBf16Kernels), kernel_name);
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBf16, ::testing::ValuesIn(bf16_kernels()), kernel_name);
 
 // FlashAttention's rule: a bf16 kernel's error against float64 within
 // `factor` (2 forward, 3 backward) of plain bf16 attention's, 1e-4 absolute
@@ -1063,6 +1075,59 @@ TEST_P(AttentionBf16, SharpScoresKeepFp32Precision) {
     check(grads.dk, plain.grads.dk, ref_grads.dk, "dk");
     check(grads.dv, plain.grads.dv, ref_grads.dv, "dv");
   }
+}
+
+// A block's keys in two calls, as a ring feeds them, within the bf16 rule of
+// the whole sequence: the forward in either order, the backward's dq summed
+// over both calls, with queries that see none of one call's keys (causal).
+TEST_P(AttentionBf16, TwoKeyBlocksWithinFactorsOfPlainBf16) {
+  using miniattn::bf16;
+  const AttentionBlocking blocking{16, 12};
+  PlainBf16Rule rule;
+  std::uint64_t seed = 4301;
+  for (const MaskCase& mask : kMasks) {
+    SCOPED_TRACE(mask.name);
+    const Problem p = rounded<bf16>(make_problem(2, 3, 8, range_positions(0, 64), range_positions(0, 64), seed));
+    const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+    ++seed;
+    const Problem first = key_block(p, 0, 32), second = key_block(p, 32, p.nk());  // equal, as a ring's
+    const PlainBf16 plain = plain_bf16_attention(p, mask, g);
+    const Gradients grads = kernel_backward<bf16>(p, {first, second}, mask, blocking, g);  // dk, dv in key order
+    for (const auto& order : {std::vector<Problem>{first, second}, std::vector<Problem>{second, first}})
+      rule.check_all(kernel_forward_blocks<bf16>(p, order, mask, blocking), grads, plain, naive_forward(p, mask),
+                     naive_backward(p, mask, g));
+  }
+}
+
+// The fused kernel's two paths of its bf16 products, vdpbf16ps and widened to
+// fp32, add the same products in the same order (simd_bf16_dot.hpp): their
+// results are equal bit for bit in every case, mask and head grouping, and a
+// repeat is too. On a core without bf16 dot products both runs take the
+// widened path, and the test shows the repeat only.
+TEST(AttentionBf16Fused, ProductPathsAreBitwiseEqual) {
+  using miniattn::bf16;
+  namespace simd = miniattn::kernels::simd;
+  if (!miniattn::kHostExecution) GTEST_SKIP() << "the fused kernel's bf16 version is a host kernel";
+  std::printf("bf16 products on this core: %s\n", simd::to_string(simd::bf16_dot_path()));
+  const auto run = [](const Problem& p, const MaskCase& mask, const AttentionBlocking& blocking,
+                      const std::vector<double>& g, bool widened) {
+    kernel_under_test = {AttentionKernel::fused, false, "fused", false, widened};
+    const ForwardResult forward = kernel_forward<bf16>(p, mask, blocking);
+    const Gradients grads = kernel_backward<bf16>(p, {p}, mask, blocking, g);
+    return std::vector<std::vector<double>>{forward.out, forward.lse, grads.dq, grads.dk, grads.dv};
+  };
+  std::uint64_t seed = 4401;
+  for (const auto& c : forward_cases())
+    for (const MaskCase& mask : kMasks) {
+      SCOPED_TRACE(c.name + " " + mask.name);
+      const Problem p = rounded<bf16>(make_problem(2, 3, c.dh, c.q_pos, c.k_pos, seed));
+      const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+      ++seed;
+      const auto native = run(p, mask, c.blocking, g, false);
+      EXPECT_EQ(native, run(p, mask, c.blocking, g, true)) << "the widened path's bits differ";
+      EXPECT_EQ(native, run(p, mask, c.blocking, g, false)) << "a repeat's bits differ";
+    }
+  kernel_under_test = kKernels[0];
 }
 
 }  // namespace

@@ -217,7 +217,11 @@ TEST(KernelRecord, AutoTakesFusedOnCpusCudnnForBf16OnCudaAndGemmElsewhere) {
   namespace k = miniattn::kernels;
   EXPECT_EQ(k::auto_attention_kernel(Precision::fp32, k::Backend::host), AttentionKernel::fused);
   EXPECT_EQ(k::auto_attention_kernel(Precision::fp64, k::Backend::host), AttentionKernel::fused);
-  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::host), AttentionKernel::gemm);
+  // bf16 on CPUs: fused where the core has bf16 dot products (auto's
+  // `usable`: attention_blocking.cpp), else gemm.
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::host), AttentionKernel::fused);
+  const auto without_bf16_dot = [](AttentionKernel kernel) { return kernel != AttentionKernel::fused; };
+  EXPECT_EQ(k::auto_attention_kernel(Precision::bf16, k::Backend::host, without_bf16_dot), AttentionKernel::gemm);
   for (const k::Backend gpu : {k::Backend::cuda, k::Backend::hip})
     for (const Precision p : {Precision::fp32, Precision::fp64})
       EXPECT_EQ(k::auto_attention_kernel(p, gpu), AttentionKernel::gemm) << k::to_string(gpu);
@@ -235,8 +239,8 @@ TEST(KernelRecord, RefusalsNameTheKernelsThatComputeThePrecision) {
   using miniattn::AttentionKernel;
   using miniattn::Precision;
   namespace k = miniattn::kernels;
-  EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::fused, Precision::bf16),
-            "the fused kernel has no bf16 version; for model.precision bf16 use cudnn, gemm or auto");
+  EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::cudnn, Precision::fp32),
+            "the cudnn kernel computes bf16 only; for model.precision fp32 use fused, gemm or auto");
   EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::cudnn, Precision::fp64),
             "the cudnn kernel computes bf16 only; for model.precision fp64 use fused, gemm or auto");
   for (const Precision p : {Precision::fp32, Precision::fp64, Precision::bf16}) {
@@ -266,9 +270,31 @@ void expect_dispatch_refuses(miniattn::AttentionKernel kernel) {
   }
 }
 
+// The fused kernel's bf16 version is a host kernel: the record says so, and a
+// GPU build refuses it by name before any work.
+TEST(KernelRecord, FusedComputesBf16OnHostBackendsOnly) {
+  using miniattn::AttentionKernel;
+  using miniattn::Precision;
+  namespace k = miniattn::kernels;
+  EXPECT_EQ(k::attention_kernel_precision_refusal(AttentionKernel::fused, Precision::bf16), "");
+  EXPECT_EQ(k::attention_kernel_backend_refusal(AttentionKernel::fused, Precision::bf16, k::Backend::host), "");
+  EXPECT_EQ(k::attention_kernel_backend_refusal(AttentionKernel::fused, Precision::bf16, k::Backend::cuda),
+            "the fused kernel computes bf16 on host backends only, and this build runs on CUDA");
+  EXPECT_EQ(k::attention_kernel_backend_refusal(AttentionKernel::fused, Precision::fp32, k::Backend::hip), "");
+  miniattn::KernelConfig fused;
+  fused.attention = AttentionKernel::fused;
+  const k::TeamScratchLimits gpu{48 * 1024, true};  // a host build choosing as a GPU build would
+  try {
+    k::choose_attention_tiles<miniattn::bf16>(fused, 64, gpu);
+    ADD_FAILURE() << "a GPU's bf16 run took the fused kernel";
+  } catch (const miniattn::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("host backends only"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(k::choose_attention_tiles<float>(fused, 64, gpu).blocking.kernel, AttentionKernel::fused);
+}
+
 TEST(KernelRecord, DispatchRefusesWhatTheRecordDoesNotCompute) {
   using miniattn::AttentionKernel;
-  expect_dispatch_refuses<miniattn::bf16>(AttentionKernel::fused);
   expect_dispatch_refuses<float>(AttentionKernel::cudnn);
   expect_dispatch_refuses<double>(AttentionKernel::cudnn);
 }

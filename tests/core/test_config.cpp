@@ -98,8 +98,6 @@ std::vector<BadDeck> bad_decks() {
       // enumerations
       {"precision", "model:\n  precision: fp16\n", {}, 1,
        {"model.precision: expected one of fp32, fp64, bf16, got 'fp16'"}},
-      {"bf16_fused", "model:\n  precision: bf16\nkernels:\n  attention: fused\n", {}, 1,
-       {"kernels.attention: the fused kernel has no bf16 version"}},
       {"fp32_cudnn", "model:\n  precision: fp32\nkernels:\n  attention: cudnn\n", {}, 1,
        {"kernels.attention: the cudnn kernel computes bf16 only; for model.precision fp32 use fused, gemm or auto"}},
       {"cudnn_rsa", "model:\n  precision: bf16\nparallel:\n  strategy: rsa\nkernels:\n  attention: cudnn\n", {}, 2,

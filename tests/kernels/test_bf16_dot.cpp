@@ -52,11 +52,11 @@ TEST(Bf16DotTile, BothPathsSumTheProductsWithinFp32Rounding) {
     for (const Bf16Dot path : {Bf16Dot::widened, Bf16Dot::native}) {
       float acc[R][C];
       for (int r = 0; r < R; ++r)
-        for (int c = 0; c < C; ++c) acc[r][c] = 0.25f * static_cast<float>(r - c);  // added to, not overwritten
+        for (int c = 0; c < C; ++c) acc[r][c] = 0.25f * static_cast<float>(r - c);  // overwritten, not added to
       run(path, x, acc);
       for (int r = 0; r < R; ++r)
         for (int c = 0; c < C; ++c) {
-          double exact = 0.25 * (r - c), magnitude = std::abs(exact);
+          double exact = 0.0, magnitude = 0.0;
           for (index_t t = 0; t < 2 * pairs; ++t) {
             exact += static_cast<double>(x.at_a(r, t)) * x.at_b(t, c);
             magnitude += std::abs(static_cast<double>(x.at_a(r, t)) * x.at_b(t, c));

@@ -158,6 +158,10 @@ struct AttentionBlocking {
   // key-tile and query-tile teams (GPUs), or waves of block pairs (host: each
   // product once, a block's tiles in cache). Tests run both on every backend.
   bool one_launch_backward = !kHostExecution;
+  // The fused kernel's bf16 products widened to fp32 even where the core has
+  // bf16 dot products (kernels/base/simd_bf16_dot.hpp; MINIATTN_BF16_DOT=widened
+  // does it for a whole run): the tests hold the two paths bitwise equal.
+  bool widened_bf16_dot = false;
   // The query and key rows of the unit of work a mask may skip whole
   // (narrow_values: bf16, whose gemm pairs take half the keys).
   index_t query_tile() const { return kernel == AttentionKernel::gemm ? chunk : tile(query_block); }

@@ -8,6 +8,7 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/kernel_record.hpp"
+#include "kernels/base/simd_bf16_dot.hpp"
 #include "kernels/base/team_policy.hpp"
 
 namespace miniattn::kernels {
@@ -51,6 +52,12 @@ Backend backend_of(const TeamScratchLimits& limits) {
 #endif
 }
 
+// The fused kernel's bf16 products run on vdpbf16ps at twice the fp32 tile's
+// rate, widened at half of it (tests/kernels/bench_bf16_dot.cpp, Zen 5), where
+// gemm's bf16 products run at the BLAS's: auto takes it where the core has
+// bf16 dot products (and the run does not play a core without them).
+bool fused_bf16_outruns_gemm() { return simd::bf16_dot_path() == simd::Bf16Dot::native; }
+
 // auto takes what the kernel records say (kernel_record.cpp), cudnn only
 // where it can run on every rank; a named kernel must compute the run's
 // precision, then pass its own checks (head width, device, library).
@@ -59,6 +66,7 @@ AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, con
                                 bool cudnn_on_every_rank) {
   if (requested == AttentionKernel::automatic) {
     const auto usable = [&](AttentionKernel k) {
+      if (k == AttentionKernel::fused && std::is_same<T, bf16>::value) return fused_bf16_outruns_gemm();
       return k != AttentionKernel::cudnn || (cudnn_on_every_rank && cudnn_unavailable_reason_for(head_dim).empty());
     };
     return auto_attention_kernel(precision_of<T>(), backend_of(limits), usable);
@@ -69,6 +77,8 @@ AttentionKernel resolved_kernel(AttentionKernel requested, index_t head_dim, con
     const std::string reason = cudnn_unavailable_reason_for(head_dim);
     if (!reason.empty()) throw InputError("kernels.attention: cudnn: " + reason);
   }
+  const std::string elsewhere = attention_kernel_backend_refusal(requested, precision_of<T>(), backend_of(limits));
+  if (!elsewhere.empty()) throw InputError("kernels.attention: " + elsewhere);
   return requested;
 }
 
@@ -120,8 +130,9 @@ struct WorkspaceElements {
   index_t transposed = 0;   // each of K^T, V^T
   index_t chunk_pair = 0;   // each of the score and score-gradient blocks (bf16: scores and logits)
   index_t accumulator = 0;      // acc: the output, then dq (inputs narrower than their compute type)
-  index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same, gemm: one key chunk)
+  index_t key_accumulator = 0;  // each of dk_acc, dv_acc (the same; gemm: one key chunk, fused: every key)
   index_t key_chunk = 0;        // key rows of a gemm chunk pair
+  index_t key_accumulator_rows = 0;
 };
 
 WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlocking& blocking,
@@ -130,8 +141,9 @@ WorkspaceElements workspace_elements(const AttentionShape& s, const AttentionBlo
   if (separate_accumulators) e.accumulator = s.batch * s.heads * s.queries * s.head_dim;
   const GemmChunkSides chunk = gemm_chunk_sides(blocking.chunk, s.queries, s.keys, separate_accumulators);
   e.key_chunk = std::min(chunk.keys, s.keys);
-  if (separate_accumulators && blocking.runs_gemm())
-    e.key_accumulator = s.batch * s.kv_heads * e.key_chunk * s.head_dim;
+  if (separate_accumulators && blocking.runs_gemm()) e.key_accumulator_rows = e.key_chunk;
+  if (separate_accumulators && blocking.kernel == AttentionKernel::fused) e.key_accumulator_rows = s.keys;
+  e.key_accumulator = s.batch * s.kv_heads * e.key_accumulator_rows * s.head_dim;
   if (blocking.kernel == AttentionKernel::fused) {
     const TransposedKeyTiles tiles = transposed_key_tiles(s.keys, blocking.key_block);
     e.transposed = s.batch * s.kv_heads * tiles.tiles * s.head_dim * tiles.tile_ld;
@@ -148,8 +160,8 @@ AttentionWorkspace<T>::AttentionWorkspace(const AttentionShape& shape, const Att
   const WorkspaceElements e = workspace_elements(shape, blocking, !std::is_same<T, Acc<T>>::value);
   if (e.accumulator > 0) acc = View4<Acc<T>>("attention.acc", shape.batch, shape.heads, shape.queries, shape.head_dim);
   if (e.key_accumulator > 0) {
-    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, e.key_chunk, shape.head_dim);
-    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, e.key_chunk, shape.head_dim);
+    dk_acc = View4<Acc<T>>("attention.dk_acc", shape.batch, shape.kv_heads, e.key_accumulator_rows, shape.head_dim);
+    dv_acc = View4<Acc<T>>("attention.dv_acc", shape.batch, shape.kv_heads, e.key_accumulator_rows, shape.head_dim);
   }
   if (e.transposed > 0) {
     const TransposedKeyTiles tiles = transposed_key_tiles(shape.keys, blocking.key_block);

@@ -72,7 +72,12 @@ void attention_forward_accumulate(const View4<const T>& q, const View4<const T>&
   switch (blocking.kernel) {
     case AttentionKernel::gemm: return chunked_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum, workspace);
     case AttentionKernel::fused:
-      if constexpr (!narrow_values) fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
+      if constexpr (!narrow_values) {
+        fused_forward_accumulate<T>(q, k, v, scope, out_acc, row_max, row_sum);
+      } else {
+        require(kHostExecution, "the fused kernel computes bf16 on host backends only");
+        fused_bf16_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
+      }
       return;
     case AttentionKernel::cudnn:
       if constexpr (narrow_values) cudnn_forward_accumulate(q, k, v, scope, out_acc, row_max, row_sum, workspace);
@@ -193,7 +198,12 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
     case AttentionKernel::gemm:
       return chunked_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
     case AttentionKernel::fused:
-      if constexpr (!narrow_values) fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+      if constexpr (!narrow_values) {
+        fused_backward_accumulate<T>(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+      } else {
+        require(kHostExecution, "the fused kernel computes bf16 on host backends only");
+        fused_bf16_backward_accumulate(q, k, v, dout, lse, delta, scope, dq, dk, dv, workspace);
+      }
       return;
     case AttentionKernel::cudnn:
       if constexpr (narrow_values)

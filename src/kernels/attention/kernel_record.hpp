@@ -36,12 +36,16 @@ struct AttentionKernelRecord {
   unsigned precisions;     // bits_of(Precision...) it computes
   unsigned backends;       // bits_of(Backend...) it runs on
   unsigned auto_backends;  // where auto may take it (for the precisions it computes)
+  unsigned bf16_backends;  // where it computes bf16, if it does
   const char* what;        // one line for the run's summary
   const char* auto_grounds;  // why auto takes it where it does, and nowhere else
 
   bool computes(Precision p) const { return (precisions & bit_of(p)) != 0; }
   bool runs_on(Backend b) const { return (backends & bit_of(b)) != 0; }
-  bool auto_takes(Precision p, Backend b) const { return computes(p) && (auto_backends & bit_of(b)) != 0; }
+  bool computes_on(Precision p, Backend b) const {
+    return computes(p) && runs_on(b) && (p != Precision::bf16 || (bf16_backends & bit_of(b)) != 0);
+  }
+  bool auto_takes(Precision p, Backend b) const { return computes_on(p, b) && (auto_backends & bit_of(b)) != 0; }
 };
 
 // Every kernel, in auto's order of preference (auto: the first that takes the
@@ -59,6 +63,9 @@ AttentionKernel auto_attention_kernel(Precision precision, Backend backend,
 
 // Why `kernel` cannot compute `precision` ("" when it can), naming those that can.
 std::string attention_kernel_precision_refusal(AttentionKernel kernel, Precision precision);
+
+// Why `kernel`, which computes `precision`, does not on `backend` ("" when it does).
+std::string attention_kernel_backend_refusal(AttentionKernel kernel, Precision precision, Backend backend);
 
 // The deck precision whose activations T holds.
 template <class T>

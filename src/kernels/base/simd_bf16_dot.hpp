@@ -95,6 +95,8 @@ template <int R, int P>
 void widened_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index_t ldb,
                   float (&acc)[R][P * kBf16TileColumns]) {
   constexpr int C = P * kBf16TileColumns;
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = 0.0f;
   for (index_t t = 0; t < pairs; ++t) {
     float even[C], odd[C];
     for (int c = 0; c < C; ++c) {
@@ -119,7 +121,7 @@ void native_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index_
                  float (&acc)[R][P * kBf16TileColumns]) {
   __m512 sum[R][P];
   for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) sum[r][p] = _mm512_loadu_ps(&acc[r][p * kBf16TileColumns]);
+    for (int p = 0; p < P; ++p) sum[r][p] = _mm512_setzero_ps();
   for (index_t t = 0; t < pairs; ++t) {
     __m512bh bv[P];
     for (int p = 0; p < P; ++p) bv[p] = (__m512bh)_mm512_loadu_si512(b + t * ldb + 2 * p * kBf16TileColumns);
@@ -135,7 +137,7 @@ void native_tile(index_t pairs, const bf16* const (&a)[R], const bf16* b, index_
 
 }  // namespace bf16_dot_detail
 
-// acc[r][c] += sum over t < 2 pairs of A(r, t) B(t, c), for R rows and
+// acc[r][c] = sum over t < 2 pairs of A(r, t) B(t, c), for R rows and
 // P x kBf16TileColumns columns, on `path` (bf16_dot_path(); native falls back
 // to widened in a build that does not target vdpbf16ps).
 template <int R, int P>

@@ -250,20 +250,27 @@ KOKKOS_FORCEINLINE_FUNCTION void pack_store_n(T* p, const V& v, int width) {
   for (int i = 0; i < width; ++i) p[i] = padded[i];
 }
 
+// The bf16 bits of fp32 values (the bits u of a float pack, any width),
+// rounded to nearest even with NaN kept quiet as bf16::round_bits does it one
+// value at a time, in the low half of each 32-bit lane: narrow_pack's words,
+// and (lo | hi << 16) the pairs that bf16 dot products take.
+template <class B>
+KOKKOS_FORCEINLINE_FUNCTION B bf16_bits_of(const B& u) {
+  const B rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const B quiet_nan = (u >> 16) | 0x0040u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+}
+
 #if MINIATTN_HOST_SIMD
 // A whole pack of bf16 widened (a shift of each 16-bit word into the top of a
-// 32-bit one) and a float pack rounded to bf16 (to nearest even, NaN kept
-// quiet, as bf16::round_bits does it one value at a time), on SIMD registers.
+// 32-bit one) and a float pack rounded to bf16 (bf16_bits_of), on SIMD registers.
 KOKKOS_FORCEINLINE_FUNCTION host_float_vector widen_pack(const bf16* p) {
   host_bf16_bits_vector words;
   std::memcpy(&words, p, sizeof words);
   return pack_bit_cast<host_float_vector>(__builtin_convertvector(words, host_uint32_vector) << 16);
 }
 KOKKOS_FORCEINLINE_FUNCTION void narrow_pack(bf16* p, const host_float_vector& v) {
-  const host_uint32_vector u = pack_bit_cast<host_uint32_vector>(v);
-  const host_uint32_vector rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const host_uint32_vector quiet_nan = (u >> 16) | 0x0040u;
-  const host_uint32_vector bits = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded;
+  const host_uint32_vector bits = bf16_bits_of(pack_bit_cast<host_uint32_vector>(v));
   const host_bf16_bits_vector words = __builtin_convertvector(bits, host_bf16_bits_vector);
   std::memcpy(static_cast<void*>(p), &words, sizeof words);
 }

@@ -33,13 +33,6 @@ using namespace attention_detail;
 
 namespace {
 
-// S above. Each tile a team reads comes from L3 or memory once per block
-// pair and serves S pairs; 8 against 4 took a tenth off the backward on the
-// Xeon (n = 8192, 96 x 96 tiles: the block pair's q, dout, dq, K, K^T and V^T
-// tiles, 1.1 MiB, within its 2 MiB L2). A constant: the order of the sums, and
-// so the bits, must not depend on the machine's thread count.
-constexpr index_t kBlockTiles = 8;
-
 // Which gradients a team adds: all three (a wave's block pair), or only its
 // key tile's dk, dv or only its query tile's dq (the one-launch schedule).
 enum class Adds { all, keys, queries };
@@ -259,28 +252,6 @@ struct BackwardTilePair {
   }
 };
 
-// x [B, H, n, Dh] -> x_t, key tiles of kb keys transposed one by one: key
-// j = kt kb + c at x_t(b, h, kt Dh + d, c) (transposed_key_tiles). Parallel
-// over (head, key tile, d, c), no index divided: a GPU spreads a tile's keys
-// over its threads. The host takes a whole tile at a time, whose kb rows of x
-// (kb Dh values) stay in L1 while it writes the tile's Dh rows in order (by
-// single keys, with j / kb and j % kb for each value, it moved 2 GB/s).
-template <class T>
-void transpose_key_tiles(const View4<const T>& x, index_t kb, index_t tiles, const View4<T>& x_t) {
-  const index_t heads = index_t(x.extent(0)) * x.extent(1), n = x.extent(2), dh = x.extent(3);
-  const index_t ld = x_t.extent(3), head_stride = x_t.extent(2) * ld;
-  const T* const from = x.data();
-  T* const to = x_t.data();
-  using Policy = Kokkos::MDRangePolicy<ExecSpace, Kokkos::Rank<4>, Kokkos::IndexType<index_t>>;
-  const auto tile = kHostExecution ? typename Policy::tile_type{1, 1, dh, kb} : typename Policy::tile_type{0, 0, 0, 0};
-  Kokkos::parallel_for(
-      "miniattn::attention_transpose_keys", Policy({0, 0, 0, 0}, {heads, tiles, dh, kb}, tile),
-      KOKKOS_LAMBDA(const index_t bh, const index_t kt, const index_t d, const index_t c) {
-        const index_t j = kt * kb + c;
-        if (j < n) to[bh * head_stride + (kt * dh + d) * ld + c] = from[(bh * n + j) * dh + d];
-      });
-}
-
 }  // namespace
 
 // The fused kernel (fp32 and fp64).
@@ -294,14 +265,8 @@ void fused_backward_accumulate(const View4<const T>& q, const View4<const T>& k,
   const index_t kv_heads = k.extent(1), nk = k.extent(2);
   const index_t kb = clamp_block(blocking.key_block, nk);
   const index_t tiles = transposed_key_tiles(nk, kb).tiles;
-  const auto holds_tiles = [&](const View4<T>& x_t) {
-    return index_t(x_t.extent(0)) == batch && index_t(x_t.extent(1)) == kv_heads &&
-           index_t(x_t.extent(2)) >= tiles * dh && index_t(x_t.extent(3)) >= kb;
-  };
-  require(holds_tiles(workspace.k_t) && holds_tiles(workspace.v_t),
-          "the workspace must hold K^T and V^T by key tiles: [B, KV, >= key tiles x Dh, >= key_block]");
-  transpose_key_tiles<T>(k, kb, tiles, workspace.k_t);
-  transpose_key_tiles<T>(v, kb, tiles, workspace.v_t);
+  transpose_key_tiles_into<T>(k, kb, tiles, workspace.k_t);
+  transpose_key_tiles_into<T>(v, kb, tiles, workspace.v_t);
   BackwardTilePair<T> pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos,
                            dq, dk, dv, workspace.k_t, workspace.v_t, scope.mask};
   pair.batch = batch;

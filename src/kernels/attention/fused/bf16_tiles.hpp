@@ -1,0 +1,130 @@
+#pragma once
+// The tile machinery of the fused kernel's bf16 version, a host kernel
+// (fused_bf16_forward.cpp, fused_bf16_backward.cpp): its products run
+// through kernels/base/simd_bf16_dot.hpp's register tile (vdpbf16ps, or
+// widened to fp32), which takes its inner dimension in pairs:
+//   C[rows x cols] = A B, A's rows bf16 with the inner dimension contiguous,
+//   B pair-interleaved: b[t ldb + 2 c + h] = B(2 t + h, c), h = 0, 1.
+// So a kernel lays out each operand as its product reads it: rows of Q, K, V,
+// dO straight from memory (Dh in pairs), and Q, dO, probabilities and score
+// gradients staged or written in pairs of rows. The softmax, its statistics
+// and every accumulator stay fp32; only the products' operands are bf16.
+//
+// One host thread works on one tile (or block pair) at a time, in buffers of
+// its own (TileBuffers), so no result depends on which thread takes which.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kernels/attention/fused/fused_tiles.hpp"
+#include "kernels/base/simd_bf16_dot.hpp"
+
+namespace miniattn::kernels::attention_detail {
+
+// The register tile: 8 rows x 2 packs of 16 fp32 columns (16 accumulators,
+// 2 of B and a broadcast of A in AVX-512's 32 registers; tests/kernels/
+// bench_bf16_dot.cpp measures it).
+constexpr int kBf16Rows = 8;
+constexpr int kBf16Packs = 2;
+constexpr int kBf16Cols = kBf16Packs * simd::kBf16TileColumns;
+using Bf16Acc = float[kBf16Rows][kBf16Cols];
+
+using HostPolicy = Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::Schedule<Kokkos::Dynamic>,
+                                       Kokkos::IndexType<index_t>>;
+using FloatPack = simd::Pack<float>::type;
+constexpr int kFloatLanes = simd::Pack<float>::lanes;
+
+// The path of a call's bf16 products: the core's (bf16_dot_path: the
+// environment may play a core without bf16 dot products), or widened where the
+// blocking asks for it.
+inline simd::Bf16Dot bf16_dot_path_of(const AttentionBlocking& blocking) {
+  return blocking.widened_bf16_dot ? simd::Bf16Dot::widened : simd::bf16_dot_path();
+}
+
+// C = A B over `pairs` pairs of the inner dimension: A's row r at a + r lda,
+// B pair-interleaved with row stride ldb >= 2 round_up(cols, kBf16Cols).
+// Calls epilogue(r0, nr, c0, acc) for each tile of rows r0 .. r0+nr-1 and
+// columns c0 .. c0+kBf16Cols-1 (acc's columns past `cols` are not part of C;
+// rows past `rows` repeat the last row of A).
+template <class Epilogue>
+inline void bf16_tile_product(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a,
+                              index_t lda, const bf16* b, index_t ldb, const Epilogue& epilogue) {
+  for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
+    const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
+    const bf16* a_rows[kBf16Rows];
+    for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda;
+    for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
+      alignas(64) Bf16Acc acc;
+      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, a_rows, b + 2 * c0, ldb, acc);
+      epilogue(r0, nr, c0, acc);
+    }
+  }
+}
+
+// Stores (lo[w], hi[w]) rounded to bf16 as the pair of column c0 + w of a
+// pair-interleaved row: the layout's words, lo in the low half.
+inline void store_bf16_pairs(bf16* row, index_t c0, const FloatPack& lo, const FloatPack& hi) {
+  using Bits = simd::Pack<float>::bits;
+  const Bits words = simd::bf16_bits_of(simd::pack_bit_cast<Bits>(lo)) |
+                     (simd::bf16_bits_of(simd::pack_bit_cast<Bits>(hi)) << 16);
+  std::memcpy(static_cast<void*>(row + 2 * c0), &words, sizeof words);
+}
+
+// x [rows x dh] (row stride ld) -> dst, the columns of x^T pair-interleaved:
+// dst[t ld_dst + 2 c + h] = x(c, 2 t + h), zero past `rows` (up to ld_dst / 2
+// columns) and past dh (an odd width's last half-pair). The B operand of a
+// product over Dh whose columns are x's rows.
+inline void stage_width_pairs(const bf16* x, index_t ld, index_t rows, index_t dh, bf16* dst, index_t ld_dst) {
+  const index_t pairs = (dh + 1) / 2, columns = ld_dst / 2;
+  for (index_t t = 0; t < pairs; ++t) {
+    bf16* const out = dst + t * ld_dst;
+    for (index_t c = 0; c < columns; ++c) {
+      out[2 * c] = c < rows ? x[c * ld + 2 * t] : bf16();
+      out[2 * c + 1] = c < rows && 2 * t + 1 < dh ? x[c * ld + 2 * t + 1] : bf16();
+    }
+  }
+}
+
+// x [rows x cols] (row stride ld) -> dst, pairs of x's rows interleaved:
+// dst[t ld_dst + 2 c + h] = x(2 t + h, c), zero past `rows` (an odd count's
+// last half-pair) and past `cols` (up to ld_dst / 2). The B operand of a
+// product over x's rows.
+inline void stage_row_pairs(const bf16* x, index_t ld, index_t rows, index_t cols, bf16* dst, index_t ld_dst) {
+  const index_t pairs = (rows + 1) / 2, columns = ld_dst / 2;
+  for (index_t t = 0; t < pairs; ++t) {
+    bf16* const out = dst + t * ld_dst;
+    const bf16* const even = x + 2 * t * ld;
+    const bf16* const odd = 2 * t + 1 < rows ? even + ld : nullptr;
+    for (index_t c = 0; c < columns; ++c) {
+      out[2 * c] = c < cols ? even[c] : bf16();
+      out[2 * c + 1] = c < cols && odd != nullptr ? odd[c] : bf16();
+    }
+  }
+}
+
+// Rows of K or V as the A operand of a product over Dh: in place where Dh is
+// even, else copied with a zero half-pair (a row read in pairs would run into
+// the next one).
+struct WidthRows {
+  const bf16* rows = nullptr;
+  index_t ld = 0;
+};
+inline WidthRows width_rows(const bf16* x, index_t ld, index_t count, index_t dh, std::vector<bf16>& padded) {
+  if (dh % 2 == 0) return {x, ld};
+  const index_t padded_ld = dh + 1;
+  padded.assign(static_cast<std::size_t>(count * padded_ld), bf16());
+  for (index_t r = 0; r < count; ++r) std::copy(x + r * ld, x + r * ld + dh, padded.data() + r * padded_ld);
+  return {padded.data(), padded_ld};
+}
+
+// Whether queries qp[0 .. q_count) may see keys kp[0 .. k_count) in sample b
+// (tiles_meet for one host thread).
+inline bool host_tiles_meet(const AttentionMask& mask, index_t b, const index_t* qp, index_t q_count,
+                            const index_t* kp, index_t k_count, bool& partly_masked) {
+  const auto [q_lo, q_hi] = std::minmax_element(qp, qp + q_count);
+  const auto [k_lo, k_hi] = std::minmax_element(kp, kp + k_count);
+  return mask.blocks_meet(b, *q_lo, *q_hi, *k_lo, *k_hi, partly_masked);
+}
+
+}  // namespace miniattn::kernels::attention_detail

@@ -1,0 +1,288 @@
+// Blockwise attention, backward pass: the fused kernel's bf16 version, on the
+// host (fused_attention.hpp; the tile machinery in bf16_tiles.hpp). The fp32
+// kernel's wave schedule (fused_backward.cpp: block pairs of kBlockTiles
+// tiles, in waves in which no two threads share a query or a key tile; each
+// product once), with FlashAttention-2's five products laid out for bf16:
+//   P^T  = exp(scale K Q^T - lse)           (K's rows from memory, Q^T in pairs of Dh)
+//   dS^T = scale P^T (V dO^T - delta)       (V's rows, dO^T in pairs of Dh)
+//   dv  += P^T dO,  dk += dS^T Q            (Q, dO staged in pairs of queries)
+//   dq^T += K^T dS^T                        (K^T by key tiles; dS^T in pairs of keys)
+// P and dS are computed in fp32 and rounded to bf16 as product operands.
+// dq gathers a block pair's sum transposed in the thread's buffer, then adds
+// it to the fp32 dq; dk and dv add into fp32 accumulators of the whole call
+// (the workspace's dk_acc, dv_acc), rounded into the bf16 dk, dv once at the
+// end. Every sum runs in an order fixed by the tiling alone.
+#include <cmath>
+
+#include "kernels/attention/fused/bf16_tiles.hpp"
+#include "kernels/attention/fused/fused_attention.hpp"
+
+namespace miniattn::kernels {
+
+using namespace attention_detail;
+
+namespace {
+
+// One query tile of a block pair, for one query head.
+struct QuerySlot {
+  index_t i0 = 0, rows = 0;
+  std::vector<bf16> q_width, g_width;  // [ceil(dh/2)][2 qb_ld]: Q^T, dO^T in pairs of Dh
+  std::vector<bf16> q_rows, g_rows;    // [ceil(qb/2)][2 dh_ld]: Q, dO in pairs of queries
+  std::vector<float> lse_col, delta_col;  // [qb_ld]: +inf (no probability) and 0 past the rows
+  std::vector<index_t> qpos;              // [qb_ld]
+  std::vector<float> dq_t;                // [dh][qb_ld]: the block pair's dq, transposed
+};
+
+// One key tile of a block pair and its products with a query tile.
+struct KeySlot {
+  index_t kt = 0, j0 = 0, cols = 0;
+  WidthRows k_rows, v_rows;
+  std::vector<bf16> k_padded, v_padded;  // odd Dh
+  std::vector<float> p_t;                // [kb][qb_ld]: P^T, fp32
+  std::vector<bf16> p_bf, ds_bf;         // [kb][qb_ld]: P^T, dS^T rounded
+  std::vector<bf16> ds_pairs;            // [ceil(kb/2)][2 qb_ld]: dS^T in pairs of keys
+};
+
+struct BackwardBf16BlockPair {
+  View4<const bf16> q, k, v, dout;
+  View3<const float> lse, delta;
+  View1<const index_t> q_pos, k_pos;
+  View4<float> dq, dk_acc, dv_acc;
+  View4<const bf16> k_t;  // [B, KV, key tiles x Dh, kt_ld]: transpose_key_tiles
+  AttentionMask mask;
+  index_t kv_heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, qb_ld = 0, dh_ld = 0, n_qtiles = 0,
+          n_ktiles = 0, n_kblocks = 0, waves = 0, wave = 0;
+  float scale = 0.0f;
+  simd::Bf16Dot path = simd::Bf16Dot::widened;
+
+  void operator()(const index_t rank) const {
+    const index_t key_block = rank % n_kblocks, query_block = (key_block + wave) % waves;
+    if (query_block * kBlockTiles >= n_qtiles) return;
+    const index_t bkh = rank / n_kblocks, b = bkh / kv_heads, kh = bkh % kv_heads;
+    const index_t kt0 = key_block * kBlockTiles, kt1 = std::min(kt0 + kBlockTiles, n_ktiles);
+    const index_t qt0 = query_block * kBlockTiles, qt1 = std::min(qt0 + kBlockTiles, n_qtiles);
+    bool partly = false;
+    const index_t i_lo = qt0 * qb, i_hi = std::min(qt1 * qb, nq), j_lo = kt0 * kb, j_hi = std::min(kt1 * kb, nk);
+    if (mask.hides_any() && !host_tiles_meet(mask, b, &q_pos(i_lo), i_hi - i_lo, &k_pos(j_lo), j_hi - j_lo, partly))
+      return;
+    // The thread's buffers move in and out of a cache kept from one block pair
+    // to the next: allocated anew, their pages were faulted in again each time.
+    static thread_local std::vector<QuerySlot> slot_cache;
+    static thread_local KeySlot key_cache;
+    std::vector<QuerySlot> slots = std::move(slot_cache);
+    KeySlot key = std::move(key_cache);
+    slots.resize(static_cast<std::size_t>(kBlockTiles));
+    allocate(key);
+    for (index_t h = kh * group; h < (kh + 1) * group; ++h) {  // the K/V head's query heads
+      for (index_t qt = qt0; qt < qt1; ++qt) stage_queries(slots[std::size_t(qt - qt0)], b, h, qt);
+      for (index_t kt = kt0; kt < kt1; ++kt) {
+        stage_keys(key, b, kh, kt);
+        for (index_t qt = qt0; qt < qt1; ++qt) {
+          QuerySlot& slot = slots[std::size_t(qt - qt0)];
+          bool masked = false;
+          if (mask.hides_any() &&
+              !host_tiles_meet(mask, b, slot.qpos.data(), slot.rows, &k_pos(key.j0), key.cols, masked))
+            continue;
+          probabilities(key, slot, b, masked);
+          score_gradients(key, slot);
+          add_gradients(key, slot, b, kh);
+        }
+      }
+      for (index_t qt = qt0; qt < qt1; ++qt) add_query_gradients(slots[std::size_t(qt - qt0)], b, h);
+    }
+    slot_cache = std::move(slots);
+    key_cache = std::move(key);
+  }
+
+  void allocate(KeySlot& key) const {
+    const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
+    key.p_t.resize(n(kb * qb_ld));
+    key.p_bf.resize(n(kb * qb_ld));
+    key.ds_bf.resize(n(kb * qb_ld));
+    key.ds_pairs.resize(n((kb + 1) / 2 * 2 * qb_ld));
+  }
+
+  void stage_queries(QuerySlot& slot, index_t b, index_t h, index_t qt) const {
+    const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
+    slot.i0 = qt * qb;
+    slot.rows = std::min(qb, nq - slot.i0);
+    const index_t width_pairs = (dh + 1) / 2, row_pairs = (qb + 1) / 2;
+    slot.q_width.resize(n(width_pairs * 2 * qb_ld));
+    slot.g_width.resize(n(width_pairs * 2 * qb_ld));
+    slot.q_rows.resize(n(row_pairs * 2 * dh_ld));
+    slot.g_rows.resize(n(row_pairs * 2 * dh_ld));
+    const bf16* const q_tile = &q(b, h, slot.i0, 0);
+    const bf16* const g_tile = &dout(b, h, slot.i0, 0);
+    const index_t q_ld = q.stride(2), g_ld = dout.stride(2);
+    stage_width_pairs(q_tile, q_ld, slot.rows, dh, slot.q_width.data(), 2 * qb_ld);
+    stage_width_pairs(g_tile, g_ld, slot.rows, dh, slot.g_width.data(), 2 * qb_ld);
+    stage_row_pairs(q_tile, q_ld, slot.rows, dh, slot.q_rows.data(), 2 * dh_ld);
+    stage_row_pairs(g_tile, g_ld, slot.rows, dh, slot.g_rows.data(), 2 * dh_ld);
+    slot.lse_col.assign(n(qb_ld), compat::infinity<float>());  // exp(x - inf) = 0
+    slot.delta_col.assign(n(qb_ld), 0.0f);
+    slot.qpos.assign(n(qb_ld), kPaddingPosition);
+    for (index_t c = 0; c < slot.rows; ++c) {
+      const float lse_i = lse(b, h, slot.i0 + c);
+      if (lse_i != -compat::infinity<float>()) slot.lse_col[n(c)] = lse_i;  // a row that saw no key: P = 0
+      slot.delta_col[n(c)] = delta(b, h, slot.i0 + c);
+      slot.qpos[n(c)] = q_pos(slot.i0 + c);
+    }
+    slot.dq_t.assign(n(dh * qb_ld), 0.0f);
+  }
+
+  void stage_keys(KeySlot& key, index_t b, index_t kh, index_t kt) const {
+    key.kt = kt;
+    key.j0 = kt * kb;
+    key.cols = std::min(kb, nk - key.j0);
+    key.k_rows = width_rows(&k(b, kh, key.j0, 0), index_t(k.stride(2)), key.cols, dh, key.k_padded);
+    key.v_rows = width_rows(&v(b, kh, key.j0, 0), index_t(v.stride(2)), key.cols, dh, key.v_padded);
+  }
+
+  // P^T = exp(scale K Q^T - lse), 0 where masked, in fp32 and rounded.
+  void probabilities(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
+    const index_t ld = qb_ld;
+    const FloatPack s = simd::pack_splat<FloatPack>(scale);
+    bf16_tile_product(
+        path, key.cols, slot.rows, (dh + 1) / 2, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(), 2 * qb_ld,
+        [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+          for (index_t r = 0; r < nr; ++r) {
+            const index_t key_position = k_pos(key.j0 + r0 + r);
+            for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+              float* const p = &key.p_t[std::size_t((r0 + r) * ld + c0 + c)];
+              const FloatPack shift = simd::pack_load<FloatPack>(&slot.lse_col[std::size_t(c0 + c)]);
+              simd::pack_store(p, simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&acc[r][c]) - shift));
+              if (masked) {  // hidden keys (only tiles on a mask's edge)
+                hide_masked<kFloatLanes>(
+                    mask, b, p, 0.0f, [&](int w) { return slot.qpos[std::size_t(c0 + c + w)]; },
+                    [&](int) { return key_position; });
+              }
+              simd::store_n<bf16>(&key.p_bf[std::size_t((r0 + r) * ld + c0 + c)], simd::pack_load<FloatPack>(p),
+                                  kFloatLanes);
+            }
+          }
+        });
+  }
+
+  // dS^T = scale P^T (V dO^T - delta), rounded, and in pairs of keys.
+  void score_gradients(KeySlot& key, const QuerySlot& slot) const {
+    const index_t ld = qb_ld;
+    const FloatPack s = simd::pack_splat<FloatPack>(scale);
+    bf16_tile_product(
+        path, key.cols, slot.rows, (dh + 1) / 2, key.v_rows.rows, key.v_rows.ld, slot.g_width.data(), 2 * qb_ld,
+        [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+          for (index_t r = 0; r < nr; r += 2) {  // r0 is even: pairs of keys (r, r + 1)
+            for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+              const FloatPack delta_c = simd::pack_load<FloatPack>(&slot.delta_col[std::size_t(c0 + c)]);
+              const auto ds = [&](index_t row) {
+                if (row >= nr) return simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
+                const FloatPack p = simd::pack_load<FloatPack>(&key.p_t[std::size_t((r0 + row) * ld + c0 + c)]);
+                const FloatPack x = FloatPack(s * p * (simd::pack_load<FloatPack>(&acc[row][c]) - delta_c));
+                simd::store_n<bf16>(&key.ds_bf[std::size_t((r0 + row) * ld + c0 + c)], x, kFloatLanes);
+                return x;
+              };
+              const FloatPack even = ds(r), odd = ds(r + 1);
+              store_bf16_pairs(&key.ds_pairs[std::size_t((r0 + r) * ld)], c0 + c, even, odd);
+            }
+          }
+        });
+  }
+
+  // dv += P^T dO, dk += dS^T Q (fp32 accumulators: this thread is the only
+  // one of its wave on these key rows), dq^T += K^T dS^T (the slot's buffer).
+  void add_gradients(const KeySlot& key, QuerySlot& slot, index_t b, index_t kh) const {
+    const index_t row_pairs = (slot.rows + 1) / 2, key_pairs = (key.cols + 1) / 2;
+    const auto add_into = [&](const View4<float>& grads) {
+      return [&, grads](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+        for (index_t r = 0; r < nr; ++r) {
+          float* const row = &grads(b, kh, key.j0 + r0 + r, c0);
+          for (int c = 0; c < kBf16Cols && c0 + c < dh; c += kFloatLanes) {
+            const int width = static_cast<int>(std::min<index_t>(kFloatLanes, dh - c0 - c));
+            simd::pack_store_n(row + c, FloatPack(simd::pack_load_n<FloatPack>(row + c, width) +
+                                                  simd::pack_load<FloatPack>(&acc[r][c])), width);
+          }
+        }
+      };
+    };
+    bf16_tile_product(path, key.cols, dh, row_pairs, key.p_bf.data(), qb_ld, slot.g_rows.data(), 2 * dh_ld,
+                      add_into(dv_acc));
+    bf16_tile_product(path, key.cols, dh, row_pairs, key.ds_bf.data(), qb_ld, slot.q_rows.data(), 2 * dh_ld,
+                      add_into(dk_acc));
+    float* const dq_t = slot.dq_t.data();
+    const index_t ld = qb_ld;
+    bf16_tile_product(path, dh, slot.rows, key_pairs, &k_t(b, kh, key.kt * dh, 0), index_t(k_t.stride(2)),
+                      key.ds_pairs.data(), 2 * qb_ld, [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+                        for (index_t r = 0; r < nr; ++r)
+                          for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+                            float* const x = dq_t + (r0 + r) * ld + c0 + c;
+                            simd::pack_store(x, FloatPack(simd::pack_load<FloatPack>(x) +
+                                                          simd::pack_load<FloatPack>(&acc[r][c])));
+                          }
+                      });
+  }
+
+  // The block pair's dq into the call's (this thread is the only one of its
+  // wave on these query rows).
+  void add_query_gradients(const QuerySlot& slot, index_t b, index_t h) const {
+    for (index_t c = 0; c < slot.rows; ++c) {
+      float* const row = &dq(b, h, slot.i0 + c, 0);
+      for (index_t d = 0; d < dh; ++d) row[d] += slot.dq_t[std::size_t(d * qb_ld + c)];
+    }
+  }
+};
+
+// x += the call's fp32 sums (rows 0 .. n - 1 of each head's), rounded once.
+void add_rounded(const View4<float>& sums, const View4<bf16>& x) {
+  const index_t kv_heads = x.extent(1), n = x.extent(2), dh = x.extent(3);
+  Kokkos::parallel_for("miniattn::attention_add_key_gradients_bf16",
+                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<index_t>>(
+                           0, index_t(x.extent(0)) * kv_heads * n),
+                       [=](const index_t row) {
+                         const index_t j = row % n, b = row / n / kv_heads, kh = row / n % kv_heads;
+                         for (index_t d = 0; d < dh; ++d)
+                           x(b, kh, j, d) = bf16(static_cast<float>(x(b, kh, j, d)) + sums(b, kh, j, d));
+                       });
+}
+
+}  // namespace
+
+void fused_bf16_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
+                                    const View4<const bf16>& v, const View4<const bf16>& dout,
+                                    const View3<const float>& lse, const View3<const float>& delta,
+                                    const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
+                                    const View4<bf16>& dv, const AttentionWorkspace<bf16>& workspace) {
+  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
+  const index_t kv_heads = k.extent(1), nk = k.extent(2);
+  const auto holds_keys = [&](const View4<float>& sums) {
+    return sums.extent(0) == dk.extent(0) && sums.extent(1) == dk.extent(1) && sums.extent(2) >= dk.extent(2) &&
+           sums.extent(3) == dk.extent(3);
+  };
+  require(holds_keys(workspace.dk_acc) && holds_keys(workspace.dv_acc),
+          "the workspace's dk_acc and dv_acc must hold the call's dk and dv: [B, KV, >= n_k, Dh] (fused, bf16)");
+  BackwardBf16BlockPair pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos, dq, workspace.dk_acc,
+                             workspace.dv_acc, workspace.k_t, scope.mask};
+  pair.kv_heads = kv_heads;
+  pair.group = heads / kv_heads;
+  pair.nq = nq;
+  pair.nk = nk;
+  pair.dh = dh;
+  pair.qb = clamp_block(scope.blocking.query_block, nq);
+  pair.kb = clamp_block(scope.blocking.key_block, nk);
+  pair.qb_ld = round_up(pair.qb, kBf16Cols);
+  pair.dh_ld = round_up(dh, kBf16Cols);
+  pair.n_qtiles = ceil_div(nq, pair.qb);
+  pair.n_ktiles = ceil_div(nk, pair.kb);
+  pair.n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
+  pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), pair.n_kblocks);
+  pair.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  pair.path = bf16_dot_path_of(scope.blocking);
+  transpose_key_tiles_into(k, pair.kb, pair.n_ktiles, workspace.k_t);
+  Kokkos::deep_copy(workspace.dk_acc, 0.0f);
+  Kokkos::deep_copy(workspace.dv_acc, 0.0f);
+  for (pair.wave = 0; pair.wave < pair.waves; ++pair.wave)
+    Kokkos::parallel_for("miniattn::attention_backward_accumulate_bf16", HostPolicy(0, batch * kv_heads * pair.n_kblocks),
+                         pair);
+  add_rounded(workspace.dk_acc, dk);
+  add_rounded(workspace.dv_acc, dv);
+}
+
+}  // namespace miniattn::kernels

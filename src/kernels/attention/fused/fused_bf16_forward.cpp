@@ -1,0 +1,201 @@
+// Blockwise attention, forward pass: the fused kernel's bf16 version, on the
+// host (fused_attention.hpp; the tile machinery in bf16_tiles.hpp). The
+// fp32 kernel's algorithm (fused_forward.cpp), laid out for bf16 products:
+// one thread per query tile, looping over key tiles,
+//   S^T = scale K Q^T            (K's rows from memory, Q^T staged once in pairs of Dh)
+//   online softmax down each query's column of S^T in fp32, writing P^T
+//   in pairs of keys (bf16),
+//   O^T = O^T alpha + V^T P^T    (V^T transposed once per call, by key tiles)
+// so that every product's operands come as vdpbf16ps takes them, and the
+// running output is kept transposed (columns: queries) to rescale by alpha a
+// pack at a time. O, m and l are fp32; each query row is owned by one thread.
+#include <cmath>
+
+#include "kernels/attention/fused/bf16_tiles.hpp"
+#include "kernels/attention/fused/fused_attention.hpp"
+
+namespace miniattn::kernels {
+
+using namespace attention_detail;
+
+namespace {
+
+struct ForwardBf16QueryTile {
+  View4<const bf16> q, k;
+  View4<const bf16> v_t;  // [B, KV, key tiles x Dh, kt_ld]: transpose_key_tiles
+  View1<const index_t> q_pos, k_pos;
+  View4<float> out_acc;
+  View3<float> row_max, row_sum;
+  AttentionMask mask;
+  index_t heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, qb_ld = 0, n_qtiles = 0, n_ktiles = 0;
+  float scale = 0.0f;
+  simd::Bf16Dot path = simd::Bf16Dot::widened;
+
+  // One thread's buffers for a query tile.
+  struct Tile {
+    index_t b, h, kh, i0, rows;
+    std::vector<bf16> q_pairs;  // [ceil(dh/2)][2 qb_ld]: Q^T in pairs of Dh
+    std::vector<float> s_t;     // [kb][qb_ld]: scores, transposed
+    std::vector<bf16> p_pairs;  // [ceil(kb/2)][2 qb_ld]: P^T in pairs of keys
+    std::vector<float> o_t;     // [dh][qb_ld]: running output, transposed
+    std::vector<float> m_run, l_run, alpha;  // [qb_ld]
+    std::vector<index_t> qpos;  // [qb_ld]: padding never masked
+    std::vector<bf16> k_padded;  // odd Dh: the key tile's rows with a zero half-pair
+  };
+
+  void operator()(const index_t tile_index) const {
+    // The thread's buffers move in and out of a cache kept from one tile to the
+    // next: allocated anew, their pages were faulted in again each time.
+    Tile t;
+    place(t, tile_index);
+    stage(t);
+    for (index_t kt = 0; kt < n_ktiles; ++kt) {
+      const index_t j0 = kt * kb, cols = std::min(kb, nk - j0);
+      bool masked = false;
+      if (mask.hides_any() && !host_tiles_meet(mask, t.b, t.qpos.data(), t.rows, &k_pos(j0), cols, masked)) continue;
+      scores(t, j0, cols);
+      online_softmax(t, j0, cols, masked);
+      accumulate_output(t, kt, cols);
+    }
+    write_back(t);
+  }
+
+  void place(Tile& t, index_t tile_index) const {
+    const index_t qt = tile_index % n_qtiles, bh = tile_index / n_qtiles;
+    t.b = bh / heads;
+    t.h = bh % heads;
+    t.kh = t.h / group;
+    t.i0 = qt * qb;
+    t.rows = std::min(qb, nq - t.i0);
+    const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
+    t.q_pairs.resize(n((dh + 1) / 2 * 2 * qb_ld));
+    t.s_t.resize(n(kb * qb_ld));
+    t.p_pairs.resize(n((kb + 1) / 2 * 2 * qb_ld));
+    t.o_t.resize(n(dh * qb_ld));
+    t.m_run.resize(n(qb_ld));
+    t.l_run.resize(n(qb_ld));
+    t.alpha.resize(n(qb_ld));
+    t.qpos.resize(n(qb_ld));
+  }
+
+  // Q^T in pairs, the running state (O transposed) and the positions.
+  void stage(Tile& t) const {
+    stage_width_pairs(&q(t.b, t.h, t.i0, 0), index_t(q.stride(2)), t.rows, dh, t.q_pairs.data(), 2 * qb_ld);
+    for (index_t c = 0; c < qb_ld; ++c) {
+      const bool real = c < t.rows;
+      for (index_t d = 0; d < dh; ++d) t.o_t[d * qb_ld + c] = real ? out_acc(t.b, t.h, t.i0 + c, d) : 0.0f;
+      t.m_run[c] = real ? row_max(t.b, t.h, t.i0 + c) : -compat::infinity<float>();
+      t.l_run[c] = real ? row_sum(t.b, t.h, t.i0 + c) : 0.0f;
+      t.qpos[c] = real ? q_pos(t.i0 + c) : kPaddingPosition;
+    }
+  }
+
+  // S^T = scale K Q^T.
+  void scores(Tile& t, index_t j0, index_t cols) const {
+    const WidthRows keys = width_rows(&k(t.b, t.kh, j0, 0), index_t(k.stride(2)), cols, dh, t.k_padded);
+    float* const s_t = t.s_t.data();
+    const index_t ld = qb_ld;
+    const FloatPack s = simd::pack_splat<FloatPack>(scale);
+    bf16_tile_product(path, cols, t.rows, (dh + 1) / 2, keys.rows, keys.ld, t.q_pairs.data(), 2 * qb_ld,
+                      [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+                        for (index_t r = 0; r < nr; ++r)
+                          for (int c = 0; c < kBf16Cols; c += kFloatLanes)
+                            simd::pack_store(s_t + (r0 + r) * ld + c0 + c,
+                                             FloatPack(s * simd::pack_load<FloatPack>(&acc[r][c])));
+                      });
+  }
+
+  // Down each query's column of S^T, a pack of queries at a time: the new
+  // maximum, alpha, l, and P^T = exp(S^T - m) as bf16 pairs of keys (the
+  // sum l takes the fp32 values, as the fp32 kernel's).
+  void online_softmax(Tile& t, index_t j0, index_t cols, bool masked) const {
+    const float neg_inf = -compat::infinity<float>();
+    const index_t ld = qb_ld;
+    float* const s_t = t.s_t.data();
+    for (index_t c0 = 0; c0 < t.rows; c0 += kFloatLanes) {
+      if (masked) {  // hidden keys get -inf (only tiles on a mask's edge)
+        for (index_t j = 0; j < cols; ++j) {
+          const index_t key = k_pos(j0 + j);
+          hide_masked<kFloatLanes>(
+              mask, t.b, s_t + j * ld + c0, neg_inf, [&](int w) { return t.qpos[c0 + w]; }, [&](int) { return key; });
+        }
+      }
+      FloatPack mx = simd::pack_splat<FloatPack>(neg_inf);
+      for (index_t j = 0; j < cols; ++j) {
+        const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c0);
+        mx = x > mx ? x : mx;
+      }
+      // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0 (fused_forward.cpp).
+      const FloatPack m_old = simd::pack_load<FloatPack>(&t.m_run[c0]);
+      const FloatPack m_new = mx > m_old ? mx : m_old;
+      simd::pack_store(&t.m_run[c0], m_new);
+      const FloatPack base = m_new == simd::pack_splat<FloatPack>(neg_inf) ? simd::pack_splat<FloatPack>(0.0f) : m_new;
+      const FloatPack a = simd::kernel_exp<float>(m_old - base);
+      simd::pack_store(&t.alpha[c0], a);
+      FloatPack sum = simd::pack_splat<FloatPack>(0.0f);
+      for (index_t j = 0; j < cols; j += 2) {
+        const FloatPack even = simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + j * ld + c0) - base);
+        const FloatPack odd = j + 1 < cols
+                                  ? simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + (j + 1) * ld + c0) - base)
+                                  : simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
+        sum += even;
+        sum += odd;
+        store_bf16_pairs(t.p_pairs.data() + j * ld, c0, even, odd);
+      }
+      simd::pack_store(&t.l_run[c0], FloatPack(simd::pack_load<FloatPack>(&t.l_run[c0]) * a + sum));
+    }
+  }
+
+  // O^T = O^T alpha + V^T P^T.
+  void accumulate_output(Tile& t, index_t kt, index_t cols) const {
+    const index_t ld = qb_ld;
+    float* const o_t = t.o_t.data();
+    const float* const alpha = t.alpha.data();
+    bf16_tile_product(path, dh, t.rows, (cols + 1) / 2, &v_t(t.b, t.kh, kt * dh, 0), index_t(v_t.stride(2)),
+                      t.p_pairs.data(), 2 * qb_ld, [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+                        for (index_t r = 0; r < nr; ++r)
+                          for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+                            float* const o = o_t + (r0 + r) * ld + c0 + c;
+                            simd::pack_store(o, FloatPack(simd::pack_load<FloatPack>(o) *
+                                                              simd::pack_load<FloatPack>(alpha + c0 + c) +
+                                                          simd::pack_load<FloatPack>(&acc[r][c])));
+                          }
+                      });
+  }
+
+  void write_back(const Tile& t) const {
+    for (index_t c = 0; c < t.rows; ++c) {
+      for (index_t d = 0; d < dh; ++d) out_acc(t.b, t.h, t.i0 + c, d) = t.o_t[d * qb_ld + c];
+      row_max(t.b, t.h, t.i0 + c) = t.m_run[c];
+      row_sum(t.b, t.h, t.i0 + c) = t.l_run[c];
+    }
+  }
+};
+
+}  // namespace
+
+void fused_bf16_forward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
+                                   const View4<const bf16>& v, const AttentionScope& scope,
+                                   const View4<float>& out_acc, const View3<float>& row_max,
+                                   const View3<float>& row_sum, const AttentionWorkspace<bf16>& workspace) {
+  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
+  const index_t nk = k.extent(2);
+  ForwardBf16QueryTile tile{q, k, workspace.v_t, scope.q_pos, scope.k_pos, out_acc, row_max, row_sum, scope.mask};
+  tile.heads = heads;
+  tile.group = heads / index_t(k.extent(1));
+  tile.nq = nq;
+  tile.nk = nk;
+  tile.dh = dh;
+  tile.qb = clamp_block(scope.blocking.query_block, nq);
+  tile.kb = clamp_block(scope.blocking.key_block, nk);
+  tile.qb_ld = round_up(tile.qb, kBf16Cols);
+  tile.n_qtiles = ceil_div(nq, tile.qb);
+  tile.n_ktiles = ceil_div(nk, tile.kb);
+  tile.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  tile.path = bf16_dot_path_of(scope.blocking);
+  transpose_key_tiles_into(v, tile.kb, tile.n_ktiles, workspace.v_t);
+  Kokkos::parallel_for("miniattn::attention_forward_accumulate_bf16", HostPolicy(0, batch * heads * tile.n_qtiles),
+                       tile);
+}
+
+}  // namespace miniattn::kernels
