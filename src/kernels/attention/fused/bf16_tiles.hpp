@@ -62,13 +62,66 @@ inline void bf16_tile_product(simd::Bf16Dot path, index_t rows, index_t cols, in
   }
 }
 
+// Two products of one shape, C1 = A1 B1 and C2 = A2 B2, tile by tile: the
+// epilogue sees both tiles of the same rows and columns together (the
+// backward's scores and their gradients: dS from P without a buffer of P).
+template <class Epilogue>
+inline void bf16_tile_products(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a1,
+                               index_t lda1, const bf16* b1, const bf16* a2, index_t lda2, const bf16* b2, index_t ldb,
+                               const Epilogue& epilogue) {
+  for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
+    const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
+    const bf16 *rows1[kBf16Rows], *rows2[kBf16Rows];
+    for (int r = 0; r < kBf16Rows; ++r) {
+      rows1[r] = a1 + (r0 + std::min<index_t>(r, nr - 1)) * lda1;
+      rows2[r] = a2 + (r0 + std::min<index_t>(r, nr - 1)) * lda2;
+    }
+    for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
+      alignas(64) Bf16Acc first, second;
+      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, rows1, b1 + 2 * c0, ldb, first);
+      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, rows2, b2 + 2 * c0, ldb, second);
+      epilogue(r0, nr, c0, first, second);
+    }
+  }
+}
+
 // Stores (lo[w], hi[w]) rounded to bf16 as the pair of column c0 + w of a
-// pair-interleaved row: the layout's words, lo in the low half.
-inline void store_bf16_pairs(bf16* row, index_t c0, const FloatPack& lo, const FloatPack& hi) {
+// pair-interleaved row: the layout's words, lo in the low half. The native
+// path rounds with vcvtne2ps2bf16 (two packs in one instruction, then
+// interleaved), the same bits as bf16_bits_of on every value a kernel makes
+// (denormals aside, which FTZ flushes: core/denormals.hpp).
+inline void store_bf16_pairs(simd::Bf16Dot path, bf16* row, index_t c0, const FloatPack& lo, const FloatPack& hi) {
+#if MINIATTN_NATIVE_BF16_DOT
+  if constexpr (sizeof(FloatPack) == sizeof(__m512)) {
+    if (path == simd::Bf16Dot::native) {
+      const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23,
+                                                  7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);  // lo's 16, then hi's
+      _mm512_storeu_si512(row + 2 * c0, _mm512_permutexvar_epi16(interleave, halves));
+      return;
+    }
+  }
+#endif
+  (void)path;
   using Bits = simd::Pack<float>::bits;
   const Bits words = simd::bf16_bits_of(simd::pack_bit_cast<Bits>(lo)) |
                      (simd::bf16_bits_of(simd::pack_bit_cast<Bits>(hi)) << 16);
   std::memcpy(static_cast<void*>(row + 2 * c0), &words, sizeof words);
+}
+
+// Stores x rounded to bf16 at p (kFloatLanes values): vcvtneps2bf16 on the
+// native path, as store_bf16_pairs.
+inline void store_bf16(simd::Bf16Dot path, bf16* p, const FloatPack& x) {
+#if MINIATTN_NATIVE_BF16_DOT
+  if constexpr (sizeof(FloatPack) == sizeof(__m512)) {
+    if (path == simd::Bf16Dot::native) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh((__m512)x));
+      return;
+    }
+  }
+#endif
+  (void)path;
+  simd::store_n<bf16>(p, x, kFloatLanes);
 }
 
 // x [rows x dh] (row stride ld) -> dst, the columns of x^T pair-interleaved:

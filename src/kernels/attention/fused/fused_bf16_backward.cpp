@@ -38,7 +38,6 @@ struct KeySlot {
   index_t kt = 0, j0 = 0, cols = 0;
   WidthRows k_rows, v_rows;
   std::vector<bf16> k_padded, v_padded;  // odd Dh
-  std::vector<float> p_t;                // [kb][qb_ld]: P^T, fp32
   std::vector<bf16> p_bf, ds_bf;         // [kb][qb_ld]: P^T, dS^T rounded
   std::vector<bf16> ds_pairs;            // [ceil(kb/2)][2 qb_ld]: dS^T in pairs of keys
 };
@@ -67,10 +66,8 @@ struct BackwardBf16BlockPair {
       return;
     // The thread's buffers move in and out of a cache kept from one block pair
     // to the next: allocated anew, their pages were faulted in again each time.
-    static thread_local std::vector<QuerySlot> slot_cache;
-    static thread_local KeySlot key_cache;
-    std::vector<QuerySlot> slots = std::move(slot_cache);
-    KeySlot key = std::move(key_cache);
+    std::vector<QuerySlot> slots;
+    KeySlot key;
     slots.resize(static_cast<std::size_t>(kBlockTiles));
     allocate(key);
     for (index_t h = kh * group; h < (kh + 1) * group; ++h) {  // the K/V head's query heads
@@ -83,20 +80,16 @@ struct BackwardBf16BlockPair {
           if (mask.hides_any() &&
               !host_tiles_meet(mask, b, slot.qpos.data(), slot.rows, &k_pos(key.j0), key.cols, masked))
             continue;
-          probabilities(key, slot, b, masked);
-          score_gradients(key, slot);
+          probabilities_and_score_gradients(key, slot, b, masked);
           add_gradients(key, slot, b, kh);
         }
       }
       for (index_t qt = qt0; qt < qt1; ++qt) add_query_gradients(slots[std::size_t(qt - qt0)], b, h);
     }
-    slot_cache = std::move(slots);
-    key_cache = std::move(key);
   }
 
   void allocate(KeySlot& key) const {
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
-    key.p_t.resize(n(kb * qb_ld));
     key.p_bf.resize(n(kb * qb_ld));
     key.ds_bf.resize(n(kb * qb_ld));
     key.ds_pairs.resize(n((kb + 1) / 2 * 2 * qb_ld));
@@ -138,50 +131,39 @@ struct BackwardBf16BlockPair {
     key.v_rows = width_rows(&v(b, kh, key.j0, 0), index_t(v.stride(2)), key.cols, dh, key.v_padded);
   }
 
-  // P^T = exp(scale K Q^T - lse), 0 where masked, in fp32 and rounded.
-  void probabilities(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
+  // P^T = exp(scale K Q^T - lse), 0 where masked, and dS^T = scale P^T (V dO^T
+  // - delta), from the two products' tiles together: both rounded, dS^T also
+  // in pairs of keys.
+  void probabilities_and_score_gradients(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
-    bf16_tile_product(
-        path, key.cols, slot.rows, (dh + 1) / 2, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(), 2 * qb_ld,
-        [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
-          for (index_t r = 0; r < nr; ++r) {
-            const index_t key_position = k_pos(key.j0 + r0 + r);
-            for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-              float* const p = &key.p_t[std::size_t((r0 + r) * ld + c0 + c)];
-              const FloatPack shift = simd::pack_load<FloatPack>(&slot.lse_col[std::size_t(c0 + c)]);
-              simd::pack_store(p, simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&acc[r][c]) - shift));
-              if (masked) {  // hidden keys (only tiles on a mask's edge)
-                hide_masked<kFloatLanes>(
-                    mask, b, p, 0.0f, [&](int w) { return slot.qpos[std::size_t(c0 + c + w)]; },
-                    [&](int) { return key_position; });
-              }
-              simd::store_n<bf16>(&key.p_bf[std::size_t((r0 + r) * ld + c0 + c)], simd::pack_load<FloatPack>(p),
-                                  kFloatLanes);
-            }
-          }
-        });
-  }
-
-  // dS^T = scale P^T (V dO^T - delta), rounded, and in pairs of keys.
-  void score_gradients(KeySlot& key, const QuerySlot& slot) const {
-    const index_t ld = qb_ld;
-    const FloatPack s = simd::pack_splat<FloatPack>(scale);
-    bf16_tile_product(
-        path, key.cols, slot.rows, (dh + 1) / 2, key.v_rows.rows, key.v_rows.ld, slot.g_width.data(), 2 * qb_ld,
-        [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+    bf16_tile_products(
+        path, key.cols, slot.rows, (dh + 1) / 2, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(),
+        key.v_rows.rows, key.v_rows.ld, slot.g_width.data(), 2 * qb_ld,
+        [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& scores, const Bf16Acc& score_grads) {
           for (index_t r = 0; r < nr; r += 2) {  // r0 is even: pairs of keys (r, r + 1)
             for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-              const FloatPack delta_c = simd::pack_load<FloatPack>(&slot.delta_col[std::size_t(c0 + c)]);
+              const std::size_t col = std::size_t(c0 + c);
               const auto ds = [&](index_t row) {
                 if (row >= nr) return simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
-                const FloatPack p = simd::pack_load<FloatPack>(&key.p_t[std::size_t((r0 + row) * ld + c0 + c)]);
-                const FloatPack x = FloatPack(s * p * (simd::pack_load<FloatPack>(&acc[row][c]) - delta_c));
-                simd::store_n<bf16>(&key.ds_bf[std::size_t((r0 + row) * ld + c0 + c)], x, kFloatLanes);
+                alignas(64) float p[kFloatLanes];
+                const FloatPack shift = simd::pack_load<FloatPack>(&slot.lse_col[col]);
+                simd::pack_store(p, simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[row][c]) - shift));
+                if (masked) {  // hidden keys (only tiles on a mask's edge)
+                  const index_t key_position = k_pos(key.j0 + r0 + row);
+                  hide_masked<kFloatLanes>(
+                      mask, b, p, 0.0f, [&](int w) { return slot.qpos[col + std::size_t(w)]; },
+                      [&](int) { return key_position; });
+                }
+                const FloatPack pv = simd::pack_load<FloatPack>(p);
+                const FloatPack delta_c = simd::pack_load<FloatPack>(&slot.delta_col[col]);
+                const FloatPack x = FloatPack(s * pv * (simd::pack_load<FloatPack>(&score_grads[row][c]) - delta_c));
+                store_bf16(path, &key.p_bf[std::size_t((r0 + row) * ld) + col], pv);
+                store_bf16(path, &key.ds_bf[std::size_t((r0 + row) * ld) + col], x);
                 return x;
               };
               const FloatPack even = ds(r), odd = ds(r + 1);
-              store_bf16_pairs(&key.ds_pairs[std::size_t((r0 + r) * ld)], c0 + c, even, odd);
+              store_bf16_pairs(path, &key.ds_pairs[std::size_t((r0 + r) * ld)], c0 + c, even, odd);
             }
           }
         });

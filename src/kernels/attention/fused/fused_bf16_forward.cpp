@@ -39,6 +39,7 @@ struct ForwardBf16QueryTile {
     std::vector<bf16> p_pairs;  // [ceil(kb/2)][2 qb_ld]: P^T in pairs of keys
     std::vector<float> o_t;     // [dh][qb_ld]: running output, transposed
     std::vector<float> m_run, l_run, alpha;  // [qb_ld]
+    std::vector<float> tile_max;             // [qb_ld]: each query's largest score in the key tile
     std::vector<index_t> qpos;  // [qb_ld]: padding never masked
     std::vector<bf16> k_padded;  // odd Dh: the key tile's rows with a zero half-pair
   };
@@ -53,7 +54,7 @@ struct ForwardBf16QueryTile {
       const index_t j0 = kt * kb, cols = std::min(kb, nk - j0);
       bool masked = false;
       if (mask.hides_any() && !host_tiles_meet(mask, t.b, t.qpos.data(), t.rows, &k_pos(j0), cols, masked)) continue;
-      scores(t, j0, cols);
+      scores(t, j0, cols, masked);
       online_softmax(t, j0, cols, masked);
       accumulate_output(t, kt, cols);
     }
@@ -75,6 +76,7 @@ struct ForwardBf16QueryTile {
     t.m_run.resize(n(qb_ld));
     t.l_run.resize(n(qb_ld));
     t.alpha.resize(n(qb_ld));
+    t.tile_max.resize(n(qb_ld));
     t.qpos.resize(n(qb_ld));
   }
 
@@ -90,18 +92,26 @@ struct ForwardBf16QueryTile {
     }
   }
 
-  // S^T = scale K Q^T.
-  void scores(Tile& t, index_t j0, index_t cols) const {
+  // S^T = scale K Q^T, and each query's largest score (t.tile_max) where no
+  // key of the tile is hidden from it (else the softmax finds it, after the mask).
+  void scores(Tile& t, index_t j0, index_t cols, bool masked) const {
     const WidthRows keys = width_rows(&k(t.b, t.kh, j0, 0), index_t(k.stride(2)), cols, dh, t.k_padded);
     float* const s_t = t.s_t.data();
+    float* const tile_max = t.tile_max.data();
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
     bf16_tile_product(path, cols, t.rows, (dh + 1) / 2, keys.rows, keys.ld, t.q_pairs.data(), 2 * qb_ld,
                       [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
-                        for (index_t r = 0; r < nr; ++r)
-                          for (int c = 0; c < kBf16Cols; c += kFloatLanes)
-                            simd::pack_store(s_t + (r0 + r) * ld + c0 + c,
-                                             FloatPack(s * simd::pack_load<FloatPack>(&acc[r][c])));
+                        for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+                          FloatPack mx = r0 == 0 ? simd::pack_splat<FloatPack>(-compat::infinity<float>())
+                                                 : simd::pack_load<FloatPack>(tile_max + c0 + c);
+                          for (index_t r = 0; r < nr; ++r) {
+                            const FloatPack x = s * simd::pack_load<FloatPack>(&acc[r][c]);
+                            simd::pack_store(s_t + (r0 + r) * ld + c0 + c, x);
+                            mx = x > mx ? x : mx;
+                          }
+                          if (!masked) simd::pack_store(tile_max + c0 + c, mx);
+                        }
                       });
   }
 
@@ -121,9 +131,13 @@ struct ForwardBf16QueryTile {
         }
       }
       FloatPack mx = simd::pack_splat<FloatPack>(neg_inf);
-      for (index_t j = 0; j < cols; ++j) {
-        const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c0);
-        mx = x > mx ? x : mx;
+      if (masked) {
+        for (index_t j = 0; j < cols; ++j) {
+          const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c0);
+          mx = x > mx ? x : mx;
+        }
+      } else {
+        mx = simd::pack_load<FloatPack>(&t.tile_max[c0]);
       }
       // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0 (fused_forward.cpp).
       const FloatPack m_old = simd::pack_load<FloatPack>(&t.m_run[c0]);
@@ -140,7 +154,7 @@ struct ForwardBf16QueryTile {
                                   : simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
         sum += even;
         sum += odd;
-        store_bf16_pairs(t.p_pairs.data() + j * ld, c0, even, odd);
+        store_bf16_pairs(path, t.p_pairs.data() + j * ld, c0, even, odd);
       }
       simd::pack_store(&t.l_run[c0], FloatPack(simd::pack_load<FloatPack>(&t.l_run[c0]) * a + sum));
     }
