@@ -27,7 +27,11 @@ void print_attention_kernel(const nlohmann::json& tiles) {
   const auto kernel = enum_of_word<AttentionKernel>(tiles.at("kernel").get<std::string>());
   std::printf("miniattn: attention kernel %s%s", kernels::attention_kernel_record(kernel).what,
               tiles.at("chosen_by") == "auto" ? ", auto's choice" : "");
-  if (kernel == AttentionKernel::fused) {
+  if (kernel == AttentionKernel::fused && tiles.contains("bf16_products")) {
+    std::printf(", tiles %lld x %lld in buffers of each thread, bf16 products %s\n",
+                tiles.at("query_block").get<long long>(), tiles.at("key_block").get<long long>(),
+                tiles.at("bf16_products").get<std::string>().c_str());
+  } else if (kernel == AttentionKernel::fused) {
     const double scratch = std::max(tiles.at("forward_scratch_bytes").get<double>(),
                                     tiles.at("backward_scratch_bytes").get<double>());
     std::printf(", tiles %lld x %lld, team scratch %.1f KiB at level %d (level 0 holds %.1f KiB)\n",

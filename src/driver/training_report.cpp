@@ -13,6 +13,7 @@
 #include "attention/strategy_record.hpp"
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/base/onednn_gemm.hpp"
+#include "kernels/base/simd_bf16_dot.hpp"
 #include "kernels/attention/kernel_record.hpp"
 #include "model/pipeline_schedule.hpp"
 #include "perf/exchange_model.hpp"
@@ -220,6 +221,8 @@ nlohmann::json attention_tiles_section(const kernels::AttentionTiles& tiles, con
                       {"scratch_level", tiles.scratch_level},
                       {"level0_bytes", tiles.level0_bytes}};
   if (chosen_by_auto) t["auto_grounds"] = kernels::attention_kernel_record(tiles.blocking.kernel).auto_grounds;
+  if (tiles.blocking.kernel == AttentionKernel::fused && c.model.precision == Precision::bf16)
+    t["bf16_products"] = kernels::simd::to_string(kernels::simd::bf16_dot_path());
   if (tiles.blocking.kernel == AttentionKernel::cudnn) {
     const kernels::CudnnTally tally = kernels::cudnn_tally();
     t["cudnn"] = {{"version", kernels::cudnn_version()},
@@ -282,7 +285,10 @@ nlohmann::json training_report(TrainingState<T>& s, const MemoryCheck& memory, c
       {"name", ExecSpace::name()}, {"concurrency", ExecSpace().concurrency()}, {"kokkos_version", KOKKOS_VERSION}};
   r["attention_tiles"] = attention_tiles_section(s.attention_tiles, c);
   r["precision"] = to_string(m.precision);
-  if (std::is_same<T, bf16>::value && kHostExecution) r["host_bf16_gemm"] = kernels::host_bf16_gemm_path();
+  if (std::is_same<T, bf16>::value && kHostExecution) {
+    r["host_bf16_gemm"] = kernels::host_bf16_gemm_path();
+    r["host_bf16_dot"] = kernels::simd::to_string(kernels::simd::bf16_dot_path());  // the fused kernel's products
+  }
   r["steps"] = c.train.steps;
   r["first_step"] = record.first_step;
   r["parameters"] = s.layout.total_global_count();

@@ -8,6 +8,7 @@
 #include "kernels/attention/cudnn/cudnn_attention.hpp"
 #include "kernels/attention/fused/fused_tiles.hpp"
 #include "kernels/attention/kernel_record.hpp"
+#include "kernels/base/onednn_gemm.hpp"
 #include "kernels/base/simd_bf16_dot.hpp"
 #include "kernels/base/team_policy.hpp"
 
@@ -53,10 +54,14 @@ Backend backend_of(const TeamScratchLimits& limits) {
 }
 
 // The fused kernel's bf16 products run on vdpbf16ps at twice the fp32 tile's
-// rate, widened at half of it (tests/kernels/bench_bf16_dot.cpp, Zen 5), where
-// gemm's bf16 products run at the BLAS's: auto takes it where the core has
-// bf16 dot products (and the run does not play a core without them).
-bool fused_bf16_outruns_gemm() { return simd::bf16_dot_path() == simd::Bf16Dot::native; }
+// rate, widened at half of it (tests/kernels/bench_bf16_dot.cpp, Zen 5): auto
+// takes it where the core has bf16 dot products (and the run does not play a
+// core without them) but no AMX, whose oneDNN GEMMs serve the gemm kernel at
+// 0.73x the fp32 fused kernel's attention time (docs/results/2026-11-29-cpu-xeon.md),
+// against which the fused kernel has not been measured on such a core.
+bool fused_bf16_outruns_gemm() {
+  return simd::bf16_dot_path() == simd::Bf16Dot::native && !onednn_bf16_gemm_on_amx();
+}
 
 // auto takes what the kernel records say (kernel_record.cpp), cudnn only
 // where it can run on every rank; a named kernel must compute the run's
@@ -108,8 +113,11 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
     tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : kHostTileRows;
   }
   const index_t qb = tiles.blocking.query_block, kb = tiles.blocking.key_block;
-  tiles.forward_scratch_bytes = forward_scratch_bytes<Tile>(qb, kb, head_dim);
-  tiles.backward_scratch_bytes = backward_scratch_bytes<Tile>(qb, kb, head_dim);
+  // The fused kernel's bf16 version keeps its tiles in buffers of each host
+  // thread, not in team scratch (fused/bf16_tiles.hpp).
+  const bool team_tiles = !(tiles.blocking.kernel == AttentionKernel::fused && std::is_same<T, bf16>::value);
+  tiles.forward_scratch_bytes = team_tiles ? forward_scratch_bytes<Tile>(qb, kb, head_dim) : 0;
+  tiles.backward_scratch_bytes = team_tiles ? backward_scratch_bytes<Tile>(qb, kb, head_dim) : 0;
   tiles.level0_bytes = limits.level0_bytes;
   const std::size_t needed = std::max(tiles.forward_scratch_bytes, tiles.backward_scratch_bytes);
   if (tiles.blocking.kernel == AttentionKernel::fused && limits.level1_is_global && needed > limits.level0_bytes) {

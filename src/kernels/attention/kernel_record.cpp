@@ -31,9 +31,9 @@ const AttentionKernelRecord (&attention_kernel_records())[3] {
   // The measurements behind auto's grounds are in docs/results/.
   static const AttentionKernelRecord records[3] = {
       {AttentionKernel::fused, bits_of(Precision::fp32, Precision::fp64, Precision::bf16), kAnyBackend,
-       bit_of(Backend::host), bit_of(Backend::host), "fused (tiled online softmax in team scratch)",
+       bit_of(Backend::host), bit_of(Backend::host), "fused (tiled attention with an online softmax)",
        "on CPUs its tiles stay in cache and it outruns gemm (bf16: where the core has bf16 dot products, "
-       "AVX512-BF16, which its products run on); on GPUs level-0 scratch (48 KiB per CUDA block, "
+       "AVX512-BF16, which its products run on, and no AMX, which gemm's GEMMs would); on GPUs level-0 scratch (48 KiB per CUDA block, "
        "64 KiB of LDS per AMD workgroup) caps its tiles, and gemm's products run at the BLAS's rate"},
       {AttentionKernel::cudnn, bit_of(Precision::bf16), bit_of(Backend::cuda), bit_of(Backend::cuda),
        bit_of(Backend::cuda), "cudnn (cuDNN's fused attention per block)",
@@ -42,7 +42,7 @@ const AttentionKernelRecord (&attention_kernel_records())[3] {
       {AttentionKernel::gemm, bits_of(Precision::fp32, Precision::fp64, Precision::bf16), kAnyBackend, kAnyBackend,
        kAnyBackend, "gemm (chunked, through batched GEMMs)",
        "every precision on every backend: auto's choice wherever fused and cudnn are not (fp32 and fp64 on "
-       "GPUs, bf16 on CPUs without bf16 dot products, on AMD GPUs and where cuDNN does not load)"},
+       "GPUs, bf16 on CPUs without bf16 dot products or with AMX, on AMD GPUs and where cuDNN does not load)"},
   };
   return records;
 }

@@ -125,6 +125,15 @@ bool onednn_bf16_gemm_used() {
   return used;
 }
 
+bool onednn_bf16_gemm_on_amx() {
+  static const bool amx = [] {
+    const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto amx_units = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
+    return (effective & amx_units) == amx_units;
+  }();
+  return amx;
+}
+
 std::string host_bf16_gemm_path() {
   const dnnl_version_t* v = dnnl_version();
   const std::string onednn =
@@ -158,6 +167,8 @@ void onednn_bf16_batch(char ta, char tb, float alpha, const MatrixBatch<const bf
 bool onednn_bf16_gemm_built() { return false; }
 
 bool onednn_bf16_gemm_used() { return false; }
+
+bool onednn_bf16_gemm_on_amx() { return false; }
 
 std::string host_bf16_gemm_path() {
   return "the fp32 BLAS on operands widened from bf16 (a build without oneDNN)";

@@ -27,6 +27,10 @@ bool onednn_bf16_gemm_built();
 // at all (AVX2).
 bool onednn_bf16_gemm_used();
 
+// Whether those GEMMs run on AMX tiles (onednn_bf16_gemm_used on a core
+// with AMX that ONEDNN_MAX_CPU_ISA leaves to oneDNN).
+bool onednn_bf16_gemm_on_amx();
+
 // What computes host bf16 GEMMs in this build, in words for the report:
 // oneDNN's version and the implementation it chose for the last product
 // (e.g. "brg:avx512_core_amx_bf16"), or the widened fp32 BLAS and why.

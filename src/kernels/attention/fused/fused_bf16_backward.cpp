@@ -66,8 +66,13 @@ struct BackwardBf16BlockPair {
       return;
     // The thread's buffers move in and out of a cache kept from one block pair
     // to the next: allocated anew, their pages were faulted in again each time.
-    std::vector<QuerySlot> slots;
-    KeySlot key;
+    // The thread's buffers move in and out of a cache kept from one block pair
+    // to the next: allocated anew (mmap'ed, in a run's fragmented heap), their
+    // pages were faulted in again each time, which doubled a run's backward.
+    static thread_local std::vector<QuerySlot> slot_cache;
+    static thread_local KeySlot key_cache;
+    std::vector<QuerySlot> slots = std::move(slot_cache);
+    KeySlot key = std::move(key_cache);
     slots.resize(static_cast<std::size_t>(kBlockTiles));
     allocate(key);
     for (index_t h = kh * group; h < (kh + 1) * group; ++h) {  // the K/V head's query heads
@@ -86,6 +91,8 @@ struct BackwardBf16BlockPair {
       }
       for (index_t qt = qt0; qt < qt1; ++qt) add_query_gradients(slots[std::size_t(qt - qt0)], b, h);
     }
+    slot_cache = std::move(slots);
+    key_cache = std::move(key);
   }
 
   void allocate(KeySlot& key) const {
