@@ -1099,6 +1099,54 @@ TEST_P(AttentionBf16, TwoKeyBlocksWithinFactorsOfPlainBf16) {
   }
 }
 
+// Grouped K/V heads in bf16 (a team of the fused kernel sums dk, dv over its
+// group's query heads), within the bf16 rule: the kernel against plain bf16
+// attention of the problem with each K/V head repeated for its group, dk and
+// dv summed over the group on both sides.
+TEST_P(AttentionBf16, GroupedHeadsWithinFactorsOfPlainBf16) {
+  using miniattn::bf16;
+  if (GetParam().kernel == AttentionKernel::cudnn) GTEST_SKIP() << "cudnn's grouped heads: AttentionCudnn";
+  PlainBf16Rule rule;
+  std::uint64_t seed = 4501;
+  for (const auto& [heads, kv_heads] : {std::make_pair(4, 2), std::make_pair(6, 3), std::make_pair(4, 1)})
+    for (const MaskCase& mask : {kMasks[0], kCausal}) {
+      SCOPED_TRACE(std::string(mask.name) + " H=" + std::to_string(heads) + " KV=" + std::to_string(kv_heads));
+      const Case c{"n50", range_positions(0, 50), range_positions(0, 50), {16, 12}};
+      GroupedProblem gp = make_grouped_problem(heads, kv_heads, c, seed++);
+      const Problem p = rounded<bf16>(gp.whole);
+      const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
+      const index_t nq = p.nq(), nk = p.nk(), B = p.batch;
+      const View4<bf16> q = to_device<bf16>(p.q, B, heads, nq, p.dh, "q");
+      const View4<bf16> k = to_device<bf16>(gp.k, B, kv_heads, nk, p.dh, "k");
+      const View4<bf16> v = to_device<bf16>(gp.v, B, kv_heads, nk, p.dh, "v");
+      const View1<const index_t> q_pos = positions_to_device(p.q_pos), k_pos = positions_to_device(p.k_pos);
+      View4<bf16> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
+      View4<bf16> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
+      View3<float> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
+      const AttentionBlocking blocking = as_tested<bf16>(c.blocking);
+      const auto workspace = workspace_for<bf16>(blocking, B, heads, kv_heads, p.dh, nq, nk);
+      const miniattn::kernels::AttentionScope scope{q_pos, k_pos, kernel_mask(mask), blocking};
+      miniattn::kernels::attention_forward<bf16>(q, k, v, scope, out, lse, row_sum, workspace);
+      const View4<bf16> dout = to_device<bf16>(g, B, heads, nq, p.dh, "dout");
+      miniattn::kernels::attention_backward_delta<bf16>(out, dout, delta);
+      const auto dq_acc = miniattn::kernels::accumulator_of(dq, workspace);
+      Kokkos::deep_copy(dq_acc, 0.0f);
+      miniattn::kernels::attention_backward_accumulate<bf16>(q, k, v, out, dout, lse, delta, scope, dq_acc, dk, dv,
+                                                             workspace);
+      miniattn::kernels::round_accumulator<bf16>(dq_acc, dq);
+      const PlainBf16 plain = plain_bf16_attention(p, mask, g);
+      const auto ref_grads = naive_backward(p, mask, g);
+      const std::size_t row = static_cast<std::size_t>(nk * p.dh);
+      const auto grouped = [&](const std::vector<double>& x) { return sum_over_groups(x, heads, kv_heads, row); };
+      rule.check(to_host(out), plain.forward.out, naive_forward(p, mask).out, 2.0, "out");
+      rule.check(to_host(dq), plain.grads.dq, ref_grads.dq, 3.0, "dq");
+      rule.check(to_host(dk), grouped(plain.grads.dk), grouped(ref_grads.dk), 3.0, "dk");
+      rule.check(to_host(dv), grouped(plain.grads.dv), grouped(ref_grads.dv), 3.0, "dv");
+    }
+  std::printf("bf16 %s kernel, grouped heads: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name,
+              rule.worst_ratio);
+}
+
 // The fused kernel's two paths of its bf16 products, vdpbf16ps and widened to
 // fp32, add the same products in the same order (simd_bf16_dot.hpp): their
 // results are equal bit for bit in every case, mask and head grouping, and a
