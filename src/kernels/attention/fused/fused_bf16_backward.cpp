@@ -153,16 +153,17 @@ struct BackwardBf16BlockPair {
               const std::size_t col = std::size_t(c0 + c);
               const auto ds = [&](index_t row) {
                 if (row >= nr) return simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
-                alignas(64) float p[kFloatLanes];
                 const FloatPack shift = simd::pack_load<FloatPack>(&slot.lse_col[col]);
-                simd::pack_store(p, simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[row][c]) - shift));
+                FloatPack pv = simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[row][c]) - shift);
                 if (masked) {  // hidden keys (only tiles on a mask's edge)
+                  alignas(64) float p[kFloatLanes];
+                  simd::pack_store(p, pv);
                   const index_t key_position = k_pos(key.j0 + r0 + row);
                   hide_masked<kFloatLanes>(
                       mask, b, p, 0.0f, [&](int w) { return slot.qpos[col + std::size_t(w)]; },
                       [&](int) { return key_position; });
+                  pv = simd::pack_load<FloatPack>(p);
                 }
-                const FloatPack pv = simd::pack_load<FloatPack>(p);
                 const FloatPack delta_c = simd::pack_load<FloatPack>(&slot.delta_col[col]);
                 const FloatPack x = FloatPack(s * pv * (simd::pack_load<FloatPack>(&score_grads[row][c]) - delta_c));
                 store_bf16(path, &key.p_bf[std::size_t((r0 + row) * ld) + col], pv);
