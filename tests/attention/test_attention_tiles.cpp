@@ -34,6 +34,13 @@ TEST(AttentionTiles, HostDefaultsAreTheMeasuredTileAndMayUseLevelOne) {
   EXPECT_EQ(t.blocking.query_block, miniattn::kernels::kHostTileRows);
   EXPECT_EQ(t.blocking.key_block, miniattn::kernels::kHostTileRows);
   EXPECT_EQ(t.scratch_level, largest_pass(t) <= kHostLike.level0_bytes ? 0 : 1);
+  // The fused kernel's bf16 version: its own measured tiles, in buffers of each thread.
+  KernelConfig fused;
+  fused.attention = miniattn::AttentionKernel::fused;
+  const AttentionTiles narrow = choose_attention_tiles<miniattn::bf16>(fused, 64, kHostLike);
+  EXPECT_EQ(narrow.blocking.query_block, miniattn::kernels::kHostBf16QueryRows);
+  EXPECT_EQ(narrow.blocking.key_block, miniattn::kernels::kHostBf16KeyRows);
+  EXPECT_EQ(largest_pass(narrow), 0u);
 }
 
 TEST(AttentionTiles, GpuDefaultsAreTheLargestTileInLevelZero) {

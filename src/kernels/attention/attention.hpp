@@ -27,6 +27,11 @@ class CudnnBlocks;  // the cudnn kernel's state (attention/cudnn/cudnn_attention
 
 // Host tile rows: measured best with the host register tiles (fused/fused_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
+// The fused kernel's bf16 version (fused/bf16_tiles.hpp): query x key tiles
+// of 128 x 192 rows. bench_attention 8192 64 4 on a Zen 5, forward+backward,
+// best of two: 0.853 s (causal 0.457) against 0.920 s (0.478) at 96 x 96;
+// 128 x 128, 192 x 192, 128 x 256, 96 x 192 and 192 x 128 between them.
+constexpr index_t kHostBf16QueryRows = 128, kHostBf16KeyRows = 192;
 // Chunk rows of the gemm kernel when kernels.chunk is 0. GPU: measured on an
 // H200 (fp32, N = 32768, B = 1, H = 4, Dh = 64, forward+backward): chunks of
 // 1024 / 2048 / 4096 rows ran 14.8 / 20.4 / 25.5 TFLOP/s full and 14.2 / 19.0 /

@@ -109,8 +109,11 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
     tiles.blocking.query_block = fitting.query_block;
     tiles.blocking.key_block = fitting.key_block;
   } else {
-    tiles.blocking.query_block = requested.query_block > 0 ? requested.query_block : kHostTileRows;
-    tiles.blocking.key_block = requested.key_block > 0 ? requested.key_block : kHostTileRows;
+    const bool bf16_tiles = tiles.blocking.kernel == AttentionKernel::fused && std::is_same<T, bf16>::value;
+    tiles.blocking.query_block =
+        requested.query_block > 0 ? requested.query_block : bf16_tiles ? kHostBf16QueryRows : kHostTileRows;
+    tiles.blocking.key_block =
+        requested.key_block > 0 ? requested.key_block : bf16_tiles ? kHostBf16KeyRows : kHostTileRows;
   }
   const index_t qb = tiles.blocking.query_block, kb = tiles.blocking.key_block;
   // The fused kernel's bf16 version keeps its tiles in buffers of each host
