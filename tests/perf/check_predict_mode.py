@@ -224,9 +224,13 @@ def check_calibrate_bf16(exe, tmp, expect_error):
     machine = os.path.join(tmp, "calibrated_bf16.yaml")
     proc, _ = run(exe, deck, [f"run.machine={machine}"])
     check(proc.returncode == 0, proc.stderr)
+    # auto's host kernel for bf16: fused where the core has bf16 dot products and no AMX, else gemm.
+    timed = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][0][7:])["attention_kernel"]
+    check(timed in ("fused", "gemm"), f"calibrate timed {timed}, not a host kernel")
     with open(machine) as f:
         text = f.read()
-    check('precision: "bf16"' in text and 'attention_kernel: "gemm"' in text, f"a bf16 gemm machine file: {text}")
+    check('precision: "bf16"' in text and f'attention_kernel: "{timed}"' in text,
+          f"a bf16 machine file of the {timed} kernel: {text}")
     edge = re.findall(r"^attention_edge_flops_(?:forward|backward): (\S+)$", text, re.M)
     check(len(edge) == 2 and all(float(rate) > 0 for rate in edge), f"the host kernel's edge-tile rates: {text}")
     proc, _ = run(exe, deck, ["run.mode=predict", f"run.machine={machine}", "run.predict_max_ranks=2",
@@ -234,7 +238,7 @@ def check_calibrate_bf16(exe, tmp, expect_error):
     check(proc.returncode == 0, proc.stderr)
     own = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][0][7:])["prediction_for_deck"]
     check(own["valid"] and own["step_seconds"] > 0 and "cudnn workspace" not in own["memory_parts"],
-          f"bf16 predicted on its own calibration, gemm attention: {own}")
+          f"bf16 predicted on its own calibration, {timed} attention: {own}")
     expect_error(["run.mode=predict", f"run.machine={machine}", "model.precision=fp32"],
                  "precision: the rates are for bf16 but model.precision is fp32", deck_path=deck)
 
