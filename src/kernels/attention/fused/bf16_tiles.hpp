@@ -11,7 +11,8 @@
 // and every accumulator stay fp32; only the products' operands are bf16.
 //
 // One host thread works on one tile (or block pair) at a time, in buffers of
-// its own (TileBuffers), so no result depends on which thread takes which.
+// its own (kept per thread from one to the next), so no result depends on
+// which thread takes which.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

@@ -65,8 +65,6 @@ struct BackwardBf16BlockPair {
     if (mask.hides_any() && !host_tiles_meet(mask, b, &q_pos(i_lo), i_hi - i_lo, &k_pos(j_lo), j_hi - j_lo, partly))
       return;
     // The thread's buffers move in and out of a cache kept from one block pair
-    // to the next: allocated anew, their pages were faulted in again each time.
-    // The thread's buffers move in and out of a cache kept from one block pair
     // to the next: allocated anew (mmap'ed, in a run's fragmented heap), their
     // pages were faulted in again each time, which doubled a run's backward.
     static thread_local std::vector<QuerySlot> slot_cache;
