@@ -20,6 +20,11 @@
 // the paths agree bit for bit on normal numbers. vdpbf16ps flushes denormal
 // inputs and results to zero, as the widened path does under the FTZ/DAZ
 // modes miniattn sets (core/denormals.hpp).
+// Kokkos (through core/bf16.hpp) before <cstring>, for HIP's device memcpy
+// (kernels/attention/fused/bf16_tiles.hpp says why).
+#include "core/bf16.hpp"
+#include "core/types.hpp"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,9 +38,6 @@
 #else
 #define MINIATTN_NATIVE_BF16_DOT 0
 #endif
-
-#include "core/bf16.hpp"
-#include "core/types.hpp"
 
 namespace miniattn::kernels::simd {
 

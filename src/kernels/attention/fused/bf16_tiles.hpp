@@ -13,13 +13,17 @@
 // One host thread works on one tile (or block pair) at a time, in buffers of
 // its own (kept per thread from one to the next), so no result depends on
 // which thread takes which.
+// Kokkos (through fused_tiles.hpp) before <cstring>: HIP declares its device
+// memcpy in Kokkos's headers, and std::memcpy names only the memcpy declared
+// before <cstring> came (as core/bf16.hpp orders them); a unity build that put
+// this file first failed in the gemm kernel's device code otherwise.
+#include "kernels/attention/fused/fused_tiles.hpp"
+#include "kernels/base/simd_bf16_dot.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include "kernels/attention/fused/fused_tiles.hpp"
-#include "kernels/base/simd_bf16_dot.hpp"
 
 namespace miniattn::kernels::attention_detail {
 

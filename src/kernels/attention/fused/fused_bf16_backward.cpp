@@ -12,10 +12,9 @@
 // it to the fp32 dq; dk and dv add into fp32 accumulators of the whole call
 // (the workspace's dk_acc, dv_acc), rounded into the bf16 dk, dv once at the
 // end. Every sum runs in an order fixed by the tiling alone.
-#include <cmath>
+#include "kernels/attention/fused/fused_attention.hpp"
 
 #include "kernels/attention/fused/bf16_tiles.hpp"
-#include "kernels/attention/fused/fused_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -261,7 +260,7 @@ void fused_bf16_backward_accumulate(const View4<const bf16>& q, const View4<cons
   pair.n_ktiles = ceil_div(nk, pair.kb);
   pair.n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
   pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), pair.n_kblocks);
-  pair.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  pair.scale = 1.0f / compat::sqrt(static_cast<float>(dh));
   pair.path = bf16_dot_path_of(scope.blocking);
   transpose_key_tiles_into(k, pair.kb, pair.n_ktiles, workspace.k_t);
   Kokkos::deep_copy(workspace.dk_acc, 0.0f);

@@ -9,10 +9,9 @@
 // so that every product's operands come as vdpbf16ps takes them, and the
 // running output is kept transposed (columns: queries) to rescale by alpha a
 // pack at a time. O, m and l are fp32; each query row is owned by one thread.
-#include <cmath>
+#include "kernels/attention/fused/fused_attention.hpp"
 
 #include "kernels/attention/fused/bf16_tiles.hpp"
-#include "kernels/attention/fused/fused_attention.hpp"
 
 namespace miniattn::kernels {
 
@@ -209,7 +208,7 @@ void fused_bf16_forward_accumulate(const View4<const bf16>& q, const View4<const
   tile.qb_ld = round_up(tile.qb, kBf16Cols);
   tile.n_qtiles = ceil_div(nq, tile.qb);
   tile.n_ktiles = ceil_div(nk, tile.kb);
-  tile.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  tile.scale = 1.0f / compat::sqrt(static_cast<float>(dh));
   tile.path = bf16_dot_path_of(scope.blocking);
   transpose_key_tiles_into(v, tile.kb, tile.n_ktiles, workspace.v_t);
   Kokkos::parallel_for("miniattn::attention_forward_accumulate_bf16", HostPolicy(0, batch * heads * tile.n_qtiles),
