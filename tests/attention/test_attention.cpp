@@ -852,6 +852,35 @@ std::vector<double> sum_over_groups(const std::vector<double>& x, index_t heads,
   return sum;
 }
 
+// The kernels' forward and backward on a grouped problem (dq through its
+// accumulator, as attention_backward_accumulate takes it), on the host.
+template <class T>
+std::pair<ForwardResult, Gradients> kernel_grouped(const GroupedProblem& gp, const MaskCase& mask,
+                                                   const AttentionBlocking& tiles, const std::vector<double>& g) {
+  const Problem& p = gp.whole;
+  const index_t heads = p.heads, kv_heads = gp.kv_heads, nq = p.nq(), nk = p.nk(), B = p.batch;
+  const View4<T> q = to_device<T>(p.q, B, heads, nq, p.dh, "q");
+  const View4<T> k = to_device<T>(gp.k, B, kv_heads, nk, p.dh, "k");
+  const View4<T> v = to_device<T>(gp.v, B, kv_heads, nk, p.dh, "v");
+  const View1<const index_t> q_pos = positions_to_device(p.q_pos), k_pos = positions_to_device(p.k_pos);
+  View4<T> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
+  View4<T> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
+  View3<miniattn::Acc<T>> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
+  const AttentionBlocking blocking = as_tested<T>(tiles);
+  const auto workspace = workspace_for<T>(blocking, B, heads, kv_heads, p.dh, nq, nk);
+  const miniattn::kernels::AttentionScope scope{q_pos, k_pos, kernel_mask(mask), blocking};
+  miniattn::kernels::attention_forward<T>(q, k, v, scope, out, lse, row_sum, workspace);
+  const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
+  miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
+  const auto dq_acc = miniattn::kernels::accumulator_of(dq, workspace);
+  Kokkos::deep_copy(dq_acc, miniattn::Acc<T>(0));
+  miniattn::kernels::attention_backward_accumulate<T>(q, k, v, out, dout, lse, delta, scope, dq_acc, dk, dv,
+                                                      workspace);
+  miniattn::kernels::round_accumulator<T>(dq_acc, dq);
+  Kokkos::fence();
+  return {{to_host(out), to_host(lse)}, {to_host(dq), to_host(dk), to_host(dv)}};
+}
+
 template <class T>
 void check_grouped_heads_against_naive(double tolerance) {
   std::uint64_t seed = 701;
@@ -862,32 +891,16 @@ void check_grouped_heads_against_naive(double tolerance) {
         GroupedProblem gp = make_grouped_problem(heads, kv_heads, c, seed++);
         const Problem& p = gp.whole;
         const auto g = random_values(p.q.size(), seed + 1000);
-        const index_t nq = p.nq(), nk = p.nk(), B = p.batch;
-        const View4<T> q = to_device<T>(p.q, B, heads, nq, p.dh, "q");
-        const View4<T> k = to_device<T>(gp.k, B, kv_heads, nk, p.dh, "k");
-        const View4<T> v = to_device<T>(gp.v, B, kv_heads, nk, p.dh, "v");
-        const View1<const index_t> q_pos = positions_to_device(p.q_pos), k_pos = positions_to_device(p.k_pos);
-        View4<T> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
-        View4<T> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
-        View3<miniattn::Acc<T>> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
-        const AttentionBlocking blocking = as_tested<T>(c.blocking);
-        const auto workspace = workspace_for<T>(blocking, B, heads, kv_heads, p.dh, nq, nk);
-        miniattn::kernels::attention_forward<T>(q, k, v, {q_pos, k_pos, kernel_mask(mask), blocking}, out, lse, row_sum,
-                                                workspace);
-        const View4<T> dout = to_device<T>(g, B, heads, nq, p.dh, "dout");
-        miniattn::kernels::attention_backward_delta<T>(out, dout, delta);
-        miniattn::kernels::attention_backward_accumulate<T>(q, k, v, out, dout, lse, delta,
-                                                            {q_pos, k_pos, kernel_mask(mask), blocking}, dq, dk, dv,
-                                                            workspace);
+        const auto [got, grads] = kernel_grouped<T>(gp, mask, c.blocking, g);
         const Problem reference = rounded<T>(p);
         const auto ref = naive_forward(reference, mask);
         const auto ref_grads = naive_backward(reference, mask, rounded<T>(g));
-        const std::size_t row = static_cast<std::size_t>(nk * p.dh);
-        EXPECT_LE(relative_error(to_host(out), ref.out), tolerance);
-        EXPECT_LE(relative_error(to_host(lse), ref.lse), tolerance);
-        EXPECT_LE(relative_error(to_host(dq), ref_grads.dq), tolerance);
-        EXPECT_LE(relative_error(to_host(dk), sum_over_groups(ref_grads.dk, heads, kv_heads, row)), tolerance);
-        EXPECT_LE(relative_error(to_host(dv), sum_over_groups(ref_grads.dv, heads, kv_heads, row)), tolerance);
+        const std::size_t row = static_cast<std::size_t>(p.nk() * p.dh);
+        EXPECT_LE(relative_error(got.out, ref.out), tolerance);
+        EXPECT_LE(relative_error(got.lse, ref.lse), tolerance);
+        EXPECT_LE(relative_error(grads.dq, ref_grads.dq), tolerance);
+        EXPECT_LE(relative_error(grads.dk, sum_over_groups(ref_grads.dk, heads, kv_heads, row)), tolerance);
+        EXPECT_LE(relative_error(grads.dv, sum_over_groups(ref_grads.dv, heads, kv_heads, row)), tolerance);
       }
     }
   }
@@ -1115,33 +1128,15 @@ TEST_P(AttentionBf16, GroupedHeadsWithinFactorsOfPlainBf16) {
       GroupedProblem gp = make_grouped_problem(heads, kv_heads, c, seed++);
       const Problem p = rounded<bf16>(gp.whole);
       const auto g = rounded<bf16>(random_values(p.q.size(), seed + 1000));
-      const index_t nq = p.nq(), nk = p.nk(), B = p.batch;
-      const View4<bf16> q = to_device<bf16>(p.q, B, heads, nq, p.dh, "q");
-      const View4<bf16> k = to_device<bf16>(gp.k, B, kv_heads, nk, p.dh, "k");
-      const View4<bf16> v = to_device<bf16>(gp.v, B, kv_heads, nk, p.dh, "v");
-      const View1<const index_t> q_pos = positions_to_device(p.q_pos), k_pos = positions_to_device(p.k_pos);
-      View4<bf16> out("out", B, heads, nq, p.dh), dq("dq", B, heads, nq, p.dh);
-      View4<bf16> dk("dk", B, kv_heads, nk, p.dh), dv("dv", B, kv_heads, nk, p.dh);
-      View3<float> lse("lse", B, heads, nq), row_sum("row_sum", B, heads, nq), delta("delta", B, heads, nq);
-      const AttentionBlocking blocking = as_tested<bf16>(c.blocking);
-      const auto workspace = workspace_for<bf16>(blocking, B, heads, kv_heads, p.dh, nq, nk);
-      const miniattn::kernels::AttentionScope scope{q_pos, k_pos, kernel_mask(mask), blocking};
-      miniattn::kernels::attention_forward<bf16>(q, k, v, scope, out, lse, row_sum, workspace);
-      const View4<bf16> dout = to_device<bf16>(g, B, heads, nq, p.dh, "dout");
-      miniattn::kernels::attention_backward_delta<bf16>(out, dout, delta);
-      const auto dq_acc = miniattn::kernels::accumulator_of(dq, workspace);
-      Kokkos::deep_copy(dq_acc, 0.0f);
-      miniattn::kernels::attention_backward_accumulate<bf16>(q, k, v, out, dout, lse, delta, scope, dq_acc, dk, dv,
-                                                             workspace);
-      miniattn::kernels::round_accumulator<bf16>(dq_acc, dq);
+      const auto [got, grads] = kernel_grouped<bf16>(gp, mask, c.blocking, g);
       const PlainBf16 plain = plain_bf16_attention(p, mask, g);
       const auto ref_grads = naive_backward(p, mask, g);
-      const std::size_t row = static_cast<std::size_t>(nk * p.dh);
+      const std::size_t row = static_cast<std::size_t>(p.nk() * p.dh);
       const auto grouped = [&](const std::vector<double>& x) { return sum_over_groups(x, heads, kv_heads, row); };
-      rule.check(to_host(out), plain.forward.out, naive_forward(p, mask).out, 2.0, "out");
-      rule.check(to_host(dq), plain.grads.dq, ref_grads.dq, 3.0, "dq");
-      rule.check(to_host(dk), grouped(plain.grads.dk), grouped(ref_grads.dk), 3.0, "dk");
-      rule.check(to_host(dv), grouped(plain.grads.dv), grouped(ref_grads.dv), 3.0, "dv");
+      rule.check(got.out, plain.forward.out, naive_forward(p, mask).out, 2.0, "out");
+      rule.check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
+      rule.check(grads.dk, grouped(plain.grads.dk), grouped(ref_grads.dk), 3.0, "dk");
+      rule.check(grads.dv, grouped(plain.grads.dv), grouped(ref_grads.dv), 3.0, "dv");
     }
   std::printf("bf16 %s kernel, grouped heads: worst error / (plain bf16 error + 1e-4) = %.2f\n", GetParam().name,
               rule.worst_ratio);
