@@ -47,6 +47,23 @@ inline simd::Bf16Dot bf16_dot_path_of(const AttentionBlocking& blocking) {
   return blocking.widened_bf16_dot ? simd::Bf16Dot::widened : simd::bf16_dot_path();
 }
 
+// A call's shape and tiles, as both passes take them (each pass's functor
+// derives from it): heads, K/V heads and query heads per K/V head, rows and
+// head width, the tiles (clamped to the rows) and their counts, the padded
+// query columns of the staged tiles, the softmax scale and the products' path.
+struct Bf16CallShape {
+  index_t heads = 0, kv_heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, qb_ld = 0, n_qtiles = 0,
+          n_ktiles = 0;
+  float scale = 0.0f;
+  simd::Bf16Dot path = simd::Bf16Dot::widened;
+
+  Bf16CallShape(const View4<const bf16>& q, const View4<const bf16>& k, const AttentionBlocking& blocking)
+      : heads(q.extent(1)), kv_heads(k.extent(1)), group(heads / kv_heads), nq(q.extent(2)), nk(k.extent(2)),
+        dh(q.extent(3)), qb(clamp_block(blocking.query_block, nq)), kb(clamp_block(blocking.key_block, nk)),
+        qb_ld(round_up(qb, kBf16Cols)), n_qtiles(ceil_div(nq, qb)), n_ktiles(ceil_div(nk, kb)),
+        scale(1.0f / compat::sqrt(static_cast<float>(dh))), path(bf16_dot_path_of(blocking)) {}
+};
+
 // C = A B over `pairs` pairs of the inner dimension: A's row r at a + r lda,
 // B pair-interleaved with row stride ldb >= 2 round_up(cols, kBf16Cols).
 // Calls epilogue(r0, nr, c0, acc) for each tile of rows r0 .. r0+nr-1 and

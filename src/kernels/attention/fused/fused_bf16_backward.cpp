@@ -41,17 +41,14 @@ struct KeySlot {
   std::vector<bf16> ds_pairs;            // [ceil(kb/2)][2 qb_ld]: dS^T in pairs of keys
 };
 
-struct BackwardBf16BlockPair {
+struct BackwardBf16BlockPair : Bf16CallShape {
   View4<const bf16> q, k, v, dout;
   View3<const float> lse, delta;
   View1<const index_t> q_pos, k_pos;
   View4<float> dq, dk_acc, dv_acc;
   View4<const bf16> k_t;  // [B, KV, key tiles x Dh, kt_ld]: transpose_key_tiles
   AttentionMask mask;
-  index_t kv_heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, qb_ld = 0, dh_ld = 0, n_qtiles = 0,
-          n_ktiles = 0, n_kblocks = 0, waves = 0, wave = 0;
-  float scale = 0.0f;
-  simd::Bf16Dot path = simd::Bf16Dot::widened;
+  index_t dh_ld = 0, n_kblocks = 0, waves = 0, wave = 0;
 
   void operator()(const index_t rank) const {
     const index_t key_block = rank % n_kblocks, query_block = (key_block + wave) % waves;
@@ -237,37 +234,23 @@ void fused_bf16_backward_accumulate(const View4<const bf16>& q, const View4<cons
                                     const View3<const float>& lse, const View3<const float>& delta,
                                     const AttentionScope& scope, const View4<float>& dq, const View4<bf16>& dk,
                                     const View4<bf16>& dv, const AttentionWorkspace<bf16>& workspace) {
-  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t kv_heads = k.extent(1), nk = k.extent(2);
   const auto holds_keys = [&](const View4<float>& sums) {
     return sums.extent(0) == dk.extent(0) && sums.extent(1) == dk.extent(1) && sums.extent(2) >= dk.extent(2) &&
            sums.extent(3) == dk.extent(3);
   };
   require(holds_keys(workspace.dk_acc) && holds_keys(workspace.dv_acc),
           "the workspace's dk_acc and dv_acc must hold the call's dk and dv: [B, KV, >= n_k, Dh] (fused, bf16)");
-  BackwardBf16BlockPair pair{q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos, dq, workspace.dk_acc,
-                             workspace.dv_acc, workspace.k_t, scope.mask};
-  pair.kv_heads = kv_heads;
-  pair.group = heads / kv_heads;
-  pair.nq = nq;
-  pair.nk = nk;
-  pair.dh = dh;
-  pair.qb = clamp_block(scope.blocking.query_block, nq);
-  pair.kb = clamp_block(scope.blocking.key_block, nk);
-  pair.qb_ld = round_up(pair.qb, kBf16Cols);
-  pair.dh_ld = round_up(dh, kBf16Cols);
-  pair.n_qtiles = ceil_div(nq, pair.qb);
-  pair.n_ktiles = ceil_div(nk, pair.kb);
+  BackwardBf16BlockPair pair{{q, k, scope.blocking}, q, k, v, dout, lse, delta, scope.q_pos, scope.k_pos, dq,
+                             workspace.dk_acc, workspace.dv_acc, workspace.k_t, scope.mask};
+  pair.dh_ld = round_up(pair.dh, kBf16Cols);
   pair.n_kblocks = ceil_div(pair.n_ktiles, kBlockTiles);
   pair.waves = std::max(ceil_div(pair.n_qtiles, kBlockTiles), pair.n_kblocks);
-  pair.scale = 1.0f / compat::sqrt(static_cast<float>(dh));
-  pair.path = bf16_dot_path_of(scope.blocking);
   transpose_key_tiles_into(k, pair.kb, pair.n_ktiles, workspace.k_t);
   Kokkos::deep_copy(workspace.dk_acc, 0.0f);
   Kokkos::deep_copy(workspace.dv_acc, 0.0f);
+  const HostPolicy policy(0, index_t(q.extent(0)) * pair.kv_heads * pair.n_kblocks);
   for (pair.wave = 0; pair.wave < pair.waves; ++pair.wave)
-    Kokkos::parallel_for("miniattn::attention_backward_accumulate_bf16", HostPolicy(0, batch * kv_heads * pair.n_kblocks),
-                         pair);
+    Kokkos::parallel_for("miniattn::attention_backward_accumulate_bf16", policy, pair);
   add_rounded(workspace.dk_acc, dk);
   add_rounded(workspace.dv_acc, dv);
 }

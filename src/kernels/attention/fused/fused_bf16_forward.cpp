@@ -19,16 +19,13 @@ using namespace attention_detail;
 
 namespace {
 
-struct ForwardBf16QueryTile {
+struct ForwardBf16QueryTile : Bf16CallShape {
   View4<const bf16> q, k;
   View4<const bf16> v_t;  // [B, KV, key tiles x Dh, kt_ld]: transpose_key_tiles
   View1<const index_t> q_pos, k_pos;
   View4<float> out_acc;
   View3<float> row_max, row_sum;
   AttentionMask mask;
-  index_t heads = 0, group = 0, nq = 0, nk = 0, dh = 0, qb = 0, kb = 0, qb_ld = 0, n_qtiles = 0, n_ktiles = 0;
-  float scale = 0.0f;
-  simd::Bf16Dot path = simd::Bf16Dot::widened;
 
   // One thread's buffers for a query tile.
   struct Tile {
@@ -195,24 +192,11 @@ void fused_bf16_forward_accumulate(const View4<const bf16>& q, const View4<const
                                    const View4<const bf16>& v, const AttentionScope& scope,
                                    const View4<float>& out_acc, const View3<float>& row_max,
                                    const View3<float>& row_sum, const AttentionWorkspace<bf16>& workspace) {
-  const index_t batch = q.extent(0), heads = q.extent(1), nq = q.extent(2), dh = q.extent(3);
-  const index_t nk = k.extent(2);
-  ForwardBf16QueryTile tile{q, k, workspace.v_t, scope.q_pos, scope.k_pos, out_acc, row_max, row_sum, scope.mask};
-  tile.heads = heads;
-  tile.group = heads / index_t(k.extent(1));
-  tile.nq = nq;
-  tile.nk = nk;
-  tile.dh = dh;
-  tile.qb = clamp_block(scope.blocking.query_block, nq);
-  tile.kb = clamp_block(scope.blocking.key_block, nk);
-  tile.qb_ld = round_up(tile.qb, kBf16Cols);
-  tile.n_qtiles = ceil_div(nq, tile.qb);
-  tile.n_ktiles = ceil_div(nk, tile.kb);
-  tile.scale = 1.0f / compat::sqrt(static_cast<float>(dh));
-  tile.path = bf16_dot_path_of(scope.blocking);
+  ForwardBf16QueryTile tile{{q, k, scope.blocking}, q, k, workspace.v_t, scope.q_pos, scope.k_pos, out_acc, row_max,
+                            row_sum, scope.mask};
   transpose_key_tiles_into(v, tile.kb, tile.n_ktiles, workspace.v_t);
-  Kokkos::parallel_for("miniattn::attention_forward_accumulate_bf16", HostPolicy(0, batch * heads * tile.n_qtiles),
-                       tile);
+  Kokkos::parallel_for("miniattn::attention_forward_accumulate_bf16",
+                       HostPolicy(0, index_t(q.extent(0)) * tile.heads * tile.n_qtiles), tile);
 }
 
 }  // namespace miniattn::kernels
