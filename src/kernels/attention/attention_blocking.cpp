@@ -103,24 +103,23 @@ AttentionTiles choose_attention_tiles(const KernelConfig& requested, index_t hea
   using Tile = Acc<T>;  // what the fused kernel's tiles hold
   AttentionTiles tiles;
   tiles.blocking.kernel = resolved_kernel<T>(requested.attention, head_dim, limits, cudnn_on_every_rank);
+  // The fused kernel's bf16 version: its own tiles, kept in buffers of each
+  // host thread, not in team scratch (fused/bf16_tiles.hpp).
+  const bool bf16_tiles = tiles.blocking.kernel == AttentionKernel::fused && std::is_same<T, bf16>::value;
   tiles.blocking.chunk = requested.chunk > 0 ? requested.chunk : limits.level1_is_global ? kDeviceChunk : kHostChunk;
   if (limits.level1_is_global) {
     const AttentionBlocking fitting = largest_fitting_tile<Tile>(requested, head_dim, limits.level0_bytes);
     tiles.blocking.query_block = fitting.query_block;
     tiles.blocking.key_block = fitting.key_block;
   } else {
-    const bool bf16_tiles = tiles.blocking.kernel == AttentionKernel::fused && std::is_same<T, bf16>::value;
     tiles.blocking.query_block =
         requested.query_block > 0 ? requested.query_block : bf16_tiles ? kHostBf16QueryRows : kHostTileRows;
     tiles.blocking.key_block =
         requested.key_block > 0 ? requested.key_block : bf16_tiles ? kHostBf16KeyRows : kHostTileRows;
   }
   const index_t qb = tiles.blocking.query_block, kb = tiles.blocking.key_block;
-  // The fused kernel's bf16 version keeps its tiles in buffers of each host
-  // thread, not in team scratch (fused/bf16_tiles.hpp).
-  const bool team_tiles = !(tiles.blocking.kernel == AttentionKernel::fused && std::is_same<T, bf16>::value);
-  tiles.forward_scratch_bytes = team_tiles ? forward_scratch_bytes<Tile>(qb, kb, head_dim) : 0;
-  tiles.backward_scratch_bytes = team_tiles ? backward_scratch_bytes<Tile>(qb, kb, head_dim) : 0;
+  tiles.forward_scratch_bytes = bf16_tiles ? 0 : forward_scratch_bytes<Tile>(qb, kb, head_dim);
+  tiles.backward_scratch_bytes = bf16_tiles ? 0 : backward_scratch_bytes<Tile>(qb, kb, head_dim);
   tiles.level0_bytes = limits.level0_bytes;
   const std::size_t needed = std::max(tiles.forward_scratch_bytes, tiles.backward_scratch_bytes);
   if (tiles.blocking.kernel == AttentionKernel::fused && limits.level1_is_global && needed > limits.level0_bytes) {

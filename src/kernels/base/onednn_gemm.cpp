@@ -115,22 +115,25 @@ Product& product(char ta, char tb, float alpha, const MatrixBatch<const bf16>& a
 
 bool onednn_bf16_gemm_built() { return true; }
 
+namespace {
+
+// Whether oneDNN's effective ISA holds `isa`: its ISAs are bit sets, each
+// holding those it extends (AMX holds avx512_core_bf16).
+bool effective_isa_holds(dnnl::cpu_isa isa) {
+  const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto wanted = static_cast<unsigned>(isa);
+  return (effective & wanted) == wanted;
+}
+
+}  // namespace
+
 bool onednn_bf16_gemm_used() {
-  static const bool used = [] {
-    // oneDNN's ISAs are bit sets, each holding those it extends: AMX holds avx512_core_bf16.
-    const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16_units = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (effective & bf16_units) == bf16_units;
-  }();
+  static const bool used = effective_isa_holds(dnnl::cpu_isa::avx512_core_bf16);
   return used;
 }
 
 bool onednn_bf16_gemm_on_amx() {
-  static const bool amx = [] {
-    const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto amx_units = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_amx);
-    return (effective & amx_units) == amx_units;
-  }();
+  static const bool amx = effective_isa_holds(dnnl::cpu_isa::avx512_core_amx);
   return amx;
 }
 

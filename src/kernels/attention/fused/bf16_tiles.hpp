@@ -113,15 +113,13 @@ inline void bf16_tile_products(simd::Bf16Dot path, index_t rows, index_t cols, i
 // interleaved), the same bits as bf16_bits_of on every value a kernel makes
 // (denormals aside, which FTZ flushes: core/denormals.hpp).
 inline void store_bf16_pairs(simd::Bf16Dot path, bf16* row, index_t c0, const FloatPack& lo, const FloatPack& hi) {
-#if MINIATTN_NATIVE_BF16_DOT
-  if constexpr (sizeof(FloatPack) == sizeof(__m512)) {
-    if (path == simd::Bf16Dot::native) {
-      const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23,
-                                                  7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-      const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);  // lo's 16, then hi's
-      _mm512_storeu_si512(row + 2 * c0, _mm512_permutexvar_epi16(interleave, halves));
-      return;
-    }
+#if MINIATTN_NATIVE_BF16_DOT  // an AVX-512 target: a float pack is an __m512
+  if (path == simd::Bf16Dot::native) {
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i halves = (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo);  // lo's 16, then hi's
+    _mm512_storeu_si512(row + 2 * c0, _mm512_permutexvar_epi16(interleave, halves));
+    return;
   }
 #endif
   (void)path;
@@ -135,11 +133,9 @@ inline void store_bf16_pairs(simd::Bf16Dot path, bf16* row, index_t c0, const Fl
 // native path, as store_bf16_pairs.
 inline void store_bf16(simd::Bf16Dot path, bf16* p, const FloatPack& x) {
 #if MINIATTN_NATIVE_BF16_DOT
-  if constexpr (sizeof(FloatPack) == sizeof(__m512)) {
-    if (path == simd::Bf16Dot::native) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh((__m512)x));
-      return;
-    }
+  if (path == simd::Bf16Dot::native) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh((__m512)x));
+    return;
   }
 #endif
   (void)path;
