@@ -340,4 +340,11 @@ void attention_backward_accumulate(const View4<const T>& q, const View4<const T>
 template <class T>
 void round_accumulator(const View4<const Acc<T>>& acc, const View4<T>& x);
 
+// Rows first .. first + rows - 1 of each head of x += rows 0 .. rows - 1 of
+// each head of acc, rounded to T once: key gradients a kernel summed in Acc<T>
+// (the gemm kernel's key chunks, the fused bf16 kernel's whole call) added to
+// the dk, dv that travel as T.
+template <class T>
+void add_rounded_rows(const View4<const Acc<T>>& acc, index_t first, index_t rows, const View4<T>& x);
+
 }  // namespace miniattn::kernels

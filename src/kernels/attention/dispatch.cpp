@@ -225,6 +225,23 @@ void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
       KOKKOS_LAMBDA(const index_t e) { to[e] = narrow<T>(from[e]); });
 }
 
+template <class T>
+void add_rounded_rows(const View4<const Acc<T>>& acc, index_t first, index_t rows, const View4<T>& x) {
+  const index_t dh = x.extent(3), acc_rows = acc.extent(2), x_rows = x.extent(2);
+  require(acc.extent(0) == x.extent(0) && acc.extent(1) == x.extent(1) && acc.extent(3) == x.extent(3) &&
+              rows <= acc_rows && first + rows <= x_rows,
+          "add_rounded_rows: acc must be [B, KV, >= rows, Dh] and x hold rows first .. first + rows - 1");
+  const Acc<T>* const a = acc.data();
+  T* const to = x.data();
+  Kokkos::parallel_for(
+      "miniattn::attention_add_key_gradients",
+      RowPolicy(0, index_t(x.extent(0) * x.extent(1)) * rows * dh), KOKKOS_LAMBDA(const index_t e) {
+        const index_t d = e % dh, j = (e / dh) % rows, head = e / (dh * rows);
+        T& target = to[(head * x_rows + first + j) * dh + d];
+        target = narrow<T>(widen(target) + a[(head * acc_rows + j) * dh + d]);
+      });
+}
+
 #define MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(T)                                                                     \
   template void attention_backward_delta<T>(const View4<const T>&, const View4<const T>&, const View3<Acc<T>>&);       \
   template void attention_backward_accumulate<T>(                                                                      \
@@ -232,7 +249,8 @@ void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
       const View4<const T>&, const View3<const Acc<T>>&, const View3<const Acc<T>>&, const AttentionScope&,            \
       const View4<Acc<T>>&, const View4<T>&, const View4<T>&,                                                          \
       const AttentionWorkspace<T>&);                                                                                   \
-  template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);
+  template void round_accumulator<T>(const View4<const Acc<T>>&, const View4<T>&);                                   \
+  template void add_rounded_rows<T>(const View4<const Acc<T>>&, index_t, index_t, const View4<T>&);
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(float)
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(double)
 MINIATTN_INSTANTIATE_ATTENTION_BACKWARD(bf16)

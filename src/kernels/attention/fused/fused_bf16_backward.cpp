@@ -214,19 +214,6 @@ struct BackwardBf16BlockPair : Bf16CallShape {
   }
 };
 
-// x += the call's fp32 sums (rows 0 .. n - 1 of each head's), rounded once.
-void add_rounded(const View4<float>& sums, const View4<bf16>& x) {
-  const index_t kv_heads = x.extent(1), n = x.extent(2), dh = x.extent(3);
-  Kokkos::parallel_for("miniattn::attention_add_key_gradients_bf16",
-                       Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<index_t>>(
-                           0, index_t(x.extent(0)) * kv_heads * n),
-                       [=](const index_t row) {
-                         const index_t j = row % n, b = row / n / kv_heads, kh = row / n % kv_heads;
-                         for (index_t d = 0; d < dh; ++d)
-                           x(b, kh, j, d) = bf16(static_cast<float>(x(b, kh, j, d)) + sums(b, kh, j, d));
-                       });
-}
-
 }  // namespace
 
 void fused_bf16_backward_accumulate(const View4<const bf16>& q, const View4<const bf16>& k,
@@ -251,8 +238,8 @@ void fused_bf16_backward_accumulate(const View4<const bf16>& q, const View4<cons
   const HostPolicy policy(0, index_t(q.extent(0)) * pair.kv_heads * pair.n_kblocks);
   for (pair.wave = 0; pair.wave < pair.waves; ++pair.wave)
     Kokkos::parallel_for("miniattn::attention_backward_accumulate_bf16", policy, pair);
-  add_rounded(workspace.dk_acc, dk);
-  add_rounded(workspace.dv_acc, dv);
+  add_rounded_rows<bf16>(workspace.dk_acc, 0, dk.extent(2), dk);
+  add_rounded_rows<bf16>(workspace.dv_acc, 0, dv.extent(2), dv);
 }
 
 }  // namespace miniattn::kernels

@@ -296,24 +296,6 @@ void forward_chunk_pair(const Shape<T>& s, const View4<const T>& q, const View4<
 
 // The gradients' GEMMs of one chunk pair, after the row kernel.
 // dk, dv: the caller's (fp32, fp64) or the workspace's Acc<T> copies (bf16).
-// Rows kc of to += the first kc.rows rows of from, rounded to T once (a free
-// function: CUDA lambdas may not live in private members).
-template <class T>
-void add_rounded(const View4<Acc<T>>& from, Chunk kc, const View4<T>& to) {
-  const index_t rows = kc.rows, first = kc.first, dh = to.extent(3);
-  const index_t from_rows = from.extent(2), to_rows = to.extent(2);
-  const Acc<T>* const a = from.data();
-  T* const x = to.data();
-  Kokkos::parallel_for(
-      "miniattn::chunked_attention_key_gradients",
-      Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<index_t>>(0, index_t(to.extent(0) * to.extent(1)) * rows * dh),
-      KOKKOS_LAMBDA(const index_t e) {
-        const index_t d = e % dh, j = (e / dh) % rows, head = e / (dh * rows);
-        T& target = x[(head * to_rows + first + j) * dh + d];
-        target = narrow<T>(widen(target) + a[(head * from_rows + j) * dh + d]);
-      });
-}
-
 // The keys' gradients: accumulated straight into the caller's dk, dv when T
 // computes in T; else key chunk by key chunk in the workspace's Acc<T>
 // buffers ([B, KV, chunk, Dh]), added to the chunk's rows of dk, dv with one
@@ -340,8 +322,8 @@ struct KeyGradients {
   }
   void end(Chunk kc) const {
     if constexpr (separate) {
-      add_rounded<T>(dk_acc, kc, dk);
-      add_rounded<T>(dv_acc, kc, dv);
+      add_rounded_rows<T>(dk_acc, kc.first, kc.rows, dk);
+      add_rounded_rows<T>(dv_acc, kc.first, kc.rows, dv);
     }
   }
 
