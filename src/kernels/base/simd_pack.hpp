@@ -232,8 +232,10 @@ template <class V, class T>
 KOKKOS_FORCEINLINE_FUNCTION V pack_load_n(const T* p, int width) {
   constexpr int lanes = static_cast<int>(sizeof(V) / sizeof(T));
   if (width == lanes) return pack_load<V>(p);
-  T padded[lanes] = {};
-  for (int i = 0; i < width; ++i) padded[i] = p[i];
+  // Every lane written, none read past width: a loop to width alone became a
+  // memcpy whose length GCC's -Warray-bounds could not bound by lanes.
+  T padded[lanes];
+  for (int i = 0; i < lanes; ++i) padded[i] = i < width ? p[i] : T(0);
   return pack_load<V>(padded);
 }
 
