@@ -134,41 +134,75 @@ struct BackwardBf16BlockPair : Bf16CallShape {
 
   // P^T = exp(scale K Q^T - lse), 0 where masked, and dS^T = scale P^T (V dO^T
   // - delta), from the two products' tiles together: both rounded, dS^T also
-  // in pairs of keys.
+  // in pairs of keys. A pair of keys' packs at a time: their exponentials are
+  // independent chains of dependent FMAs, which one pack at a time left
+  // waiting on each other's latency (exp was a tenth of the backward).
   void probabilities_and_score_gradients(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
+    constexpr int kPacks = kBf16Cols / kFloatLanes;
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
     bf16_tile_products(
         path, key.cols, slot.rows, (dh + 1) / 2, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(),
         key.v_rows.rows, key.v_rows.ld, slot.g_width.data(), 2 * qb_ld,
         [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& scores, const Bf16Acc& score_grads) {
+          FloatPack shift[kPacks], delta_c[kPacks];
+          MINIATTN_UNROLL
+          for (int p = 0; p < kPacks; ++p) {
+            shift[p] = simd::pack_load<FloatPack>(&slot.lse_col[std::size_t(c0 + p * kFloatLanes)]);
+            delta_c[p] = simd::pack_load<FloatPack>(&slot.delta_col[std::size_t(c0 + p * kFloatLanes)]);
+          }
           for (index_t r = 0; r < nr; r += 2) {  // r0 is even: pairs of keys (r, r + 1)
-            for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-              const std::size_t col = std::size_t(c0 + c);
-              const auto ds = [&](index_t row) {
-                if (row >= nr) return simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
-                const FloatPack shift = simd::pack_load<FloatPack>(&slot.lse_col[col]);
-                FloatPack pv = simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[row][c]) - shift);
-                if (masked) {  // hidden keys (only tiles on a mask's edge)
-                  alignas(64) float p[kFloatLanes];
-                  simd::pack_store(p, pv);
-                  const index_t key_position = k_pos(key.j0 + r0 + row);
-                  hide_masked<kFloatLanes>(
-                      mask, b, p, 0.0f, [&](int w) { return slot.qpos[col + std::size_t(w)]; },
-                      [&](int) { return key_position; });
-                  pv = simd::pack_load<FloatPack>(p);
-                }
-                const FloatPack delta_c = simd::pack_load<FloatPack>(&slot.delta_col[col]);
-                const FloatPack x = FloatPack(s * pv * (simd::pack_load<FloatPack>(&score_grads[row][c]) - delta_c));
-                store_bf16(path, &key.p_bf[std::size_t((r0 + row) * ld) + col], pv);
-                store_bf16(path, &key.ds_bf[std::size_t((r0 + row) * ld) + col], x);
-                return x;
-              };
-              const FloatPack even = ds(r), odd = ds(r + 1);
-              store_bf16_pairs(path, &key.ds_pairs[std::size_t((r0 + r) * ld)], c0 + c, even, odd);
+            const int keys = r + 1 < nr ? 2 : 1;  // an odd tile's last pair is half zero
+            FloatPack pv[2][kPacks], ds[2][kPacks];
+            MINIATTN_UNROLL
+            for (int h = 0; h < 2; ++h)
+              MINIATTN_UNROLL
+              for (int p = 0; p < kPacks; ++p)  // rows past nr repeat the last one: finite
+                pv[h][p] = simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[r + h][p * kFloatLanes]) -
+                                                   shift[p]);
+            if (masked) hide_masked_keys(pv, keys, key, slot, b, r0 + r, c0);
+            MINIATTN_UNROLL
+            for (int h = 0; h < 2; ++h)
+              MINIATTN_UNROLL
+              for (int p = 0; p < kPacks; ++p)
+                ds[h][p] = h < keys ? FloatPack(s * pv[h][p] *
+                                                (simd::pack_load<FloatPack>(&score_grads[r + h][p * kFloatLanes]) -
+                                                 delta_c[p]))
+                                    : simd::pack_splat<FloatPack>(0.0f);
+            for (int h = 0; h < keys; ++h) {
+              const std::size_t row = std::size_t((r0 + r + h) * ld + c0);
+              MINIATTN_UNROLL
+              for (int p = 0; p < kPacks; ++p) {
+                store_bf16(path, &key.p_bf[row + std::size_t(p * kFloatLanes)], pv[h][p]);
+                store_bf16(path, &key.ds_bf[row + std::size_t(p * kFloatLanes)], ds[h][p]);
+              }
             }
+            MINIATTN_UNROLL
+            for (int p = 0; p < kPacks; ++p)
+              store_bf16_pairs(path, &key.ds_pairs[std::size_t((r0 + r) * ld)], c0 + p * kFloatLanes, ds[0][p],
+                               ds[1][p]);
           }
         });
+  }
+
+  // Probabilities of keys hidden from a query set to 0 (only tiles on a mask's
+  // edge): the pair of key rows `first`, first + 1 of the tile (`keys` of them
+  // real) against query columns c0 ...
+  template <int kPacks>
+  void hide_masked_keys(FloatPack (&pv)[2][kPacks], int keys, const KeySlot& key, const QuerySlot& slot, index_t b,
+                        index_t first, index_t c0) const {
+    for (int h = 0; h < keys; ++h) {
+      const index_t key_position = k_pos(key.j0 + first + h);
+      for (int p = 0; p < kPacks; ++p) {
+        alignas(64) float probabilities[kFloatLanes];
+        simd::pack_store(probabilities, pv[h][p]);
+        const std::size_t col = std::size_t(c0 + p * kFloatLanes);
+        hide_masked<kFloatLanes>(
+            mask, b, probabilities, 0.0f, [&](int w) { return slot.qpos[col + std::size_t(w)]; },
+            [&](int) { return key_position; });
+        pv[h][p] = simd::pack_load<FloatPack>(probabilities);
+      }
+    }
   }
 
   // dv += P^T dO, dk += dS^T Q (fp32 accumulators: this thread is the only

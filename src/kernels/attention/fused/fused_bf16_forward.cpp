@@ -31,7 +31,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
   struct Tile {
     index_t b, h, kh, i0, rows;
     std::vector<bf16> q_pairs;  // [ceil(dh/2)][2 qb_ld]: Q^T in pairs of Dh
-    std::vector<float> s_t;     // [kb][qb_ld]: scores, transposed
+    std::vector<float> s_t;     // [kb rounded up to even][qb_ld]: scores, transposed
     std::vector<bf16> p_pairs;  // [ceil(kb/2)][2 qb_ld]: P^T in pairs of keys
     std::vector<float> o_t;     // [dh][qb_ld]: running output, transposed
     std::vector<float> m_run, l_run, alpha;  // [qb_ld]
@@ -70,7 +70,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     t.rows = std::min(qb, nq - t.i0);
     const auto n = [](index_t count) { return static_cast<std::size_t>(count); };
     t.q_pairs.resize(n((dh + 1) / 2 * 2 * qb_ld));
-    t.s_t.resize(n(kb * qb_ld));
+    t.s_t.resize(n(round_up(kb, 2) * qb_ld));  // the softmax reads keys in pairs
     t.p_pairs.resize(n((kb + 1) / 2 * 2 * qb_ld));
     t.o_t.resize(n(dh * qb_ld));
     t.m_run.resize(n(qb_ld));
@@ -115,48 +115,74 @@ struct ForwardBf16QueryTile : Bf16CallShape {
                       });
   }
 
-  // Down each query's column of S^T, a pack of queries at a time: the new
-  // maximum, alpha, l, and P^T = exp(S^T - m) as bf16 pairs of keys (the
-  // sum l takes the fp32 values, as the fp32 kernel's).
+  // Down each query's column of S^T, a register tile's columns of queries at
+  // a time: the new maximum, alpha, l, and P^T = exp(S^T - m) as bf16 pairs
+  // of keys (the sum l takes the fp32 values, as the fp32 kernel's). Two keys
+  // of kPacks packs each: independent exponentials, whose chains of dependent
+  // FMAs one pack at a time left waiting on each other's latency.
   void online_softmax(Tile& t, index_t j0, index_t cols, bool masked) const {
+    constexpr int kPacks = kBf16Cols / kFloatLanes;
     const float neg_inf = -compat::infinity<float>();
     const index_t ld = qb_ld;
     float* const s_t = t.s_t.data();
-    for (index_t c0 = 0; c0 < t.rows; c0 += kFloatLanes) {
-      if (masked) {  // hidden keys get -inf (only tiles on a mask's edge)
-        for (index_t j = 0; j < cols; ++j) {
-          const index_t key = k_pos(j0 + j);
-          hide_masked<kFloatLanes>(
-              mask, t.b, s_t + j * ld + c0, neg_inf, [&](int w) { return t.qpos[c0 + w]; }, [&](int) { return key; });
+    for (index_t c0 = 0; c0 < t.rows; c0 += kBf16Cols) {  // columns past the rows (to qb_ld) are never read back
+      if (masked) hide_masked_keys(t, j0, cols, c0);
+      FloatPack base[kPacks], a[kPacks], sum[kPacks];
+      MINIATTN_UNROLL
+      for (int p = 0; p < kPacks; ++p) {
+        const index_t c = c0 + p * kFloatLanes;
+        FloatPack mx = simd::pack_splat<FloatPack>(neg_inf);
+        if (masked) {
+          for (index_t j = 0; j < cols; ++j) {
+            const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c);
+            mx = x > mx ? x : mx;
+          }
+        } else {
+          mx = simd::pack_load<FloatPack>(&t.tile_max[c]);
         }
+        // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0 (fused_forward.cpp).
+        const FloatPack m_old = simd::pack_load<FloatPack>(&t.m_run[c]);
+        const FloatPack m_new = mx > m_old ? mx : m_old;
+        simd::pack_store(&t.m_run[c], m_new);
+        base[p] = m_new == simd::pack_splat<FloatPack>(neg_inf) ? simd::pack_splat<FloatPack>(0.0f) : m_new;
+        a[p] = simd::kernel_exp<float>(m_old - base[p]);
+        simd::pack_store(&t.alpha[c], a[p]);
+        sum[p] = simd::pack_splat<FloatPack>(0.0f);
       }
-      FloatPack mx = simd::pack_splat<FloatPack>(neg_inf);
-      if (masked) {
-        for (index_t j = 0; j < cols; ++j) {
-          const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c0);
-          mx = x > mx ? x : mx;
-        }
-      } else {
-        mx = simd::pack_load<FloatPack>(&t.tile_max[c0]);
-      }
-      // A query that has seen no unmasked key keeps m = -inf, l = 0, o = 0 (fused_forward.cpp).
-      const FloatPack m_old = simd::pack_load<FloatPack>(&t.m_run[c0]);
-      const FloatPack m_new = mx > m_old ? mx : m_old;
-      simd::pack_store(&t.m_run[c0], m_new);
-      const FloatPack base = m_new == simd::pack_splat<FloatPack>(neg_inf) ? simd::pack_splat<FloatPack>(0.0f) : m_new;
-      const FloatPack a = simd::kernel_exp<float>(m_old - base);
-      simd::pack_store(&t.alpha[c0], a);
-      FloatPack sum = simd::pack_splat<FloatPack>(0.0f);
       for (index_t j = 0; j < cols; j += 2) {
-        const FloatPack even = simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + j * ld + c0) - base);
-        const FloatPack odd = j + 1 < cols
-                                  ? simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + (j + 1) * ld + c0) - base)
-                                  : simd::pack_splat<FloatPack>(0.0f);  // an odd tile's zero half-pair
-        sum += even;
-        sum += odd;
-        store_bf16_pairs(path, t.p_pairs.data() + j * ld, c0, even, odd);
+        const bool odd_key = j + 1 < cols;  // else an odd tile's zero half-pair
+        FloatPack e[2][kPacks];
+        MINIATTN_UNROLL
+        for (int h = 0; h < 2; ++h)
+          MINIATTN_UNROLL
+          for (int p = 0; p < kPacks; ++p)  // row j + 1 past cols: the buffer's stale scores, finite, zeroed below
+            e[h][p] = simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + (j + h) * ld + c0 + p * kFloatLanes) -
+                                              base[p]);
+        MINIATTN_UNROLL
+        for (int p = 0; p < kPacks; ++p) {
+          if (!odd_key) e[1][p] = simd::pack_splat<FloatPack>(0.0f);
+          sum[p] += e[0][p];
+          sum[p] += e[1][p];
+          store_bf16_pairs(path, t.p_pairs.data() + j * ld, c0 + p * kFloatLanes, e[0][p], e[1][p]);
+        }
       }
-      simd::pack_store(&t.l_run[c0], FloatPack(simd::pack_load<FloatPack>(&t.l_run[c0]) * a + sum));
+      MINIATTN_UNROLL
+      for (int p = 0; p < kPacks; ++p) {
+        float* const l = &t.l_run[c0 + p * kFloatLanes];
+        simd::pack_store(l, FloatPack(simd::pack_load<FloatPack>(l) * a[p] + sum[p]));
+      }
+    }
+  }
+
+  // Hidden keys' scores set to -inf (only tiles on a mask's edge), for the
+  // query columns c0 .. c0 + kBf16Cols - 1.
+  void hide_masked_keys(Tile& t, index_t j0, index_t cols, index_t c0) const {
+    for (index_t j = 0; j < cols; ++j) {
+      const index_t key = k_pos(j0 + j);
+      for (index_t c = c0; c < c0 + kBf16Cols; c += kFloatLanes)
+        hide_masked<kFloatLanes>(
+            mask, t.b, t.s_t.data() + j * qb_ld + c, -compat::infinity<float>(), [&](int w) { return t.qpos[c + w]; },
+            [&](int) { return key; });
     }
   }
 
