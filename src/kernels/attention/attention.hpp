@@ -28,10 +28,14 @@ class CudnnBlocks;  // the cudnn kernel's state (attention/cudnn/cudnn_attention
 // Host tile rows: measured best with the host register tiles (fused/fused_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
 // The fused kernel's bf16 version (fused/bf16_tiles.hpp): query x key tiles
-// of 128 x 192 rows. bench_attention 8192 64 4 on a Zen 5, forward+backward,
-// best of two: 0.853 s (causal 0.457) against 0.920 s (0.478) at 96 x 96;
-// 128 x 128, 192 x 192, 128 x 256, 96 x 192 and 192 x 128 between them.
-constexpr index_t kHostBf16QueryRows = 128, kHostBf16KeyRows = 192;
+// of 192 x 192 rows. bench_attention 8192 64 4 on a Zen 5, forward+backward,
+// best of rounds alternated with fp32 (2026-12-06, after the paired
+// exponentials): 0.781-0.809 s (causal 0.416-0.426) against 0.819-0.845 s
+// (0.436-0.453) at 128 x 192, the best of the first sweep; in the model's
+// step (the results deck), attention 0.865-0.883 s against 0.897 s. 128 x 128,
+// 128 x 256, 96 x 192, 64 x 192, 192 x 128, 192 x 256 and 256 x 256 lay
+// between or below.
+constexpr index_t kHostBf16QueryRows = 192, kHostBf16KeyRows = 192;
 // Chunk rows of the gemm kernel when kernels.chunk is 0. GPU: measured on an
 // H200 (fp32, N = 32768, B = 1, H = 4, Dh = 64, forward+backward): chunks of
 // 1024 / 2048 / 4096 rows ran 14.8 / 20.4 / 25.5 TFLOP/s full and 14.2 / 19.0 /

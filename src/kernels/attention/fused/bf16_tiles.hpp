@@ -129,17 +129,18 @@ inline void store_bf16_pairs(simd::Bf16Dot path, bf16* row, index_t c0, const Fl
   std::memcpy(static_cast<void*>(row + 2 * c0), &words, sizeof words);
 }
 
-// Stores x rounded to bf16 at p (kFloatLanes values): vcvtneps2bf16 on the
-// native path, as store_bf16_pairs.
-inline void store_bf16(simd::Bf16Dot path, bf16* p, const FloatPack& x) {
+// Stores lo, then hi, rounded to bf16 at p (2 kFloatLanes values in a row):
+// one vcvtne2ps2bf16 and one store on the native path, as store_bf16_pairs.
+inline void store_bf16_row(simd::Bf16Dot path, bf16* p, const FloatPack& lo, const FloatPack& hi) {
 #if MINIATTN_NATIVE_BF16_DOT
   if (path == simd::Bf16Dot::native) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh((__m512)x));
+    _mm512_storeu_si512(p, (__m512i)_mm512_cvtne2ps_pbh((__m512)hi, (__m512)lo));
     return;
   }
 #endif
   (void)path;
-  simd::store_n<bf16>(p, x, kFloatLanes);
+  simd::store_n<bf16>(p, lo, kFloatLanes);
+  simd::store_n<bf16>(p + kFloatLanes, hi, kFloatLanes);
 }
 
 // x [rows x dh] (row stride ld) -> dst, the columns of x^T pair-interleaved:

@@ -139,6 +139,7 @@ struct BackwardBf16BlockPair : Bf16CallShape {
   // waiting on each other's latency (exp was a tenth of the backward).
   void probabilities_and_score_gradients(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
     constexpr int kPacks = kBf16Cols / kFloatLanes;
+    static_assert(kPacks % 2 == 0, "store_bf16_row stores two packs");
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
     bf16_tile_products(
@@ -172,9 +173,9 @@ struct BackwardBf16BlockPair : Bf16CallShape {
             for (int h = 0; h < keys; ++h) {
               const std::size_t row = std::size_t((r0 + r + h) * ld + c0);
               MINIATTN_UNROLL
-              for (int p = 0; p < kPacks; ++p) {
-                store_bf16(path, &key.p_bf[row + std::size_t(p * kFloatLanes)], pv[h][p]);
-                store_bf16(path, &key.ds_bf[row + std::size_t(p * kFloatLanes)], ds[h][p]);
+              for (int p = 0; p < kPacks; p += 2) {
+                store_bf16_row(path, &key.p_bf[row + std::size_t(p * kFloatLanes)], pv[h][p], pv[h][p + 1]);
+                store_bf16_row(path, &key.ds_bf[row + std::size_t(p * kFloatLanes)], ds[h][p], ds[h][p + 1]);
               }
             }
             MINIATTN_UNROLL
