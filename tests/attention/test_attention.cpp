@@ -1132,7 +1132,9 @@ TEST_P(AttentionBf16, GroupedHeadsWithinFactorsOfPlainBf16) {
       const PlainBf16 plain = plain_bf16_attention(p, mask, g);
       const auto ref_grads = naive_backward(p, mask, g);
       const std::size_t row = static_cast<std::size_t>(p.nk() * p.dh);
-      const auto grouped = [&](const std::vector<double>& x) { return sum_over_groups(x, heads, kv_heads, row); };
+      // Copies: a lambda may not capture structured bindings before C++20 (nvcc warns).
+      const int h = heads, kv = kv_heads;
+      const auto grouped = [&](const std::vector<double>& x) { return sum_over_groups(x, h, kv, row); };
       rule.check(got.out, plain.forward.out, naive_forward(p, mask).out, 2.0, "out");
       rule.check(grads.dq, plain.grads.dq, ref_grads.dq, 3.0, "dq");
       rule.check(grads.dk, grouped(plain.grads.dk), grouped(ref_grads.dk), 3.0, "dk");
