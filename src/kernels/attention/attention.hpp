@@ -28,13 +28,8 @@ class CudnnBlocks;  // the cudnn kernel's state (attention/cudnn/cudnn_attention
 // Host tile rows: measured best with the host register tiles (fused/fused_tiles.hpp).
 constexpr index_t kHostTileRows = 96;
 // The fused kernel's bf16 version (fused/bf16_tiles.hpp): query x key tiles
-// of 192 x 192 rows. bench_attention 8192 64 4 on a Zen 5, forward+backward,
-// best of rounds alternated with fp32 (2026-12-06, after the paired
-// exponentials): 0.781-0.809 s (causal 0.416-0.426) against 0.819-0.845 s
-// (0.436-0.453) at 128 x 192, the best of the first sweep; in the model's
-// step (the results deck), attention 0.865-0.883 s against 0.897 s. 128 x 128,
-// 128 x 256, 96 x 192, 64 x 192, 192 x 128, 192 x 256 and 256 x 256 lay
-// between or below.
+// of 192 x 192 rows, the fastest of ten shapes in bench_attention and in the
+// model's step on a Zen 5 (docs/results/2026-12-06-cpu-epyc-zen5.md).
 constexpr index_t kHostBf16QueryRows = 192, kHostBf16KeyRows = 192;
 // Chunk rows of the gemm kernel when kernels.chunk is 0. GPU: measured on an
 // H200 (fp32, N = 32768, B = 1, H = 4, Dh = 64, forward+backward): chunks of

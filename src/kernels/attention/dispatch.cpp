@@ -227,15 +227,14 @@ void round_accumulator(const View4<const Acc<T>>& dq_acc, const View4<T>& dq) {
 }
 
 // Through row_packs, as the element-wise kernels (kernels/layers/elementwise.cpp):
-// a division per value for its row and column had this add take 8% of the
-// fused bf16 kernel's backward at N = 8192 (2026-12-06, perf).
+// whole SIMD registers and a division per row, where a division per value for
+// its row and column showed in the fused bf16 kernel's backward profile.
 template <class T>
 void add_rounded_rows(const View4<const Acc<T>>& acc, index_t first, index_t rows, const View4<T>& x) {
   const index_t dh = x.extent(3), acc_rows = acc.extent(2), x_rows = x.extent(2);
   require(acc.extent(0) == x.extent(0) && acc.extent(1) == x.extent(1) && acc.extent(3) == x.extent(3) &&
               rows <= acc_rows && first + rows <= x_rows,
           "add_rounded_rows: acc must be [B, KV, >= rows, Dh] and x hold rows first .. first + rows - 1");
-  if (rows <= 0) return;
   const Acc<T>* const a = acc.data();
   T* const to = x.data();
   using V = typename simd::Pack<Acc<T>>::type;

@@ -136,7 +136,7 @@ struct BackwardBf16BlockPair : Bf16CallShape {
   // - delta), from the two products' tiles together: both rounded, dS^T also
   // in pairs of keys. A pair of keys' packs at a time: their exponentials are
   // independent chains of dependent FMAs, which one pack at a time left
-  // waiting on each other's latency (exp was a tenth of the backward).
+  // waiting on each other's latency.
   void probabilities_and_score_gradients(KeySlot& key, const QuerySlot& slot, index_t b, bool masked) const {
     constexpr int kPacks = kBf16Cols / kFloatLanes;
     static_assert(kPacks % 2 == 0, "store_bf16_row stores two packs");
