@@ -64,33 +64,58 @@ struct Bf16CallShape {
         scale(1.0f / compat::sqrt(static_cast<float>(dh))), path(bf16_dot_path_of(blocking)) {}
 };
 
-// C = A B over `pairs` pairs of the inner dimension: A's row r at a + r lda,
-// B pair-interleaved with row stride ldb >= 2 round_up(cols, kBf16Cols).
-// Calls epilogue(r0, nr, c0, acc) for each tile of rows r0 .. r0+nr-1 and
-// columns c0 .. c0+kBf16Cols-1 (acc's columns past `cols` are not part of C;
-// rows past `rows` repeat the last row of A).
-template <class Epilogue>
-inline void bf16_tile_product(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a,
-                              index_t lda, const bf16* b, index_t ldb, const Epilogue& epilogue) {
+// exp of a probability that is rounded to bf16 next: simd_pack.hpp's
+// ExpForBf16, two FMAs shorter than float's exp and four orders of magnitude
+// below that rounding.
+inline FloatPack probability_exp(const FloatPack& x) { return simd::pack_exp<float, simd::ExpForBf16>(x); }
+
+// The pairs [begin, end) of a product's inner dimension that one register
+// tile of C adds up; a register tile with none is skipped, epilogue and all.
+struct PairRange {
+  index_t begin = 0, end = 0;
+};
+
+// C = A B over pairs of the inner dimension, each register tile of C over the
+// pairs reach(r0, c0) gives it: A's row r at a + r lda, B pair-interleaved
+// with row stride ldb >= 2 round_up(cols, kBf16Cols). Calls epilogue(r0, nr,
+// c0, acc) for each tile of rows r0 .. r0+nr-1 and columns c0 .. c0+kBf16Cols-1
+// (acc's columns past `cols` are not part of C; rows past `rows` repeat the
+// last row of A).
+template <class Reach, class Epilogue>
+inline void bf16_tile_product_within(simd::Bf16Dot path, index_t rows, index_t cols, const Reach& reach,
+                                     const bf16* a, index_t lda, const bf16* b, index_t ldb,
+                                     const Epilogue& epilogue) {
   for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
     const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
-    const bf16* a_rows[kBf16Rows];
-    for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda;
     for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
+      const PairRange pairs = reach(r0, c0);
+      if (pairs.begin >= pairs.end) continue;
+      const bf16* a_rows[kBf16Rows];
+      for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda + 2 * pairs.begin;
       alignas(64) Bf16Acc acc;
-      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, a_rows, b + 2 * c0, ldb, acc);
+      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs.end - pairs.begin, a_rows,
+                                                 b + pairs.begin * ldb + 2 * c0, ldb, acc);
       epilogue(r0, nr, c0, acc);
     }
   }
 }
 
-// Two products of one shape, C1 = A1 B1 and C2 = A2 B2, tile by tile: the
+// The same over all `pairs` pairs for every register tile.
+template <class Epilogue>
+inline void bf16_tile_product(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a,
+                              index_t lda, const bf16* b, index_t ldb, const Epilogue& epilogue) {
+  const auto all_pairs = [pairs](index_t, index_t) { return PairRange{0, pairs}; };
+  bf16_tile_product_within(path, rows, cols, all_pairs, a, lda, b, ldb, epilogue);
+}
+
+// Two products of one shape, C1 = A1 B1 and C2 = A2 B2, tile by tile, over all
+// `pairs` pairs of the register tiles for which computes(r0, c0) holds: the
 // epilogue sees both tiles of the same rows and columns together (the
 // backward's scores and their gradients: dS from P without a buffer of P).
-template <class Epilogue>
-inline void bf16_tile_products(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a1,
-                               index_t lda1, const bf16* b1, const bf16* a2, index_t lda2, const bf16* b2, index_t ldb,
-                               const Epilogue& epilogue) {
+template <class Computes, class Epilogue>
+inline void bf16_tile_products(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const Computes& computes,
+                               const bf16* a1, index_t lda1, const bf16* b1, const bf16* a2, index_t lda2,
+                               const bf16* b2, index_t ldb, const Epilogue& epilogue) {
   for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
     const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
     const bf16 *rows1[kBf16Rows], *rows2[kBf16Rows];
@@ -99,6 +124,7 @@ inline void bf16_tile_products(simd::Bf16Dot path, index_t rows, index_t cols, i
       rows2[r] = a2 + (r0 + std::min<index_t>(r, nr - 1)) * lda2;
     }
     for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
+      if (!computes(r0, c0)) continue;
       alignas(64) Bf16Acc first, second;
       simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, rows1, b1 + 2 * c0, ldb, first);
       simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs, rows2, b2 + 2 * c0, ldb, second);
@@ -198,5 +224,79 @@ inline bool host_tiles_meet(const AttentionMask& mask, index_t b, const index_t*
   const auto [k_lo, k_hi] = std::minmax_element(kp, kp + k_count);
   return mask.blocks_meet(b, *q_lo, *q_hi, *k_lo, *k_hi, partly_masked);
 }
+
+// Which register tiles of a tile pair hold a pair of a query and a key that
+// the mask lets meet: keys are the rows (kBf16Rows to a register tile) and
+// queries the columns (kBf16Cols) of the scores' products. A tile pair on a
+// mask's edge (a causal diagonal, a window's edge) then skips the register
+// tiles every pair of which is hidden: at 192 x 192 tiles a causal diagonal's
+// are 42% of its work. What is skipped would add exact zeros (probabilities
+// of hidden keys are 0), so the results are the same, bit for bit.
+//
+// Per column tile the key rows [key_begin, key_end) and per row tile the
+// query columns [query_begin, query_end) that cover its visible register
+// tiles; a kernel computes the probabilities of every register tile inside
+// either range, and each product reads no more than those.
+class TileReach {
+ public:
+  // Every register tile of key_rows x query_cols (a tile pair the mask does not cut).
+  void whole(index_t key_rows, index_t query_cols) {
+    key_rows_ = key_rows;
+    query_cols_ = query_cols;
+    whole_ = true;
+  }
+  // The register tiles that meet: keys at positions kpos[0 .. key_rows), queries at qpos[0 .. query_cols).
+  void of_mask(const AttentionMask& mask, index_t b, const index_t* kpos, index_t key_rows, const index_t* qpos,
+               index_t query_cols) {
+    whole(key_rows, query_cols);
+    whole_ = false;
+    const index_t row_tiles = ceil_div(key_rows, kBf16Rows), col_tiles = ceil_div(query_cols, kBf16Cols);
+    key_begin_.assign(static_cast<std::size_t>(col_tiles), key_rows);
+    key_end_.assign(static_cast<std::size_t>(col_tiles), 0);
+    query_begin_.assign(static_cast<std::size_t>(row_tiles), query_cols);
+    query_end_.assign(static_cast<std::size_t>(row_tiles), 0);
+    for (index_t r = 0; r < row_tiles; ++r) {
+      const index_t j0 = r * kBf16Rows, j1 = std::min(j0 + kBf16Rows, key_rows);
+      for (index_t c = 0; c < col_tiles; ++c) {
+        const index_t i0 = c * kBf16Cols, i1 = std::min(i0 + kBf16Cols, query_cols);
+        bool partly = false;
+        if (!host_tiles_meet(mask, b, qpos + i0, i1 - i0, kpos + j0, j1 - j0, partly)) continue;
+        key_begin_[std::size_t(c)] = std::min(key_begin_[std::size_t(c)], j0);
+        key_end_[std::size_t(c)] = std::max(key_end_[std::size_t(c)], j1);
+        query_begin_[std::size_t(r)] = std::min(query_begin_[std::size_t(r)], i0);
+        query_end_[std::size_t(r)] = std::max(query_end_[std::size_t(r)], i1);
+      }
+    }
+  }
+  // The key rows of the column tile at c0 [begin, end) (empty: none).
+  PairRange keys(index_t c0) const {
+    if (whole_) return {0, key_rows_};
+    const std::size_t c = std::size_t(c0 / kBf16Cols);
+    return {key_begin_[c], key_end_[c]};
+  }
+  // The same in pairs of keys, and the query columns of the row tile at r0 in pairs of queries.
+  PairRange key_pairs(index_t c0) const { return in_pairs(keys(c0)); }
+  PairRange query_pairs(index_t r0) const {
+    if (whole_) return in_pairs({0, query_cols_});
+    const std::size_t r = std::size_t(r0 / kBf16Rows);
+    return in_pairs({query_begin_[r], query_end_[r]});
+  }
+  // Whether the register tile at (r0, c0) is inside a range some product reads.
+  bool computes(index_t r0, index_t c0) const {
+    if (whole_) return true;
+    const PairRange k = keys(c0);
+    const std::size_t r = std::size_t(r0 / kBf16Rows);
+    return (k.begin <= r0 && r0 < k.end) || (query_begin_[r] <= c0 && c0 < query_end_[r]);
+  }
+
+ private:
+  // Ranges start on register tiles (even); an odd end takes its zero half-pair.
+  static PairRange in_pairs(PairRange rows) {
+    return rows.begin < rows.end ? PairRange{rows.begin / 2, (rows.end + 1) / 2} : PairRange{};
+  }
+  index_t key_rows_ = 0, query_cols_ = 0;
+  bool whole_ = true;
+  std::vector<index_t> key_begin_, key_end_, query_begin_, query_end_;
+};
 
 }  // namespace miniattn::kernels::attention_detail

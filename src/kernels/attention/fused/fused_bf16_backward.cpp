@@ -39,6 +39,7 @@ struct KeySlot {
   std::vector<bf16> k_padded, v_padded;  // odd Dh
   std::vector<bf16> p_bf, ds_bf;         // [kb][qb_ld]: P^T, dS^T rounded
   std::vector<bf16> ds_pairs;            // [ceil(kb/2)][2 qb_ld]: dS^T in pairs of keys
+  TileReach reach;                       // its register tiles that the mask lets meet the query tile's
 };
 
 struct BackwardBf16BlockPair : Bf16CallShape {
@@ -79,6 +80,10 @@ struct BackwardBf16BlockPair : Bf16CallShape {
           if (mask.hides_any() &&
               !host_tiles_meet(mask, b, slot.qpos.data(), slot.rows, &k_pos(key.j0), key.cols, masked))
             continue;
+          if (masked)
+            key.reach.of_mask(mask, b, &k_pos(key.j0), key.cols, slot.qpos.data(), slot.rows);
+          else
+            key.reach.whole(key.cols, slot.rows);
           probabilities_and_score_gradients(key, slot, b, masked);
           add_gradients(key, slot, b, kh);
         }
@@ -142,8 +147,9 @@ struct BackwardBf16BlockPair : Bf16CallShape {
     static_assert(kPacks % 2 == 0, "store_bf16_row stores two packs");
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
+    const auto computed = [&](index_t r0, index_t c0) { return key.reach.computes(r0, c0); };
     bf16_tile_products(
-        path, key.cols, slot.rows, (dh + 1) / 2, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(),
+        path, key.cols, slot.rows, (dh + 1) / 2, computed, key.k_rows.rows, key.k_rows.ld, slot.q_width.data(),
         key.v_rows.rows, key.v_rows.ld, slot.g_width.data(), 2 * qb_ld,
         [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& scores, const Bf16Acc& score_grads) {
           FloatPack shift[kPacks], delta_c[kPacks];
@@ -159,8 +165,7 @@ struct BackwardBf16BlockPair : Bf16CallShape {
             for (int h = 0; h < 2; ++h)
               MINIATTN_UNROLL
               for (int p = 0; p < kPacks; ++p)  // rows past nr repeat the last one: finite
-                pv[h][p] = simd::kernel_exp<float>(s * simd::pack_load<FloatPack>(&scores[r + h][p * kFloatLanes]) -
-                                                   shift[p]);
+                pv[h][p] = probability_exp(s * simd::pack_load<FloatPack>(&scores[r + h][p * kFloatLanes]) - shift[p]);
             if (masked) hide_masked_keys(pv, keys, key, slot, b, r0 + r, c0);
             MINIATTN_UNROLL
             for (int h = 0; h < 2; ++h)
@@ -209,7 +214,8 @@ struct BackwardBf16BlockPair : Bf16CallShape {
   // dv += P^T dO, dk += dS^T Q (fp32 accumulators: this thread is the only
   // one of its wave on these key rows), dq^T += K^T dS^T (the slot's buffer).
   void add_gradients(const KeySlot& key, QuerySlot& slot, index_t b, index_t kh) const {
-    const index_t row_pairs = (slot.rows + 1) / 2, key_pairs = (key.cols + 1) / 2;
+    const auto queries_reached = [&](index_t r0, index_t) { return key.reach.query_pairs(r0); };
+    const auto keys_reached = [&](index_t, index_t c0) { return key.reach.key_pairs(c0); };
     const auto add_into = [&](const View4<float>& grads) {
       return [&, grads](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
         for (index_t r = 0; r < nr; ++r) {
@@ -222,21 +228,21 @@ struct BackwardBf16BlockPair : Bf16CallShape {
         }
       };
     };
-    bf16_tile_product(path, key.cols, dh, row_pairs, key.p_bf.data(), qb_ld, slot.g_rows.data(), 2 * dh_ld,
-                      add_into(dv_acc));
-    bf16_tile_product(path, key.cols, dh, row_pairs, key.ds_bf.data(), qb_ld, slot.q_rows.data(), 2 * dh_ld,
-                      add_into(dk_acc));
+    bf16_tile_product_within(path, key.cols, dh, queries_reached, key.p_bf.data(), qb_ld, slot.g_rows.data(),
+                             2 * dh_ld, add_into(dv_acc));
+    bf16_tile_product_within(path, key.cols, dh, queries_reached, key.ds_bf.data(), qb_ld, slot.q_rows.data(),
+                             2 * dh_ld, add_into(dk_acc));
     float* const dq_t = slot.dq_t.data();
     const index_t ld = qb_ld;
-    bf16_tile_product(path, dh, slot.rows, key_pairs, &k_t(b, kh, key.kt * dh, 0), index_t(k_t.stride(2)),
-                      key.ds_pairs.data(), 2 * qb_ld, [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
-                        for (index_t r = 0; r < nr; ++r)
-                          for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-                            float* const x = dq_t + (r0 + r) * ld + c0 + c;
-                            simd::pack_store(x, FloatPack(simd::pack_load<FloatPack>(x) +
-                                                          simd::pack_load<FloatPack>(&acc[r][c])));
-                          }
-                      });
+    const auto add_transposed = [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+      for (index_t r = 0; r < nr; ++r)
+        for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+          float* const x = dq_t + (r0 + r) * ld + c0 + c;
+          simd::pack_store(x, FloatPack(simd::pack_load<FloatPack>(x) + simd::pack_load<FloatPack>(&acc[r][c])));
+        }
+    };
+    bf16_tile_product_within(path, dh, slot.rows, keys_reached, &k_t(b, kh, key.kt * dh, 0), index_t(k_t.stride(2)),
+                             key.ds_pairs.data(), 2 * qb_ld, add_transposed);
   }
 
   // The block pair's dq into the call's (this thread is the only one of its

@@ -38,6 +38,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     std::vector<float> tile_max;             // [qb_ld]: each query's largest score in the key tile
     std::vector<index_t> qpos;  // [qb_ld]: padding never masked
     std::vector<bf16> k_padded;  // odd Dh: the key tile's rows with a zero half-pair
+    TileReach reach;             // the key tile's register tiles that the mask lets meet the queries
   };
 
   void operator()(const index_t tile_index) const {
@@ -53,9 +54,13 @@ struct ForwardBf16QueryTile : Bf16CallShape {
       const index_t j0 = kt * kb, cols = std::min(kb, nk - j0);
       bool masked = false;
       if (mask.hides_any() && !host_tiles_meet(mask, t.b, t.qpos.data(), t.rows, &k_pos(j0), cols, masked)) continue;
+      if (masked)
+        t.reach.of_mask(mask, t.b, &k_pos(j0), cols, t.qpos.data(), t.rows);
+      else
+        t.reach.whole(cols, t.rows);
       scores(t, j0, cols, masked);
-      online_softmax(t, j0, cols, masked);
-      accumulate_output(t, kt, cols);
+      online_softmax(t, j0, masked);
+      accumulate_output(t, kt);
     }
     write_back(t);
     cache = std::move(t);
@@ -100,19 +105,25 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     float* const tile_max = t.tile_max.data();
     const index_t ld = qb_ld;
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
-    bf16_tile_product(path, cols, t.rows, (dh + 1) / 2, keys.rows, keys.ld, t.q_pairs.data(), 2 * qb_ld,
-                      [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
-                        for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-                          FloatPack mx = r0 == 0 ? simd::pack_splat<FloatPack>(-compat::infinity<float>())
-                                                 : simd::pack_load<FloatPack>(tile_max + c0 + c);
-                          for (index_t r = 0; r < nr; ++r) {
-                            const FloatPack x = s * simd::pack_load<FloatPack>(&acc[r][c]);
-                            simd::pack_store(s_t + (r0 + r) * ld + c0 + c, x);
-                            mx = x > mx ? x : mx;
-                          }
-                          if (!masked) simd::pack_store(tile_max + c0 + c, mx);
-                        }
-                      });
+    const index_t width_pairs = (dh + 1) / 2;
+    const auto reached = [&](index_t r0, index_t c0) {
+      const PairRange k = t.reach.keys(c0);
+      return k.begin <= r0 && r0 < k.end ? PairRange{0, width_pairs} : PairRange{};
+    };
+    const auto scale_and_find_max = [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+      for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+        FloatPack mx = r0 == 0 ? simd::pack_splat<FloatPack>(-compat::infinity<float>())
+                               : simd::pack_load<FloatPack>(tile_max + c0 + c);
+        for (index_t r = 0; r < nr; ++r) {
+          const FloatPack x = s * simd::pack_load<FloatPack>(&acc[r][c]);
+          simd::pack_store(s_t + (r0 + r) * ld + c0 + c, x);
+          mx = x > mx ? x : mx;
+        }
+        if (!masked) simd::pack_store(tile_max + c0 + c, mx);
+      }
+    };
+    bf16_tile_product_within(path, cols, t.rows, reached, keys.rows, keys.ld, t.q_pairs.data(), 2 * qb_ld,
+                             scale_and_find_max);
   }
 
   // Down each query's column of S^T, a register tile's columns of queries at
@@ -120,20 +131,24 @@ struct ForwardBf16QueryTile : Bf16CallShape {
   // of keys (the sum l takes the fp32 values, as the fp32 kernel's). Two keys
   // of kPacks packs each: independent exponentials, whose chains of dependent
   // FMAs one pack at a time left waiting on each other's latency.
-  void online_softmax(Tile& t, index_t j0, index_t cols, bool masked) const {
+  void online_softmax(Tile& t, index_t j0, bool masked) const {
     constexpr int kPacks = kBf16Cols / kFloatLanes;
     const float neg_inf = -compat::infinity<float>();
     const index_t ld = qb_ld;
     float* const s_t = t.s_t.data();
     for (index_t c0 = 0; c0 < t.rows; c0 += kBf16Cols) {  // columns past the rows (to qb_ld) are never read back
-      if (masked) hide_masked_keys(t, j0, cols, c0);
+      // Keys outside the reach are hidden from every query of the columns: m,
+      // l and the output keep their values (alpha would be 1).
+      const PairRange keys = t.reach.keys(c0);
+      if (keys.begin >= keys.end) continue;
+      if (masked) hide_masked_keys(t, j0, keys, c0);
       FloatPack base[kPacks], a[kPacks], sum[kPacks];
       MINIATTN_UNROLL
       for (int p = 0; p < kPacks; ++p) {
         const index_t c = c0 + p * kFloatLanes;
         FloatPack mx = simd::pack_splat<FloatPack>(neg_inf);
         if (masked) {
-          for (index_t j = 0; j < cols; ++j) {
+          for (index_t j = keys.begin; j < keys.end; ++j) {
             const FloatPack x = simd::pack_load<FloatPack>(s_t + j * ld + c);
             mx = x > mx ? x : mx;
           }
@@ -149,15 +164,15 @@ struct ForwardBf16QueryTile : Bf16CallShape {
         simd::pack_store(&t.alpha[c], a[p]);
         sum[p] = simd::pack_splat<FloatPack>(0.0f);
       }
-      for (index_t j = 0; j < cols; j += 2) {
-        const bool odd_key = j + 1 < cols;  // else an odd tile's zero half-pair
+      for (index_t j = keys.begin; j < keys.end; j += 2) {  // keys.begin is even
+        const bool odd_key = j + 1 < keys.end;  // else an odd tile's zero half-pair
         FloatPack e[2][kPacks];
         MINIATTN_UNROLL
         for (int h = 0; h < 2; ++h)
           MINIATTN_UNROLL
           for (int p = 0; p < kPacks; ++p)  // row j + 1 past cols: the buffer's stale scores, finite, zeroed below
-            e[h][p] = simd::kernel_exp<float>(simd::pack_load<FloatPack>(s_t + (j + h) * ld + c0 + p * kFloatLanes) -
-                                              base[p]);
+            e[h][p] = probability_exp(simd::pack_load<FloatPack>(s_t + (j + h) * ld + c0 + p * kFloatLanes) -
+                                      base[p]);
         MINIATTN_UNROLL
         for (int p = 0; p < kPacks; ++p) {
           if (!odd_key) e[1][p] = simd::pack_splat<FloatPack>(0.0f);
@@ -175,9 +190,9 @@ struct ForwardBf16QueryTile : Bf16CallShape {
   }
 
   // Hidden keys' scores set to -inf (only tiles on a mask's edge), for the
-  // query columns c0 .. c0 + kBf16Cols - 1.
-  void hide_masked_keys(Tile& t, index_t j0, index_t cols, index_t c0) const {
-    for (index_t j = 0; j < cols; ++j) {
+  // query columns c0 .. c0 + kBf16Cols - 1 and the keys of their reach.
+  void hide_masked_keys(Tile& t, index_t j0, PairRange keys, index_t c0) const {
+    for (index_t j = keys.begin; j < keys.end; ++j) {
       const index_t key = k_pos(j0 + j);
       for (index_t c = c0; c < c0 + kBf16Cols; c += kFloatLanes)
         hide_masked<kFloatLanes>(
@@ -187,20 +202,21 @@ struct ForwardBf16QueryTile : Bf16CallShape {
   }
 
   // O^T = O^T alpha + V^T P^T.
-  void accumulate_output(Tile& t, index_t kt, index_t cols) const {
+  void accumulate_output(Tile& t, index_t kt) const {
     const index_t ld = qb_ld;
     float* const o_t = t.o_t.data();
     const float* const alpha = t.alpha.data();
-    bf16_tile_product(path, dh, t.rows, (cols + 1) / 2, &v_t(t.b, t.kh, kt * dh, 0), index_t(v_t.stride(2)),
-                      t.p_pairs.data(), 2 * qb_ld, [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
-                        for (index_t r = 0; r < nr; ++r)
-                          for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
-                            float* const o = o_t + (r0 + r) * ld + c0 + c;
-                            simd::pack_store(o, FloatPack(simd::pack_load<FloatPack>(o) *
-                                                              simd::pack_load<FloatPack>(alpha + c0 + c) +
-                                                          simd::pack_load<FloatPack>(&acc[r][c])));
-                          }
-                      });
+    const auto rescale_and_add = [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
+      for (index_t r = 0; r < nr; ++r)
+        for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
+          float* const o = o_t + (r0 + r) * ld + c0 + c;
+          simd::pack_store(o, FloatPack(simd::pack_load<FloatPack>(o) * simd::pack_load<FloatPack>(alpha + c0 + c) +
+                                        simd::pack_load<FloatPack>(&acc[r][c])));
+        }
+    };
+    const auto reached = [&](index_t, index_t c0) { return t.reach.key_pairs(c0); };
+    bf16_tile_product_within(path, dh, t.rows, reached, &v_t(t.b, t.kh, kt * dh, 0), index_t(v_t.stride(2)),
+                             t.p_pairs.data(), 2 * qb_ld, rescale_and_add);
   }
 
   void write_back(const Tile& t) const {
