@@ -20,7 +20,7 @@ namespace {
 using kernels::AttentionMask;
 using kernels::attention_detail::kBf16Cols;
 using kernels::attention_detail::kBf16Rows;
-using kernels::attention_detail::PairRange;
+using kernels::attention_detail::IndexRange;
 using kernels::attention_detail::TileReach;
 
 std::vector<index_t> positions_from(index_t first, index_t count) {
@@ -29,7 +29,7 @@ std::vector<index_t> positions_from(index_t first, index_t count) {
   return p;
 }
 
-bool contains(PairRange range, index_t x) { return range.begin <= x && x < range.end; }
+bool contains(IndexRange range, index_t x) { return range.begin <= x && x < range.end; }
 
 struct Reached {
   TileReach reach;
@@ -61,7 +61,7 @@ Reached check_reach(const AttentionMask& mask, const std::vector<index_t>& kpos,
     }
   // What the products read was computed.
   for (index_t c0 = 0; c0 < nq; c0 += kBf16Cols) {
-    const PairRange keys = reach.keys(c0);
+    const IndexRange keys = reach.keys(c0);
     for (index_t r0 = keys.begin; r0 < keys.end; r0 += kBf16Rows)
       EXPECT_TRUE(reach.computes(r0, c0)) << "keys of column tile " << c0;
     if (keys.begin < keys.end) {
@@ -69,7 +69,7 @@ Reached check_reach(const AttentionMask& mask, const std::vector<index_t>& kpos,
     }
   }
   for (index_t r0 = 0; r0 < nk; r0 += kBf16Rows) {
-    const PairRange pairs = reach.query_pairs(r0);
+    const IndexRange pairs = reach.query_pairs(r0);
     for (index_t c0 = 2 * pairs.begin; c0 < 2 * pairs.end; c0 += kBf16Cols)
       EXPECT_TRUE(reach.computes(r0, c0)) << "queries of row tile " << r0;
   }
@@ -92,12 +92,21 @@ TEST(TileReach, EveryVisiblePairIsReachedOnMasksEdges) {
   };
   std::vector<index_t> zigzag = positions_from(0, 96), late = positions_from(700, 96);
   zigzag.insert(zigzag.end(), late.begin(), late.end());  // a rank's two chunks in one tile
+  // Query tiles out of position order (the kernels do not need order): a row
+  // of keys sees tiles 0, 2 and 4, not 1 and 3, which it computes all the same
+  // for dv and dk, which add over its whole range of queries.
+  std::vector<index_t> shuffled;
+  for (index_t c = 0; c < 6; ++c) {
+    const std::vector<index_t> tile = positions_from(c % 2 == 0 ? 1000 + 16 * c : 16 * c, kBf16Cols);
+    shuffled.insert(shuffled.end(), tile.begin(), tile.end());
+  }
   const std::vector<Case> cases = {
       {"causal, odd key tile", AttentionMask(true), positions_from(1100, 101), positions_from(1000, 192)},
       {"causal, query tile of 45", AttentionMask(true), positions_from(1000, 192), positions_from(1150, 45)},
       {"causal window 70", AttentionMask(true, 70), positions_from(1000, 192), positions_from(1100, 192)},
       {"window 50", AttentionMask(false, 50), positions_from(1000, 192), positions_from(1060, 192)},
       {"causal, zigzag queries", AttentionMask(true), positions_from(50, 192), zigzag},
+      {"causal, query tiles out of order", AttentionMask(true), positions_from(1000, 192), shuffled},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -69,9 +69,10 @@ struct Bf16CallShape {
 // below that rounding.
 inline FloatPack probability_exp(const FloatPack& x) { return simd::pack_exp<float, simd::ExpForBf16>(x); }
 
-// The pairs [begin, end) of a product's inner dimension that one register
-// tile of C adds up; a register tile with none is skipped, epilogue and all.
-struct PairRange {
+// Indices [begin, end): key rows, query columns, or the pairs of a product's
+// inner dimension that one register tile of C adds up (a register tile with
+// none is skipped, epilogue and all).
+struct IndexRange {
   index_t begin = 0, end = 0;
 };
 
@@ -88,7 +89,7 @@ inline void bf16_tile_product_within(simd::Bf16Dot path, index_t rows, index_t c
   for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
     const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
     for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
-      const PairRange pairs = reach(r0, c0);
+      const IndexRange pairs = reach(r0, c0);
       if (pairs.begin >= pairs.end) continue;
       const bf16* a_rows[kBf16Rows];
       for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda + 2 * pairs.begin;
@@ -104,7 +105,7 @@ inline void bf16_tile_product_within(simd::Bf16Dot path, index_t rows, index_t c
 template <class Epilogue>
 inline void bf16_tile_product(simd::Bf16Dot path, index_t rows, index_t cols, index_t pairs, const bf16* a,
                               index_t lda, const bf16* b, index_t ldb, const Epilogue& epilogue) {
-  const auto all_pairs = [pairs](index_t, index_t) { return PairRange{0, pairs}; };
+  const auto all_pairs = [pairs](index_t, index_t) { return IndexRange{0, pairs}; };
   bf16_tile_product_within(path, rows, cols, all_pairs, a, lda, b, ldb, epilogue);
 }
 
@@ -269,14 +270,14 @@ class TileReach {
     }
   }
   // The key rows of the column tile at c0 [begin, end) (empty: none).
-  PairRange keys(index_t c0) const {
+  IndexRange keys(index_t c0) const {
     if (whole_) return {0, key_rows_};
     const std::size_t c = std::size_t(c0 / kBf16Cols);
     return {key_begin_[c], key_end_[c]};
   }
   // The same in pairs of keys, and the query columns of the row tile at r0 in pairs of queries.
-  PairRange key_pairs(index_t c0) const { return in_pairs(keys(c0)); }
-  PairRange query_pairs(index_t r0) const {
+  IndexRange key_pairs(index_t c0) const { return in_pairs(keys(c0)); }
+  IndexRange query_pairs(index_t r0) const {
     if (whole_) return in_pairs({0, query_cols_});
     const std::size_t r = std::size_t(r0 / kBf16Rows);
     return in_pairs({query_begin_[r], query_end_[r]});
@@ -284,15 +285,15 @@ class TileReach {
   // Whether the register tile at (r0, c0) is inside a range some product reads.
   bool computes(index_t r0, index_t c0) const {
     if (whole_) return true;
-    const PairRange k = keys(c0);
+    const IndexRange k = keys(c0);
     const std::size_t r = std::size_t(r0 / kBf16Rows);
     return (k.begin <= r0 && r0 < k.end) || (query_begin_[r] <= c0 && c0 < query_end_[r]);
   }
 
  private:
   // Ranges start on register tiles (even); an odd end takes its zero half-pair.
-  static PairRange in_pairs(PairRange rows) {
-    return rows.begin < rows.end ? PairRange{rows.begin / 2, (rows.end + 1) / 2} : PairRange{};
+  static IndexRange in_pairs(IndexRange rows) {
+    return rows.begin < rows.end ? IndexRange{rows.begin / 2, (rows.end + 1) / 2} : IndexRange{};
   }
   index_t key_rows_ = 0, query_cols_ = 0;
   bool whole_ = true;

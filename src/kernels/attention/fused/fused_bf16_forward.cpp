@@ -107,8 +107,8 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
     const index_t width_pairs = (dh + 1) / 2;
     const auto reached = [&](index_t r0, index_t c0) {
-      const PairRange k = t.reach.keys(c0);
-      return k.begin <= r0 && r0 < k.end ? PairRange{0, width_pairs} : PairRange{};
+      const IndexRange k = t.reach.keys(c0);
+      return k.begin <= r0 && r0 < k.end ? IndexRange{0, width_pairs} : IndexRange{};
     };
     const auto scale_and_find_max = [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
       for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
@@ -139,7 +139,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     for (index_t c0 = 0; c0 < t.rows; c0 += kBf16Cols) {  // columns past the rows (to qb_ld) are never read back
       // Keys outside the reach are hidden from every query of the columns: m,
       // l and the output keep their values (alpha would be 1).
-      const PairRange keys = t.reach.keys(c0);
+      const IndexRange keys = t.reach.keys(c0);
       if (keys.begin >= keys.end) continue;
       if (masked) hide_masked_keys(t, j0, keys, c0);
       FloatPack base[kPacks], a[kPacks], sum[kPacks];
@@ -191,7 +191,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
 
   // Hidden keys' scores set to -inf (only tiles on a mask's edge), for the
   // query columns c0 .. c0 + kBf16Cols - 1 and the keys of their reach.
-  void hide_masked_keys(Tile& t, index_t j0, PairRange keys, index_t c0) const {
+  void hide_masked_keys(Tile& t, index_t j0, IndexRange keys, index_t c0) const {
     for (index_t j = keys.begin; j < keys.end; ++j) {
       const index_t key = k_pos(j0 + j);
       for (index_t c = c0; c < c0 + kBf16Cols; c += kFloatLanes)
