@@ -17,17 +17,6 @@
 #include "core/kokkos_compat.hpp"
 #include "core/types.hpp"
 
-namespace miniattn::kernels::simd {
-
-// Width of the SIMD registers the host compiler targets.
-#if defined(__AVX512F__)
-constexpr int kHostVectorBytes = 64;
-#elif defined(__AVX__)
-constexpr int kHostVectorBytes = 32;
-#else
-constexpr int kHostVectorBytes = 16;  // SSE2, NEON
-#endif
-
 // GCC-style vector extensions (GCC, Clang and the compilers built on them) for
 // the host packs; elsewhere a pack is one scalar and the compiler may
 // vectorise what it can.
@@ -37,8 +26,21 @@ constexpr int kHostVectorBytes = 16;  // SSE2, NEON
 #else
 #define MINIATTN_HOST_SIMD 0
 #endif
+// The AVX-512 intrinsics pack_exp uses, at file scope: the first include of
+// them inside the namespace below would declare them there.
 #if MINIATTN_HOST_SIMD && defined(__AVX512F__)
 #include <immintrin.h>
+#endif
+
+namespace miniattn::kernels::simd {
+
+// Width of the SIMD registers the host compiler targets.
+#if defined(__AVX512F__)
+constexpr int kHostVectorBytes = 64;
+#elif defined(__AVX__)
+constexpr int kHostVectorBytes = 32;
+#else
+constexpr int kHostVectorBytes = 16;  // SSE2, NEON
 #endif
 
 #if MINIATTN_HOST_SIMD
