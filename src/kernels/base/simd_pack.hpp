@@ -256,11 +256,12 @@ KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_exp(const typename Pack<
   return p * pack_bit_cast<V>(kept_bits);
 }
 
-// exp for the kernels: the pack version on the host, the backend's on GPUs.
-template <class T>
+// exp for the kernels: the pack version on the host (C's polynomial), the
+// backend's on GPUs.
+template <class T, class C = ExpConstants<T>>
 KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type kernel_exp(const typename Pack<T>::type x) {
   if constexpr (kHostExecution) {
-    return pack_exp<T>(x);
+    return pack_exp<T, C>(x);
   } else {
     return compat::exp(x);
   }

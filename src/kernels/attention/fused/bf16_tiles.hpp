@@ -66,8 +66,9 @@ struct Bf16CallShape {
 
 // exp of a probability that is rounded to bf16 next: simd_pack.hpp's
 // ExpForBf16, two FMAs shorter than float's exp and four orders of magnitude
-// below that rounding.
-inline FloatPack probability_exp(const FloatPack& x) { return simd::pack_exp<float, simd::ExpForBf16>(x); }
+// below that rounding (through kernel_exp: a GPU build compiles this host
+// kernel too, and has no device copy of the polynomial).
+inline FloatPack probability_exp(const FloatPack& x) { return simd::kernel_exp<float, simd::ExpForBf16>(x); }
 
 // Indices [begin, end): key rows, query columns, or the pairs of a product's
 // inner dimension that one register tile of C adds up (a register tile with
