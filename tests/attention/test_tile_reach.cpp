@@ -40,7 +40,7 @@ struct Reached {
 Reached check_reach(const AttentionMask& mask, const std::vector<index_t>& kpos, const std::vector<index_t>& qpos) {
   const index_t nk = static_cast<index_t>(kpos.size()), nq = static_cast<index_t>(qpos.size());
   Reached out;
-  out.reach.of_mask(mask, 0, kpos.data(), nk, qpos.data(), nq);
+  out.reach.of_mask(mask, true, 0, kpos.data(), nk, qpos.data(), nq);
   const TileReach& reach = out.reach;
   for (index_t r0 = 0; r0 < nk; r0 += kBf16Rows)
     for (index_t c0 = 0; c0 < nq; c0 += kBf16Cols) {

@@ -247,10 +247,12 @@ class TileReach {
     query_cols_ = query_cols;
     whole_ = true;
   }
-  // The register tiles that meet: keys at positions kpos[0 .. key_rows), queries at qpos[0 .. query_cols).
-  void of_mask(const AttentionMask& mask, index_t b, const index_t* kpos, index_t key_rows, const index_t* qpos,
-               index_t query_cols) {
+  // The register tiles that meet: keys at positions kpos[0 .. key_rows), queries at qpos[0 .. query_cols);
+  // every one where the mask does not cut the tile pair (partly_masked false: host_tiles_meet's answer).
+  void of_mask(const AttentionMask& mask, bool partly_masked, index_t b, const index_t* kpos, index_t key_rows,
+               const index_t* qpos, index_t query_cols) {
     whole(key_rows, query_cols);
+    if (!partly_masked) return;
     whole_ = false;
     const index_t row_tiles = ceil_div(key_rows, kBf16Rows), col_tiles = ceil_div(query_cols, kBf16Cols);
     key_begin_.assign(static_cast<std::size_t>(col_tiles), key_rows);
@@ -283,12 +285,16 @@ class TileReach {
     const std::size_t r = std::size_t(r0 / kBf16Rows);
     return in_pairs({query_begin_[r], query_end_[r]});
   }
+  // Whether the key rows of the column tile at c0 hold the register tile at r0 (the scores the softmax reads).
+  bool keys_hold(index_t r0, index_t c0) const {
+    const IndexRange k = keys(c0);
+    return k.begin <= r0 && r0 < k.end;
+  }
   // Whether the register tile at (r0, c0) is inside a range some product reads.
   bool computes(index_t r0, index_t c0) const {
     if (whole_) return true;
-    const IndexRange k = keys(c0);
     const std::size_t r = std::size_t(r0 / kBf16Rows);
-    return (k.begin <= r0 && r0 < k.end) || (query_begin_[r] <= c0 && c0 < query_end_[r]);
+    return keys_hold(r0, c0) || (query_begin_[r] <= c0 && c0 < query_end_[r]);
   }
 
  private:

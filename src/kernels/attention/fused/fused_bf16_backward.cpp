@@ -80,10 +80,7 @@ struct BackwardBf16BlockPair : Bf16CallShape {
           if (mask.hides_any() &&
               !host_tiles_meet(mask, b, slot.qpos.data(), slot.rows, &k_pos(key.j0), key.cols, masked))
             continue;
-          if (masked)
-            key.reach.of_mask(mask, b, &k_pos(key.j0), key.cols, slot.qpos.data(), slot.rows);
-          else
-            key.reach.whole(key.cols, slot.rows);
+          key.reach.of_mask(mask, masked, b, &k_pos(key.j0), key.cols, slot.qpos.data(), slot.rows);
           probabilities_and_score_gradients(key, slot, b, masked);
           add_gradients(key, slot, b, kh);
         }

@@ -54,10 +54,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
       const index_t j0 = kt * kb, cols = std::min(kb, nk - j0);
       bool masked = false;
       if (mask.hides_any() && !host_tiles_meet(mask, t.b, t.qpos.data(), t.rows, &k_pos(j0), cols, masked)) continue;
-      if (masked)
-        t.reach.of_mask(mask, t.b, &k_pos(j0), cols, t.qpos.data(), t.rows);
-      else
-        t.reach.whole(cols, t.rows);
+      t.reach.of_mask(mask, masked, t.b, &k_pos(j0), cols, t.qpos.data(), t.rows);
       scores(t, j0, cols, masked);
       online_softmax(t, j0, masked);
       accumulate_output(t, kt);
@@ -107,8 +104,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     const FloatPack s = simd::pack_splat<FloatPack>(scale);
     const index_t width_pairs = (dh + 1) / 2;
     const auto reached = [&](index_t r0, index_t c0) {
-      const IndexRange k = t.reach.keys(c0);
-      return k.begin <= r0 && r0 < k.end ? IndexRange{0, width_pairs} : IndexRange{};
+      return t.reach.keys_hold(r0, c0) ? IndexRange{0, width_pairs} : IndexRange{};
     };
     const auto scale_and_find_max = [&](index_t r0, index_t nr, index_t c0, const Bf16Acc& acc) {
       for (int c = 0; c < kBf16Cols; c += kFloatLanes) {
