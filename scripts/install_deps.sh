@@ -9,6 +9,8 @@
 #   scripts/install_deps.sh hip      the HIP compiler for scripts/build_hip.sh:
 #                                    hipcc 5.2 (clang 15), the HIP runtime
 #                                    headers and the AMD GPU device libraries
+#   scripts/install_deps.sh ci       the compiler cache .ci/run keeps between
+#                                    its runs (ccache)
 # MINIATTN_MPI=openmpi makes the first form the second, so that the scripts
 # that call install_deps.sh (build, test) keep the MPI a user chose.
 set -euo pipefail
@@ -35,7 +37,8 @@ case "$set_name" in
       slurm-wlm munge
     ) ;;
   hip) packages=(hipcc libamdhip64-dev rocm-device-libs) ;;
-  *) echo "install_deps: unknown set '$set_name' (expected nothing, mpich, openmpi or hip;" \
+  ci)  packages=(ccache) ;;
+  *) echo "install_deps: unknown set '$set_name' (expected nothing, mpich, openmpi, hip or ci;" \
           "MINIATTN_MPI must be mpich or openmpi)" >&2; exit 2 ;;
 esac
 
