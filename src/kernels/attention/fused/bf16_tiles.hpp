@@ -77,28 +77,41 @@ struct IndexRange {
   index_t begin = 0, end = 0;
 };
 
+// The order in which a product visits its register tiles. rows_outer: each
+// row tile of A meets every column tile of B, so all of B is read once per
+// row tile. columns_outer: each column tile of B meets every row tile of A
+// while it is in L1, for products whose B is the large operand (P^T or dS^T
+// in pairs of keys, 72 KiB at 192 x 192) and A has only Dh rows: the bf16
+// backward 0.5% shorter (Zen 5, n = 8192).
+enum class TileOrder { rows_outer, columns_outer };
+
 // C = A B over pairs of the inner dimension, each register tile of C over the
 // pairs reach(r0, c0) gives it: A's row r at a + r lda, B pair-interleaved
 // with row stride ldb >= 2 round_up(cols, kBf16Cols). Calls epilogue(r0, nr,
 // c0, acc) for each tile of rows r0 .. r0+nr-1 and columns c0 .. c0+kBf16Cols-1
 // (acc's columns past `cols` are not part of C; rows past `rows` repeat the
-// last row of A).
+// last row of A). Each register tile's sum is the same in either order.
 template <class Reach, class Epilogue>
 inline void bf16_tile_product_within(simd::Bf16Dot path, index_t rows, index_t cols, const Reach& reach,
-                                     const bf16* a, index_t lda, const bf16* b, index_t ldb,
-                                     const Epilogue& epilogue) {
-  for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) {
+                                     const bf16* a, index_t lda, const bf16* b, index_t ldb, const Epilogue& epilogue,
+                                     TileOrder order = TileOrder::rows_outer) {
+  const auto register_tile = [&](index_t r0, index_t c0) {
+    const IndexRange pairs = reach(r0, c0);
+    if (pairs.begin >= pairs.end) return;
     const index_t nr = std::min<index_t>(kBf16Rows, rows - r0);
-    for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) {
-      const IndexRange pairs = reach(r0, c0);
-      if (pairs.begin >= pairs.end) continue;
-      const bf16* a_rows[kBf16Rows];
-      for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda + 2 * pairs.begin;
-      alignas(64) Bf16Acc acc;
-      simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs.end - pairs.begin, a_rows,
-                                                 b + pairs.begin * ldb + 2 * c0, ldb, acc);
-      epilogue(r0, nr, c0, acc);
-    }
+    const bf16* a_rows[kBf16Rows];
+    for (int r = 0; r < kBf16Rows; ++r) a_rows[r] = a + (r0 + std::min<index_t>(r, nr - 1)) * lda + 2 * pairs.begin;
+    alignas(64) Bf16Acc acc;
+    simd::bf16_dot_tile<kBf16Rows, kBf16Packs>(path, pairs.end - pairs.begin, a_rows, b + pairs.begin * ldb + 2 * c0,
+                                               ldb, acc);
+    epilogue(r0, nr, c0, acc);
+  };
+  if (order == TileOrder::rows_outer) {
+    for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows)
+      for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols) register_tile(r0, c0);
+  } else {
+    for (index_t c0 = 0; c0 < cols; c0 += kBf16Cols)
+      for (index_t r0 = 0; r0 < rows; r0 += kBf16Rows) register_tile(r0, c0);
   }
 }
 

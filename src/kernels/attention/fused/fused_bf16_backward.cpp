@@ -239,7 +239,7 @@ struct BackwardBf16BlockPair : Bf16CallShape {
         }
     };
     bf16_tile_product_within(path, dh, slot.rows, keys_reached, &k_t(b, kh, key.kt * dh, 0), index_t(k_t.stride(2)),
-                             key.ds_pairs.data(), 2 * qb_ld, add_transposed);
+                             key.ds_pairs.data(), 2 * qb_ld, add_transposed, TileOrder::columns_outer);
   }
 
   // The block pair's dq into the call's (this thread is the only one of its

@@ -212,7 +212,7 @@ struct ForwardBf16QueryTile : Bf16CallShape {
     };
     const auto reached = [&](index_t, index_t c0) { return t.reach.key_pairs(c0); };
     bf16_tile_product_within(path, dh, t.rows, reached, &v_t(t.b, t.kh, kt * dh, 0), index_t(v_t.stride(2)),
-                             t.p_pairs.data(), 2 * qb_ld, rescale_and_add);
+                             t.p_pairs.data(), 2 * qb_ld, rescale_and_add, TileOrder::columns_outer);
   }
 
   void write_back(const Tile& t) const {
