@@ -188,13 +188,16 @@ inline void store_bf16_row(simd::Bf16Dot path, bf16* p, const FloatPack& lo, con
 // dst[t ld_dst + 2 c + h] = x(c, 2 t + h), zero past `rows` (up to ld_dst / 2
 // columns) and past dh (an odd width's last half-pair). The B operand of a
 // product over Dh whose columns are x's rows.
+// Row by row: x is read in memory order (read a column at a time, each load
+// of a tile's first pass waited on memory: 2% of the backward pass).
 inline void stage_width_pairs(const bf16* x, index_t ld, index_t rows, index_t dh, bf16* dst, index_t ld_dst) {
   const index_t pairs = (dh + 1) / 2, columns = ld_dst / 2;
-  for (index_t t = 0; t < pairs; ++t) {
-    bf16* const out = dst + t * ld_dst;
-    for (index_t c = 0; c < columns; ++c) {
-      out[2 * c] = c < rows ? x[c * ld + 2 * t] : bf16();
-      out[2 * c + 1] = c < rows && 2 * t + 1 < dh ? x[c * ld + 2 * t + 1] : bf16();
+  for (index_t c = 0; c < columns; ++c) {
+    const bool real = c < rows;
+    for (index_t t = 0; t < pairs; ++t) {
+      bf16* const out = dst + t * ld_dst + 2 * c;
+      out[0] = real ? x[c * ld + 2 * t] : bf16();
+      out[1] = real && 2 * t + 1 < dh ? x[c * ld + 2 * t + 1] : bf16();
     }
   }
 }
