@@ -166,8 +166,9 @@ KOKKOS_FORCEINLINE_FUNCTION To pack_bit_cast(const From& x) {
 // |r| <= ln2/2 (ln2 split in two so that k ln2_hi is exact), exp(r) by a
 // polynomial, 2^k applied exactly (vscalef where the host has AVX-512, else
 // written into the exponent bits). Arguments below log(smallest normal) give 0
-// (-inf included); arguments above 88 (float) / 709 (double) are clamped
-// there: the kernels only call it with x <= 0 (up to rounding). A NaN stays NaN.
+// (-inf included); arguments above 88 (float) / 709 (double) give inf with
+// vscalef and exp(88) / exp(709) without it: the kernels only call it with
+// x <= 0 (up to rounding). A NaN stays NaN.
 // The polynomial is ExpConstants' (C): Taylor's, degree 7 for float
 // (truncation 5e-9) and 13 for double (4e-18), both below half an ulp.
 template <class T, int N>
@@ -231,26 +232,42 @@ KOKKOS_FORCEINLINE_FUNCTION host_double_vector scale_by_power_of_two(host_double
 }
 #endif
 
-template <class T, class C = ExpConstants<T>>
-KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_exp(const typename Pack<T>::type x) {
+// exp(r) 2^-k of x = k ln2 + r: the reduction and the polynomial; t holds k
+// in its low mantissa bits (offset from the magic number's).
+template <class T, class C>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type exp_reduced(const typename Pack<T>::type x,
+                                                               typename Pack<T>::type& t, typename Pack<T>::type& k) {
   using V = typename Pack<T>::type;
-  using B = typename Pack<T>::bits;
-  const V lowest = pack_splat<V>(C::lowest), highest = pack_splat<V>(C::highest);
   const V magic = pack_splat<V>(C::round_magic);
-  const V lo = x < lowest ? lowest : x;
-  const V xc = lo > highest ? highest : lo;
-  const V t = xc * pack_splat<V>(T(1.442695040888963407359924681001892137L)) + magic;  // round(x log2 e) + magic
-  const V k = t - magic;
-  V r = xc - k * pack_splat<V>(C::ln2_hi);
+  t = x * pack_splat<V>(T(1.442695040888963407359924681001892137L)) + magic;  // round(x log2 e) + magic
+  k = t - magic;
+  V r = x - k * pack_splat<V>(C::ln2_hi);
   r = r - k * pack_splat<V>(C::ln2_lo);
   V p = pack_splat<V>(C::coefficients.value[C::degree]);
   MINIATTN_UNROLL
   for (int i = C::degree - 1; i >= 0; --i) p = p * r + pack_splat<V>(C::coefficients.value[i]);
+  return p;
+}
+
+template <class T, class C = ExpConstants<T>>
+KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type pack_exp(const typename Pack<T>::type x) {
+  using V = typename Pack<T>::type;
+  using B = typename Pack<T>::bits;
+  V t, k;
 #if MINIATTN_HOST_SIMD && defined(__AVX512F__)
-  if constexpr (sizeof(V) == kHostVectorBytes) return scale_by_power_of_two(p, k, x, C::lowest);
+  // Unclamped: vscalef's mask zeroes the lanes below the range whatever their
+  // reduction made of them (NaN for -inf), and 2^k overflows to inf above it;
+  // two instructions of an exp's 13.
+  if constexpr (sizeof(V) == kHostVectorBytes) {
+    const V p = exp_reduced<T, C>(x, t, k);
+    return scale_by_power_of_two(p, k, x, C::lowest);
+  }
 #endif
-  // 2^k: t's low mantissa bits hold k (offset from the magic number's).
-  const B magic_bits = pack_bit_cast<B>(magic);
+  const V lowest = pack_splat<V>(C::lowest), highest = pack_splat<V>(C::highest);
+  const V lo = x < lowest ? lowest : x;
+  const V p = exp_reduced<T, C>(lo > highest ? highest : lo, t, k);
+  // 2^k from t's bits.
+  const B magic_bits = pack_bit_cast<B>(pack_splat<V>(C::round_magic));
   const B scale_bits = (pack_bit_cast<B>(t) - magic_bits + pack_splat<B>(C::bias)) << C::mantissa_bits;
   const B kept_bits = x < lowest ? pack_splat<B>(0) : scale_bits;  // 2^k, or 0 below the range
   return p * pack_bit_cast<V>(kept_bits);
