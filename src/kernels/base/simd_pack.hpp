@@ -232,8 +232,9 @@ KOKKOS_FORCEINLINE_FUNCTION host_double_vector scale_by_power_of_two(host_double
 }
 #endif
 
-// exp(r) 2^-k of x = k ln2 + r: the reduction and the polynomial; t holds k
-// in its low mantissa bits (offset from the magic number's).
+// The reduction x = k ln2 + r and exp(r) by the polynomial (exp(x) = exp(r)
+// 2^k): returns exp(r), with k and t, whose low mantissa bits hold k (offset
+// from the magic number's).
 template <class T, class C>
 KOKKOS_FORCEINLINE_FUNCTION typename Pack<T>::type exp_reduced(const typename Pack<T>::type x,
                                                                typename Pack<T>::type& t, typename Pack<T>::type& k) {

@@ -81,8 +81,7 @@ struct IndexRange {
 // row tile of A meets every column tile of B, so all of B is read once per
 // row tile. columns_outer: each column tile of B meets every row tile of A
 // while it is in L1, for products whose B is the large operand (P^T or dS^T
-// in pairs of keys, 72 KiB at 192 x 192) and A has only Dh rows: the bf16
-// backward 0.5% shorter (Zen 5, n = 8192).
+// in pairs of keys, 72 KiB at 192 x 192) and A has only Dh rows.
 enum class TileOrder { rows_outer, columns_outer };
 
 // C = A B over pairs of the inner dimension, each register tile of C over the
@@ -187,9 +186,9 @@ inline void store_bf16_row(simd::Bf16Dot path, bf16* p, const FloatPack& lo, con
 // x [rows x dh] (row stride ld) -> dst, the columns of x^T pair-interleaved:
 // dst[t ld_dst + 2 c + h] = x(c, 2 t + h), zero past `rows` (up to ld_dst / 2
 // columns) and past dh (an odd width's last half-pair). The B operand of a
-// product over Dh whose columns are x's rows.
-// Row by row: x is read in memory order (read a column at a time, each load
-// of a tile's first pass waited on memory: 2% of the backward pass).
+// product over Dh whose columns are x's rows. x is read row by row, in
+// memory order: read a column at a time, each load of a tile's first pass
+// waited on memory.
 inline void stage_width_pairs(const bf16* x, index_t ld, index_t rows, index_t dh, bf16* dst, index_t ld_dst) {
   const index_t pairs = (dh + 1) / 2, columns = ld_dst / 2;
   for (index_t c = 0; c < columns; ++c) {
